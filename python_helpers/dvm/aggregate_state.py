@@ -1,0 +1,147 @@
+"""Per-aggregate state kept in the stored result, and its algebraic / semi-algebraic update.
+
+Each AggCall j keeps its value in `__dvm_agg_j` plus auxiliary columns:
+  count, count(*)          value only (new = old + Σw)
+  sum                      value, _nn (non-NULL count; the sum is NULL when _nn = 0)
+  avg                      value, _sum, _nn (value = _sum / _nn, cast as Spark's AVG does)
+  var_*/stddev_*           value, _nn, _s (Σx), _q (Σx²), as DOUBLE
+  min / max                value; LEAST/GREATEST with inserted values, rescan of the group
+                           only when a deleted value reaches the stored extremum
+  other                    value; the group is re-aggregated from the new snapshot
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+
+from python_helpers.dvm.sqlgen import alias, col
+from python_helpers.dvm.tree import AggCall, WEIGHT
+
+VAR_KINDS = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
+
+
+def aux_suffixes(agg: AggCall) -> list[str]:
+    if agg.kind == "sum":
+        return ["nn"]
+    if agg.kind == "avg":
+        return ["sum", "nn"]
+    if agg.kind in VAR_KINDS:
+        return ["nn", "s", "q"]
+    return []
+
+
+def _double(e: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=e.copy(), to=exp.DataType.build("double"))
+
+
+def _case(cond: exp.Expression, then: exp.Expression, default: exp.Expression | None = None) -> exp.Case:
+    case = exp.Case(ifs=[exp.If(this=cond, true=then)])
+    return case.else_(default, copy=False) if default is not None else case
+
+
+def _nonnull_weight(arg: exp.Expression) -> exp.Expression:
+    return exp.Sum(this=_case(exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null())),
+                              col(WEIGHT), exp.Literal.number(0)))
+
+
+def state_exprs(agg: AggCall, name: str) -> list[exp.Expression]:
+    """Columns computing the state from plain rows (full build, group rescan)."""
+    out = [alias(agg.expr.copy(), name)]
+    if agg.kind == "sum":
+        out.append(alias(exp.Count(this=agg.arg.copy()), f"{name}_nn"))
+    elif agg.kind == "avg":
+        out += [alias(exp.Sum(this=agg.arg.copy()), f"{name}_sum"), alias(exp.Count(this=agg.arg.copy()), f"{name}_nn")]
+    elif agg.kind in VAR_KINDS:
+        x = _double(agg.arg)
+        out += [alias(exp.Count(this=agg.arg.copy()), f"{name}_nn"), alias(exp.Sum(this=x), f"{name}_s"),
+                alias(exp.Sum(this=exp.Mul(this=x.copy(), expression=x.copy())), f"{name}_q")]
+    return out
+
+
+def delta_exprs(agg: AggCall, name: str) -> list[exp.Expression]:
+    """Per-group aggregates over the weighted delta (consumed by new_state)."""
+    w = col(WEIGHT)
+    if agg.kind == "count_star":
+        return [alias(exp.Sum(this=w), f"{name}_d")]
+    if agg.kind == "count":
+        return [alias(_nonnull_weight(agg.arg), f"{name}_d")]
+    if agg.kind in ("sum", "avg"):
+        return [alias(exp.Sum(this=exp.Mul(this=agg.arg.copy(), expression=w)), f"{name}_ds"),
+                alias(_nonnull_weight(agg.arg), f"{name}_dnn")]
+    if agg.kind in VAR_KINDS:
+        x = _double(agg.arg)
+        return [alias(_nonnull_weight(agg.arg), f"{name}_dnn"),
+                alias(exp.Sum(this=exp.Mul(this=x, expression=w.copy())), f"{name}_ds"),
+                alias(exp.Sum(this=exp.Mul(this=exp.Mul(this=x.copy(), expression=x.copy()), expression=w.copy())),
+                      f"{name}_dq")]
+    if agg.kind in ("min", "max"):
+        fn = exp.Min if agg.kind == "min" else exp.Max
+        pos = exp.GT(this=w.copy(), expression=exp.Literal.number(0))
+        neg = exp.LT(this=w.copy(), expression=exp.Literal.number(0))
+        return [alias(fn(this=_case(pos, agg.arg.copy())), f"{name}_ins"),
+                alias(fn(this=_case(neg, agg.arg.copy())), f"{name}_del")]
+    return []
+
+
+def new_state(agg: AggCall, name: str, old: str, d: str, types: dict) -> tuple[list[exp.Expression], exp.Expression]:
+    """(new state columns named like the stored ones, rescan-needed predicate) for one group.
+
+    `old` / `d` are the table aliases of the stored row (NULL if the group is new) and of the
+    group's delta; `types` maps stored column names to their Spark types.
+    """
+    zero = exp.Literal.number(0)
+    o = lambda suffix="": col(f"{name}{suffix}", old)  # noqa: E731
+    dd = lambda suffix: col(f"{name}{suffix}", d)  # noqa: E731
+    coalesce0 = lambda e: exp.Coalesce(this=e, expressions=[zero.copy()])  # noqa: E731
+    plus = lambda a, b: exp.Add(this=a, expression=b)  # noqa: E731
+    no_rescan = exp.false()
+    if agg.kind in ("count_star", "count"):
+        return [alias(plus(coalesce0(o()), coalesce0(dd("_d"))), name)], no_rescan
+    if agg.kind in ("sum", "avg"):
+        nn = plus(coalesce0(o("_nn")), coalesce0(dd("_dnn")))
+        has = exp.GT(this=nn.copy(), expression=zero.copy())
+        total_col = o("") if agg.kind == "sum" else o("_sum")
+        total = _case(has, plus(coalesce0(total_col), coalesce0(dd("_ds"))))
+        if agg.kind == "sum":
+            return [alias(total, name), alias(nn, f"{name}_nn")], no_rescan
+        sum_type = types.get(f"{name}_sum", "double")
+        numerator = exp.Cast(this=total.copy(), to=exp.DataType.build(sum_type))
+        if sum_type.startswith("decimal"):
+            denominator = exp.Cast(this=nn.copy(), to=exp.DataType.build("decimal(20,0)"))
+        else:
+            numerator, denominator = _double(numerator), _double(nn)
+        value = _case(has.copy(), exp.Div(this=numerator, expression=denominator))
+        return [alias(value, name), alias(total, f"{name}_sum"), alias(nn, f"{name}_nn")], no_rescan
+    if agg.kind in VAR_KINDS:
+        nn = plus(coalesce0(o("_nn")), coalesce0(dd("_dnn")))
+        s = plus(coalesce0(o("_s")), coalesce0(dd("_ds")))
+        q = plus(coalesce0(o("_q")), coalesce0(dd("_dq")))
+        return [alias(_variance(agg.kind, nn, s, q), name), alias(nn, f"{name}_nn"),
+                alias(s, f"{name}_s"), alias(q, f"{name}_q")], no_rescan
+    if agg.kind in ("min", "max"):
+        pick = exp.Least if agg.kind == "min" else exp.Greatest
+        reaches = exp.LTE if agg.kind == "min" else exp.GTE
+        value = pick(this=o(""), expressions=[dd("_ins")])
+        rescan = exp.and_(exp.Not(this=exp.Is(this=dd("_del"), expression=exp.Null())),
+                          exp.Not(this=exp.Is(this=o(""), expression=exp.Null())),
+                          reaches(this=dd("_del"), expression=o("")))
+        return [alias(value, name)], rescan
+    return [alias(o(""), name)], exp.true()
+
+
+def _variance(kind: str, n: exp.Expression, s: exp.Expression, q: exp.Expression) -> exp.Expression:
+    """Variance from count, Σx and Σx²; NULL where Spark's aggregate gives NULL.
+
+    Σx² − (Σx)²/n cancels catastrophically when the spread is tiny against the mean; results
+    within 1e-12 of the mean square are treated as exactly 0 (Spark returns 0.0 for constant groups).
+    """
+    nd = _double(n)
+    m2 = exp.Sub(this=q.copy(), expression=exp.Div(this=exp.Mul(this=s.copy(), expression=s.copy()), expression=nd.copy()))
+    samp = kind.endswith("samp")
+    denom = exp.Sub(this=nd.copy(), expression=exp.Literal.number(1)) if samp else nd.copy()
+    var = exp.Div(this=m2, expression=denom)
+    floor = exp.Mul(this=exp.Literal.number("1e-12"), expression=exp.Div(this=q.copy(), expression=nd.copy()))
+    var = _case(exp.LTE(this=var.copy(), expression=floor), exp.Literal.number("0.0"), var)
+    if kind.startswith("stddev"):
+        var = exp.Sqrt(this=var)
+    minimum = 1 if samp else 0
+    return _case(exp.GT(this=n.copy(), expression=exp.Literal.number(minimum)), var)

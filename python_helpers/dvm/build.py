@@ -1,0 +1,289 @@
+"""Turn a qualified query AST into the operator tree (python_helpers.dvm.tree).
+
+Input: the output of sql.parse.qualify_query, so every column is `alias.column` and `*` is
+expanded. Each FROM item gets its columns renamed to `<alias>__<column>` (deduplicated), which
+makes names unique inside a query block; expressions are rewritten to those names.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from python_helpers.errors import UnsupportedSql
+from python_helpers.dvm.tree import (AggCall, Aggregate, Distinct, Filter, Join, Node, Project, Scan,
+                                     UnionAll)
+from python_helpers.sql.parse import relation_name
+from python_helpers.sql.support import function_name
+
+# Aggregates sqlglot parses as Anonymous but Spark treats as aggregates.
+SPARK_AGGREGATE_NAMES = {
+    "std", "every", "some", "any", "bool_and", "bool_or", "bit_and", "bit_or", "bit_xor", "count_if",
+    "collect_list", "collect_set", "percentile", "percentile_approx", "approx_percentile", "median",
+    "mode", "kurtosis", "skewness", "any_value", "max_by", "min_by", "corr", "covar_pop", "covar_samp",
+    "regr_avgx", "regr_avgy", "regr_count", "regr_intercept", "regr_r2", "regr_slope", "regr_sxx",
+    "regr_sxy", "regr_syy", "approx_count_distinct", "histogram_numeric", "try_sum", "try_avg",
+    "array_agg", "listagg", "string_agg", "count_min_sketch", "hll_sketch_agg", "hll_union_agg",
+    "percentile_cont", "percentile_disc", "first", "last", "first_value", "last_value",
+}
+# Without an ordering these pick an arbitrary row, so a recompute may disagree with any stored value.
+ORDER_DEPENDENT_AGGREGATES = {"first", "last", "first_value", "last_value", "any_value"}
+
+_ALGEBRAIC_KIND = {
+    exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max",
+    exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop",
+    exp.Variance: "var_samp", exp.VariancePop: "var_pop",
+}
+
+
+def is_aggregate(node: exp.Expression) -> bool:
+    if isinstance(node, exp.AggFunc):
+        return True
+    return isinstance(node, exp.Anonymous) and function_name(node) in SPARK_AGGREGATE_NAMES
+
+
+@dataclass
+class _Scope:
+    """Column names visible in one query block: (alias, column) -> unique name."""
+
+    names: dict
+
+    def rewrite(self, model: str, expression: exp.Expression) -> exp.Expression:
+        def swap(node):
+            if isinstance(node, exp.Column):
+                key = (node.table.lower(), node.name.lower())
+                if key not in self.names:
+                    raise UnsupportedSql(model, f"could not resolve column {node.sql('spark')}")
+                return exp.column(self.names[key])
+            return node
+
+        return expression.copy().transform(swap)
+
+
+class TreeBuilder:
+    def __init__(self, model: str):
+        self.model = model
+        self._counter = 0
+
+    # -- entry -----------------------------------------------------------------------------
+    def build(self, query: exp.Expression, ctes: dict | None = None) -> Node:
+        ctes = dict(ctes or {})
+        with_ = query.args.get("with")
+        if with_ is not None:
+            for cte in with_.expressions:
+                ctes[cte.alias_or_name.lower()] = cte.this
+        if isinstance(query, exp.Union):
+            return self._union(query, ctes)
+        if isinstance(query, exp.Subquery):
+            return self.build(query.this, ctes)
+        if isinstance(query, exp.Select):
+            return self._select(query, ctes)
+        raise UnsupportedSql(self.model, f"{query.key.upper()} query")
+
+    # -- set operations --------------------------------------------------------------------
+    def _union(self, union: exp.Union, ctes: dict) -> Node:
+        inputs = []
+        for side in (union.this, union.expression):
+            child = self.build(side, ctes)
+            if isinstance(child, UnionAll) and not isinstance(side, exp.Subquery) and union.args.get("distinct") is False:
+                inputs.extend(child.inputs)
+            else:
+                inputs.append(child)
+        widths = {len(c.columns) for c in inputs}
+        if len(widths) != 1:
+            raise UnsupportedSql(self.model, "UNION branches with different column counts")
+        node: Node = UnionAll(columns=list(inputs[0].columns), inputs=inputs)
+        if union.args.get("distinct"):
+            node = Distinct(columns=list(node.columns), child=node)
+        return node
+
+    # -- one SELECT block ------------------------------------------------------------------
+    def _select(self, select: exp.Select, ctes: dict) -> Node:
+        distinct = select.args.get("distinct")
+        if distinct is not None and distinct.args.get("on"):
+            raise UnsupportedSql(self.model, "DISTINCT ON")
+        from_ = select.args.get("from")
+        if from_ is None:
+            raise UnsupportedSql(self.model, "SELECT without FROM")
+        referenced = self._referenced_columns(select)
+        names: dict = {}
+        node = self._from_item(from_.this, ctes, referenced, names)
+        for join in select.args.get("joins") or []:
+            side = (join.side or "").upper()
+            kind = (join.kind or "").upper()
+            if side or kind not in ("", "INNER", "CROSS"):
+                raise UnsupportedSql(self.model, f"{' '.join(p for p in (side, kind) if p) or 'this'} JOIN")
+            if join.args.get("using"):
+                raise UnsupportedSql(self.model, "JOIN ... USING that could not be resolved")
+            right = self._from_item(join.this, ctes, referenced, names)
+            on = join.args.get("on")
+            scope = _Scope(names)
+            node = Join(columns=node.columns + right.columns, left=node, right=right,
+                        condition=scope.rewrite(self.model, on) if on is not None else None)
+        scope = _Scope(names)
+        where = select.args.get("where")
+        if where is not None:
+            node = Filter(columns=list(node.columns), child=node,
+                          predicate=scope.rewrite(self.model, where.this))
+        projections = [scope.rewrite(self.model, p.this if isinstance(p, exp.Alias) else p)
+                       for p in select.expressions]
+        out_names = [p.alias_or_name for p in select.expressions]
+        group = select.args.get("group")
+        having = select.args.get("having")
+        if group is not None or having is not None or any(is_aggregate(n) for p in projections for n in p.walk()):
+            node, projections, having_pred = self._aggregate(node, scope, group, having, projections)
+            if having_pred is not None:
+                node = Filter(columns=list(node.columns), child=node, predicate=having_pred)
+        unique = self._unique_output_names(out_names)
+        node = Project(columns=unique, child=node, exprs=projections)
+        if distinct is not None:
+            node = Distinct(columns=list(node.columns), child=node)
+        return node
+
+    def _from_item(self, item: exp.Expression, ctes: dict, referenced: dict, names: dict) -> Node:
+        alias = item.alias_or_name.lower()
+        wanted = referenced.get(alias, [])
+        if isinstance(item, exp.Table) and not item.db and item.name.lower() in ctes:
+            child = self.build(ctes[item.name.lower()], ctes)
+            return self._rename(child, alias, wanted, names)
+        if isinstance(item, exp.Table):
+            if not item.name or item.args.get("version") is not None:
+                raise UnsupportedSql(self.model, f"FROM item {item.sql('spark')}")
+            columns = [self._name(alias, c, names) for c in wanted] or [self._fresh(f"{alias}__unit")]
+            return Scan(columns=columns, relation=relation_name(item), source_columns=list(wanted) or [None])
+        if isinstance(item, exp.Subquery):
+            child = self.build(item.this, ctes)
+            return self._rename(child, alias, wanted, names)
+        raise UnsupportedSql(self.model, f"FROM item {item.sql('spark')[:60]}")
+
+    def _rename(self, child: Node, alias: str, wanted: list, names: dict) -> Node:
+        """Expose a derived table's columns under this block's unique names."""
+        lookup = {c.lower(): c for c in child.columns}
+        exprs, cols = [], []
+        for col in wanted:
+            if col not in lookup:
+                raise UnsupportedSql(self.model, f"could not resolve column {alias}.{col}")
+            exprs.append(exp.column(lookup[col]))
+            cols.append(self._name(alias, col, names))
+        if not exprs:  # nothing read from it (e.g. COUNT(*) over a subquery): keep its rows
+            exprs, cols = [exp.true()], [self._fresh(f"{alias}__unit")]
+        return Project(columns=cols, child=child, exprs=exprs)
+
+    # -- aggregation -----------------------------------------------------------------------
+    def _aggregate(self, child: Node, scope: _Scope, group, having, projections):
+        keys = [scope.rewrite(self.model, k) for k in (group.expressions if group is not None else [])]
+        for k in keys:
+            if is_aggregate(k) or any(is_aggregate(n) for n in k.walk()):
+                raise UnsupportedSql(self.model, "aggregate inside GROUP BY")
+        key_names = [self._fresh(f"__dvm_key_{i}") for i in range(len(keys))]
+        having_expr = scope.rewrite(self.model, having.this) if having is not None else None
+        calls: dict = {}
+        aggs: list[AggCall] = []
+
+        def collect(expression):
+            for node in expression.walk():
+                target = node
+                if isinstance(node, exp.Filter) and is_aggregate(node.this):
+                    target = node
+                elif not is_aggregate(node) or isinstance(node.parent, exp.Filter):
+                    continue
+                key = target.sql("spark")
+                if key not in calls:
+                    name = self._fresh(f"__dvm_agg_{len(aggs)}")
+                    calls[key] = name
+                    aggs.append(self._agg_call(name, target))
+
+        for p in projections:
+            collect(p)
+        if having_expr is not None:
+            collect(having_expr)
+
+        def replace(expression):
+            key_sql = {k.sql("spark"): n for k, n in zip(keys, key_names)}
+
+            def swap(node):
+                text = node.sql("spark") if isinstance(node, exp.Expression) else None
+                if text in calls and (is_aggregate(node) or isinstance(node, exp.Filter)):
+                    return exp.column(calls[text])
+                if text in key_sql and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
+                    return exp.column(key_sql[text])
+                return node
+
+            out = expression.copy().transform(swap)
+            allowed = set(key_names) | set(calls.values())
+            for col in out.find_all(exp.Column):
+                if col.name not in allowed:
+                    raise UnsupportedSql(self.model, f"column {col.name} is neither grouped nor aggregated")
+            return out
+
+        node = Aggregate(columns=key_names + [a.name for a in aggs], child=child, keys=keys,
+                         key_names=key_names, aggs=aggs)
+        new_projections = [replace(p) for p in projections]
+        return node, new_projections, (replace(having_expr) if having_expr is not None else None)
+
+    def _agg_call(self, name: str, call: exp.Expression) -> AggCall:
+        condition = None
+        inner = call
+        if isinstance(call, exp.Filter):
+            inner, condition = call.this, call.expression.this
+        if isinstance(inner, exp.Anonymous) and function_name(inner) in ORDER_DEPENDENT_AGGREGATES:
+            raise UnsupportedSql(self.model, f"{function_name(inner)}() without an ordering is not deterministic")
+        if any(isinstance(n, exp.Window) for n in inner.walk()):
+            raise UnsupportedSql(self.model, "window function inside an aggregate")
+
+        def fold(arg):  # agg(x) FILTER (WHERE c) == agg(CASE WHEN c THEN x END) for NULL-ignoring aggs
+            if condition is None:
+                return arg
+            return exp.Case(ifs=[exp.If(this=condition.copy(), true=arg)])
+
+        if isinstance(inner, exp.Count):
+            arg = inner.this
+            if isinstance(arg, exp.Distinct):
+                return AggCall(name, "other", None, call.copy())
+            if isinstance(arg, exp.Star) or arg is None:
+                if condition is None:
+                    return AggCall(name, "count_star", None, call.copy())
+                return AggCall(name, "count", fold(exp.true()), call.copy())
+            return AggCall(name, "count", fold(arg.copy()), call.copy())
+        kind = _ALGEBRAIC_KIND.get(type(inner))
+        if kind is not None and not isinstance(inner.this, exp.Distinct) and len(inner.expressions or []) == 0:
+            return AggCall(name, kind, fold(inner.this.copy()), call.copy())
+        return AggCall(name, "other", None, call.copy())
+
+    # -- names -----------------------------------------------------------------------------
+    def _referenced_columns(self, select: exp.Select) -> dict:
+        """alias -> columns this block reads from it, in first-use order."""
+        out: dict = {}
+        parts = list(select.expressions)
+        for key in ("where", "group", "having", "order"):
+            if select.args.get(key) is not None:
+                parts.append(select.args[key])
+        for join in select.args.get("joins") or []:
+            if join.args.get("on") is not None:
+                parts.append(join.args["on"])
+        for part in parts:
+            for col in part.find_all(exp.Column):
+                if col.table:
+                    cols = out.setdefault(col.table.lower(), [])
+                    if col.name.lower() not in cols:
+                        cols.append(col.name.lower())
+        return out
+
+    def _name(self, alias: str, column: str, names: dict) -> str:
+        key = (alias, column)
+        if key not in names:
+            names[key] = self._fresh(f"{alias}__{column}")
+        return names[key]
+
+    def _fresh(self, base: str) -> str:
+        self._counter += 1
+        safe = re.sub(r"[^A-Za-z0-9_]", "_", base)[:48]
+        return f"{safe}_{self._counter}"
+
+    def _unique_output_names(self, names: list[str]) -> list[str]:
+        return [self._fresh(f"c_{n}") for n in names]
+
+
+def build_tree(model: str, qualified: exp.Expression) -> Node:
+    return TreeBuilder(model).build(qualified)

@@ -1,0 +1,55 @@
+"""Walk the operator tree: `plain` renders a node at a pinned version, `delta` its weighted change.
+
+`delta` returns None when no source below the node changed in this refresh, which prunes whole
+branches (and the snapshots they would have read) from the generated SQL.
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+
+from python_helpers.dvm.operators import join, keyed_recompute, linear, scan
+from python_helpers.dvm.sqlgen import Context
+from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Join, Node, Project, Scan, UnionAll
+
+
+def plain(node: Node, ctx: Context, version: str) -> exp.Expression:
+    if isinstance(node, Scan):
+        return scan.plain(node, ctx, version)
+    if isinstance(node, Filter):
+        return linear.filter_plain(node, ctx, version, plain(node.child, ctx, version))
+    if isinstance(node, Project):
+        return linear.project_plain(node, ctx, version, plain(node.child, ctx, version))
+    if isinstance(node, UnionAll):
+        return linear.union_all_plain(node, ctx, version, [plain(c, ctx, version) for c in node.inputs])
+    if isinstance(node, Join):
+        return join.plain(node, ctx, version, plain(node.left, ctx, version), plain(node.right, ctx, version))
+    if isinstance(node, Aggregate):
+        return keyed_recompute.aggregate_plain(node, ctx, version, plain(node.child, ctx, version))
+    if isinstance(node, Distinct):
+        return keyed_recompute.distinct_plain(node, ctx, version, plain(node.child, ctx, version))
+    raise TypeError(f"no plain rule for {type(node).__name__}")
+
+
+def changed(node: Node, ctx: Context) -> bool:
+    return bool(node.relations() & ctx.changed)
+
+
+def delta(node: Node, ctx: Context):
+    if not changed(node, ctx):
+        return None
+    if isinstance(node, Scan):
+        return scan.delta(node, ctx)
+    if isinstance(node, Filter):
+        return linear.filter_delta(node, ctx, delta(node.child, ctx))
+    if isinstance(node, Project):
+        return linear.project_delta(node, ctx, delta(node.child, ctx))
+    if isinstance(node, UnionAll):
+        return linear.union_all_delta(node, ctx, [delta(c, ctx) for c in node.inputs])
+    if isinstance(node, Join):
+        return join.delta(node, ctx, delta(node.left, ctx), delta(node.right, ctx),
+                          lambda: plain(node.left, ctx, "new"), lambda: plain(node.right, ctx, "old"))
+    if isinstance(node, (Aggregate, Distinct)):
+        return keyed_recompute.recompute_delta(
+            node, ctx, delta(node.child, ctx),
+            lambda: plain(node, ctx, "old"), lambda: plain(node, ctx, "new"))
+    raise TypeError(f"no delta rule for {type(node).__name__}")

@@ -1,0 +1,52 @@
+"""Aggregate and Distinct below the root: recompute the affected keys before and after.
+
+Δ(γ_K(R)) = γ_K(R_new ⋉ keys(ΔR)) − γ_K(R_old ⋉ keys(ΔR)), consolidated: groups whose value did
+not change cancel. Only groups whose key appears in the delta are rescanned (delta key
+restriction); Spark pushes the semi join below the aggregation on the grouping keys. An
+aggregate without keys recomputes its single row when its input changed at all.
+
+At the root, the stored result keeps each group's state instead (python_helpers.dvm.stored_result),
+which avoids the rescan of the old version.
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+
+from python_helpers.dvm.sqlgen import (Context, alias, col, consolidate, select_from, semi_join, sub,
+                                       union_all)
+from python_helpers.dvm.tree import Aggregate, Distinct
+
+
+def aggregate_plain(node: Aggregate, ctx: Context, version: str, child_sql) -> exp.Select:
+    a = ctx.alias("g")
+    cols = [alias(k.copy(), n) for k, n in zip(node.keys, node.key_names)]
+    cols += [alias(agg.expr.copy(), agg.name) for agg in node.aggs]
+    query = select_from(cols, sub(child_sql, a))
+    if node.keys:
+        query = query.group_by(*[k.copy() for k in node.keys], copy=False)
+    return query
+
+
+def distinct_plain(node: Distinct, ctx: Context, version: str, child_sql) -> exp.Select:
+    return select_from([col(c) for c in node.columns], sub(child_sql, ctx.alias("d"))).distinct(copy=False)
+
+
+def recompute_delta(node, ctx: Context, child_delta, plain_old, plain_new):
+    """Shared by Aggregate and Distinct; plain_old/new render the node at each version."""
+    if child_delta is None:
+        return None
+    if isinstance(node, Aggregate):
+        key_cols, key_exprs = node.key_names, node.keys
+    else:
+        key_cols, key_exprs = node.columns, [col(c) for c in node.columns]
+    sides = []
+    for sign, render in ((1, plain_new), (-1, plain_old)):
+        out = render()
+        if key_cols:
+            d = ctx.alias("dk")
+            keys = select_from([alias(e.copy(), n) for e, n in zip(key_exprs, key_cols)],
+                               sub(child_delta.copy(), d)).distinct(copy=False)
+            out = semi_join(ctx.alias("s"), out, key_cols, keys, ctx)
+        sides.append(select_from([col(c) for c in node.columns] + [alias(exp.Literal.number(sign), "__dvm_w")],
+                                 sub(out, ctx.alias("v"))))
+    return consolidate(ctx, union_all(sides), node.columns)

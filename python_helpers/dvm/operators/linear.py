@@ -1,0 +1,54 @@
+"""Filter, Project and UnionAll: linear operators, applied row by row to the weighted delta.
+
+Filter and Project need deterministic expressions (checked by sql.support), so applying them to
+a -1 row removes exactly what applying them to the original row once added.
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+
+from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, union_all, weight
+from python_helpers.dvm.tree import Filter, Project, UnionAll
+
+
+def filter_plain(node: Filter, ctx: Context, version: str, child_sql) -> exp.Select:
+    return select_from([exp.Star()], sub(child_sql, ctx.alias("f"))).where(node.predicate.copy(), copy=False)
+
+
+def filter_delta(node: Filter, ctx: Context, child_delta):
+    if child_delta is None:
+        return None
+    return select_from([exp.Star()], sub(child_delta, ctx.alias("f"))).where(node.predicate.copy(), copy=False)
+
+
+def _project(node: Project, source, ctx: Context, weighted: bool) -> exp.Select:
+    cols = [alias(e.copy(), name) for e, name in zip(node.exprs, node.columns)]
+    if weighted:
+        cols.append(weight())
+    return select_from(cols, sub(source, ctx.alias("p")))
+
+
+def project_plain(node: Project, ctx: Context, version: str, child_sql) -> exp.Select:
+    return _project(node, child_sql, ctx, weighted=False)
+
+
+def project_delta(node: Project, ctx: Context, child_delta):
+    if child_delta is None:
+        return None
+    return _project(node, child_delta, ctx, weighted=True)
+
+
+def _renamed(node: UnionAll, child, query, ctx: Context, weighted: bool) -> exp.Select:
+    cols = [alias(col(c), name) for c, name in zip(child.columns, node.columns)]
+    if weighted:
+        cols.append(weight())
+    return select_from(cols, sub(query, ctx.alias("u")))
+
+
+def union_all_plain(node: UnionAll, ctx: Context, version: str, child_sqls) -> exp.Expression:
+    return union_all([_renamed(node, c, q, ctx, False) for c, q in zip(node.inputs, child_sqls)])
+
+
+def union_all_delta(node: UnionAll, ctx: Context, child_deltas):
+    return union_all([_renamed(node, c, q, ctx, True)
+                      for c, q in zip(node.inputs, child_deltas) if q is not None])

@@ -1,0 +1,27 @@
+"""Scan: a Delta source. Linear: the delta is the change feed, mapped to weights.
+
+Only the columns the query reads are projected before consolidation, so an update that touched
+no referenced column cancels to nothing right here and never reaches a join.
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+
+from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, select_from, weight
+from python_helpers.dvm.tree import Scan
+
+
+def _columns(node: Scan):
+    return [alias(col(src) if src is not None else exp.true(), out)
+            for src, out in zip(node.source_columns, node.columns)]
+
+
+def plain(node: Scan, ctx: Context, version: str) -> exp.Select:
+    return select_from(_columns(node), ctx.snapshot(node.relation, version))
+
+
+def delta(node: Scan, ctx: Context):
+    if node.relation not in ctx.changed:
+        return None
+    raw = select_from(_columns(node) + [weight()], ctx.changes(node.relation))
+    return consolidate(ctx, raw, node.columns)

@@ -1,0 +1,97 @@
+"""Small builders for the SQL the delta rules emit (sqlglot expressions, never string pasting)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from sqlglot import exp
+
+from python_helpers.dvm.tree import WEIGHT
+
+
+@dataclass
+class Context:
+    """What a refresh binds the abstract relations to (DESIGN.md section 6).
+
+    changes(relation) -> a FROM-able expression with the source's columns plus __dvm_w;
+    snapshot(relation, "old"|"new") -> the source at the pinned old / new version;
+    changed: the relations whose pinned range holds changes (others have an empty delta).
+    """
+
+    changes: Callable[[str], exp.Expression]
+    snapshot: Callable[[str, str], exp.Expression]
+    changed: set = field(default_factory=set)
+    _alias: int = 0
+
+    def alias(self, base: str = "t") -> str:
+        self._alias += 1
+        return f"_{base}{self._alias}"
+
+
+def col(name: str, table: Optional[str] = None) -> exp.Column:
+    return exp.column(name, table=table)
+
+
+def sub(query: exp.Expression, alias: str) -> exp.Subquery:
+    return exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+
+
+def alias(expression: exp.Expression, name: str) -> exp.Alias:
+    return exp.alias_(expression, name, quoted=False)
+
+
+def weight(table: Optional[str] = None) -> exp.Column:
+    return col(WEIGHT, table)
+
+
+def select_from(columns: list, source: exp.Expression) -> exp.Select:
+    return exp.Select(expressions=list(columns)).from_(source, copy=False)
+
+
+def consolidate(ctx: Context, delta: exp.Select, columns: list[str]) -> exp.Select:
+    """GROUP BY the columns, SUM the weights, drop rows whose weight cancels to zero."""
+    a = ctx.alias("c")
+    total = exp.Sum(this=weight())
+    query = select_from([col(c) for c in columns] + [alias(total.copy(), WEIGHT)], sub(delta, a))
+    if columns:
+        query = query.group_by(*[col(c) for c in columns], copy=False)
+    return query.having(exp.NEQ(this=total, expression=exp.Literal.number(0)), copy=False)
+
+
+def null_safe_match(left: list[str], right: list[str], ltab: str, rtab: str) -> exp.Expression:
+    conds = [exp.NullSafeEQ(this=col(a, ltab), expression=col(b, rtab)) for a, b in zip(left, right)]
+    return exp.and_(*conds) if conds else exp.true()
+
+
+def semi_join(query_alias: str, query: exp.Expression, keys: list[str], key_query: exp.Expression,
+              ctx: Context) -> exp.Select:
+    """Rows of `query` whose `keys` appear (null-safe) in `key_query` (delta key restriction)."""
+    k = ctx.alias("k")
+    on = null_safe_match(keys, keys, query_alias, k)
+    return (exp.Select(expressions=[exp.Star()]).from_(sub(query, query_alias), copy=False)
+            .join(sub(key_query, k), on=on, join_type="LEFT SEMI", copy=False))
+
+
+def union_all(queries: list[exp.Expression]) -> Optional[exp.Expression]:
+    queries = [q for q in queries if q is not None]
+    if not queries:
+        return None
+    out = queries[0]
+    for q in queries[1:]:
+        out = exp.Union(this=out, expression=q, distinct=False)
+    return out
+
+
+def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expression:
+    """128-bit identity of a tuple: md5 over its JSON form with positional field names.
+
+    md5 (128 bits) keeps the chance of two different keys colliding negligible at billions of
+    rows; to_json keeps NULL apart from any value and types apart by their rendering.
+    """
+    if not columns:
+        return exp.Literal.string("__dvm_single_row")
+    args = []
+    for i, c in enumerate(columns):
+        args.extend([exp.Literal.string(f"k{i}"), col(c, table)])
+    struct = exp.Anonymous(this="named_struct", expressions=args)
+    return exp.MD5(this=exp.Anonymous(this="to_json", expressions=[struct]))

@@ -1,0 +1,274 @@
+"""How the root of the tree is stored, and how a delta becomes rows to MERGE into it.
+
+Two layouts (DESIGN.md section 4), both keyed by `__dvm_row_id` (md5 of the key, 128 bits):
+
+* AggregateResult — root is Project(Filter?(Aggregate)): one stored row per group with the
+  group key, each aggregate's state (python_helpers.dvm.aggregate_state), `__dvm_count` (rows in
+  the group) and `__dvm_having` (the HAVING predicate; groups failing it stay stored, hidden
+  by the view, so their state is at hand when they come back).
+* BagResult — anything else: one stored row per distinct tuple with its multiplicity
+  `__dvm_count` (the counting algorithm); the view repeats a tuple `__dvm_count` times, or
+  shows it once for SELECT DISTINCT / UNION.
+
+`full_sql` computes the whole stored table; `merge_sql` computes, for the groups / tuples the
+delta touches, the new stored row and an action ('U' upsert, 'D' delete), leaving out rows
+whose stored value would not change.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from sqlglot import exp
+
+from python_helpers.dvm import aggregate_state as state
+from python_helpers.dvm.differentiate import delta, plain
+from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, row_id, select_from, semi_join, sub
+from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Node, Project
+from python_helpers.errors import UnsupportedSql
+
+ROW_ID = "__dvm_row_id"
+ACTION = "__dvm_action"
+COUNT = "__dvm_count"
+HAVING = "__dvm_having"
+_SAFE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def storage_names(model: str, output_names: list[str]) -> list[str]:
+    """Stored column name per output column: the name itself when Delta accepts it as is."""
+    seen = set()
+    for name in output_names:
+        if name.lower() in seen:
+            raise UnsupportedSql(model, f"the query returns two columns named '{name}' "
+                                        "(a table cannot; give them distinct aliases)")
+        seen.add(name.lower())
+    return [n if _SAFE.fullmatch(n) and not n.lower().startswith("__dvm") else f"__dvm_col_{i}"
+            for i, n in enumerate(output_names)]
+
+
+def _cast(e: exp.Expression, type_: str | None) -> exp.Expression:
+    return exp.Cast(this=e, to=exp.DataType.build(type_)) if type_ else e
+
+
+def _changed(names: list[str], new: str, old: str) -> exp.Expression:
+    same = [exp.NullSafeEQ(this=col(n, new), expression=col(n, old)) for n in names]
+    return exp.Not(this=exp.and_(*same)) if same else exp.false()
+
+
+@dataclass
+class StoredResult:
+    model: str
+    output_names: list[str]  # the query's column names as Spark reports them
+    user_columns: list[str]  # their stored names
+
+    kind = "bag"
+
+    def hidden_columns(self) -> list[str]:
+        raise NotImplementedError
+
+    def storage_columns(self) -> list[str]:
+        return [ROW_ID] + self.user_columns + self.hidden_columns()
+
+    def view_sql(self, storage: exp.Expression) -> exp.Select:
+        cols = [alias(col(s), n) if s != n else col(s) for s, n in zip(self.user_columns, self.output_names)]
+        return self._view(select_from(cols, storage))
+
+
+class BagResult(StoredResult):
+    def __init__(self, model, output_names, user_columns, input_node: Node, distinct: bool):
+        super().__init__(model, output_names, user_columns)
+        self.input = input_node
+        self.distinct = distinct
+        self.kind = "distinct" if distinct else "bag"
+
+    def hidden_columns(self):
+        return [COUNT]
+
+    def _view(self, query: exp.Select) -> exp.Select:
+        if self.distinct:
+            return query
+        # Repeat each tuple __dvm_count times (bag semantics: duplicates kept).
+        gen = exp.Explode(this=exp.Anonymous(this="sequence", expressions=[exp.Literal.number(1), col(COUNT)]))
+        return query.lateral(exp.Lateral(this=gen, view=True, alias=exp.TableAlias(
+            this=exp.to_identifier("__dvm_rep"), columns=[exp.to_identifier("__dvm_n")])), copy=False)
+
+    def _named(self, query, weighted_count: exp.Expression) -> list:
+        return ([alias(row_id(self.input.columns), ROW_ID)]
+                + [alias(col(c), s) for c, s in zip(self.input.columns, self.user_columns)]
+                + [alias(weighted_count, COUNT)])
+
+    def full_sql(self, ctx: Context) -> exp.Select:
+        cols = self.input.columns
+        source = plain(self.input, ctx, "new")
+        query = select_from(self._named(None, exp.Count(this=exp.Star())), sub(source, ctx.alias("b")))
+        return query.group_by(*[col(c) for c in cols], copy=False) if cols else query
+
+    def merge_sql(self, ctx: Context, storage: exp.Expression, types: dict):
+        d = delta(self.input, ctx)
+        if d is None:
+            return None
+        dd, s = ctx.alias("d"), ctx.alias("s")
+        rid = row_id(self.input.columns, dd)
+        count = exp.Add(this=exp.Coalesce(this=col(COUNT, s), expressions=[exp.Literal.number(0)]),
+                        expression=col("__dvm_w", dd))
+        m = select_from([alias(rid, ROW_ID)]
+                        + [alias(col(c, dd), u) for c, u in zip(self.input.columns, self.user_columns)]
+                        + [alias(count, COUNT),
+                           alias(exp.Not(this=exp.Is(this=col(ROW_ID, s), expression=exp.Null())), "__dvm_existed")],
+                        sub(consolidate(ctx, d, self.input.columns), dd))
+        m = m.join(sub(storage, s), on=exp.EQ(this=col(ROW_ID, s), expression=rid.copy()), join_type="LEFT", copy=False)
+        mm = ctx.alias("m")
+        gone = exp.LTE(this=col(COUNT), expression=exp.Literal.number(0))
+        out = [col(ROW_ID), alias(exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U")), ACTION)]
+        out += [_cast(col(u), types.get(u)).as_(u) if types.get(u) else col(u) for u in self.user_columns]
+        out.append(_cast(col(COUNT), "bigint").as_(COUNT))
+        keep = exp.Not(this=exp.and_(gone.copy(), exp.Not(this=col("__dvm_existed"))))
+        return select_from(out, sub(m, mm)).where(keep, copy=False)
+
+
+class AggregateResult(StoredResult):
+    kind = "aggregate"
+
+    def __init__(self, model, output_names, user_columns, project: Project, having, agg: Aggregate):
+        super().__init__(model, output_names, user_columns)
+        self.project, self.having, self.agg = project, having, agg
+        self.keyed = bool(agg.keys)
+        self.key_store = [f"__dvm_key_{i}" for i in range(len(agg.keys))]
+        self.agg_store = [f"__dvm_agg_{j}" for j in range(len(agg.aggs))]
+
+    # Stored state names: keys, count, then each aggregate's value and aux columns.
+    def state_columns(self) -> list[str]:
+        out = list(self.key_store) + [COUNT]
+        for a, name in zip(self.agg.aggs, self.agg_store):
+            out += [name] + [f"{name}_{s}" for s in state.aux_suffixes(a)]
+        return out
+
+    def hidden_columns(self):
+        return ([HAVING] if self.having is not None else []) + self.state_columns()
+
+    def _view(self, query: exp.Select) -> exp.Select:
+        return query.where(col(HAVING), copy=False) if self.having is not None else query
+
+    def _rename_to_store(self, expression: exp.Expression) -> exp.Expression:
+        mapping = dict(zip(self.agg.key_names, self.key_store))
+        mapping.update({a.name: s for a, s in zip(self.agg.aggs, self.agg_store)})
+        return expression.copy().transform(
+            lambda n: col(mapping[n.name]) if isinstance(n, exp.Column) and n.name in mapping else n)
+
+    def _finish(self, state_query: exp.Expression, ctx: Context, types: dict) -> exp.Select:
+        """Row id, user columns, HAVING flag and state columns over rows holding the state."""
+        cols = [alias(row_id(self.key_store), ROW_ID)]
+        for e, u in zip(self.project.exprs, self.user_columns):
+            cols.append(alias(_cast(self._rename_to_store(e), types.get(u)), u))
+        if self.having is not None:
+            flag = exp.Coalesce(this=self._rename_to_store(self.having), expressions=[exp.false()])
+            cols.append(alias(flag, HAVING))
+        cols += [alias(_cast(col(c), types.get(c)), c) if types.get(c) else col(c) for c in self.state_columns()]
+        return select_from(cols, sub(state_query, ctx.alias("st")))
+
+    def _state_from_rows(self, ctx: Context, rows: exp.Expression) -> exp.Select:
+        cols = [alias(k.copy(), s) for k, s in zip(self.agg.keys, self.key_store)]
+        cols.append(alias(exp.Count(this=exp.Star()), COUNT))
+        for a, name in zip(self.agg.aggs, self.agg_store):
+            cols += state.state_exprs(a, name)
+        query = select_from(cols, sub(rows, ctx.alias("a")))
+        return query.group_by(*[k.copy() for k in self.agg.keys], copy=False) if self.keyed else query
+
+    def full_sql(self, ctx: Context) -> exp.Select:
+        return self._finish(self._state_from_rows(ctx, plain(self.agg.child, ctx, "new")), ctx, {})
+
+    def merge_sql(self, ctx: Context, storage: exp.Expression, types: dict):
+        child_delta = delta(self.agg.child, ctx)
+        if child_delta is None:
+            return None
+        # 1. Per-group delta state.
+        dcols = [alias(k.copy(), s) for k, s in zip(self.agg.keys, self.key_store)]
+        dcols.append(alias(exp.Sum(this=col("__dvm_w")), f"{COUNT}_d"))
+        for a, name in zip(self.agg.aggs, self.agg_store):
+            dcols += state.delta_exprs(a, name)
+        dq = select_from(dcols, sub(child_delta, ctx.alias("dl")))
+        if self.keyed:
+            dq = dq.group_by(*[k.copy() for k in self.agg.keys], copy=False)
+        # 2. Join the stored state; compute the new state algebraically where possible.
+        d, o = ctx.alias("d"), ctx.alias("o")
+        count = exp.Add(this=exp.Coalesce(this=col(COUNT, o), expressions=[exp.Literal.number(0)]),
+                        expression=col(f"{COUNT}_d", d))
+        mcols = [col(k, d) for k in self.key_store] + [alias(count, COUNT)]
+        rescans = []
+        for a, name in zip(self.agg.aggs, self.agg_store):
+            new_cols, needs = state.new_state(a, name, o, d, types)
+            mcols += new_cols
+            rescans.append(needs)
+        alive = exp.GT(this=count.copy(), expression=exp.Literal.number(0)) if self.keyed else exp.true()
+        flag = exp.and_(alive, exp.or_(*rescans)) if rescans else exp.false()
+        mcols += [alias(flag, "__dvm_rescan"),
+                  alias(exp.Not(this=exp.Is(this=col(ROW_ID, o), expression=exp.Null())), "__dvm_existed")]
+        mcols += [alias(col(c, o), f"__dvm_old_{c}") for c in self.storage_columns()]
+        m = select_from(mcols, sub(dq, d)).join(
+            sub(storage, o), on=exp.EQ(this=col(ROW_ID, o), expression=row_id(self.key_store, d)),
+            join_type="LEFT", copy=False)
+        # 3. Groups flagged for rescan take their whole state from the new snapshot.
+        mm, r = ctx.alias("m"), ctx.alias("r")
+        state_names = self.state_columns()
+        rescanned = self._rescan(ctx, m)
+        pick = [alias(exp.If(this=col("__dvm_rescan", mm),
+                             true=(exp.Coalesce(this=col(c, r), expressions=[exp.Literal.number(0)]) if c == COUNT
+                                   else col(c, r)),
+                             false=col(c, mm)), c) if c not in self.key_store else col(c, mm)
+                for c in state_names]
+        pick += [col("__dvm_existed", mm)] + [col(f"__dvm_old_{c}", mm) for c in self.storage_columns()]
+        merged = select_from(pick, sub(m, mm))
+        if rescanned is not None:
+            on = exp.and_(col("__dvm_rescan", mm), null_safe_keys(self.key_store, mm, r))
+            merged = merged.join(sub(rescanned, r), on=on, join_type="LEFT", copy=False)
+        else:
+            merged = merged.where(exp.true(), copy=False)
+        # 4. Finish the stored row; decide the action; drop rows that would not change.
+        f = ctx.alias("f")
+        finished = self._finish(merged, ctx, types)
+        finished.expressions.extend([col("__dvm_existed")] + [col(f"__dvm_old_{c}") for c in self.storage_columns()])
+        gone = (exp.LTE(this=col(COUNT, f), expression=exp.Literal.number(0)) if self.keyed else exp.false())
+        action = exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U"))
+        outs = [col(ROW_ID, f), alias(action, ACTION)] + [col(c, f) for c in self.storage_columns()[1:]]
+        compare = self.storage_columns()[1:]
+        changed = exp.Not(this=exp.and_(*[exp.NullSafeEQ(this=col(c, f), expression=col(f"__dvm_old_{c}", f))
+                                          for c in compare]))
+        keep = exp.or_(
+            exp.and_(gone.copy(), col("__dvm_existed", f)),
+            exp.and_(exp.Not(this=gone.copy()), exp.or_(exp.Not(this=col("__dvm_existed", f)), changed)))
+        return select_from(outs, sub(finished, f)).where(keep, copy=False)
+
+    def _rescan(self, ctx: Context, m: exp.Select):
+        needs_rescan = any(a.kind not in ("count_star", "count", "sum", "avg") and a.kind not in state.VAR_KINDS
+                           for a in self.agg.aggs)
+        if not needs_rescan:
+            return None
+        rows = plain(self.agg.child, ctx, "new")
+        if self.keyed:
+            flagged = select_from([col(k) for k in self.key_store], sub(m.copy(), ctx.alias("fm"))).where(
+                col("__dvm_rescan"), copy=False)
+            ra, ka = ctx.alias("ra"), ctx.alias("ka")
+            on = exp.and_(*[exp.NullSafeEQ(this=k.copy(), expression=col(s, ka))
+                            for k, s in zip(self.agg.keys, self.key_store)])
+            rows = (select_from([exp.Star()], sub(rows, ra))
+                    .join(sub(flagged, ka), on=on, join_type="LEFT SEMI", copy=False))
+        return self._state_from_rows(ctx, rows)
+
+
+def null_safe_keys(keys: list[str], left: str, right: str) -> exp.Expression:
+    conds = [exp.NullSafeEQ(this=col(k, left), expression=col(k, right)) for k in keys]
+    return exp.and_(*conds) if conds else exp.true()
+
+
+def plan_stored_result(model: str, root: Node, output_names: list[str]) -> StoredResult:
+    users = storage_names(model, output_names)
+    if isinstance(root, Project):
+        below, having = root.child, None
+        if isinstance(below, Filter) and isinstance(below.child, Aggregate):
+            below, having = below.child, below.predicate
+        if isinstance(below, Aggregate):
+            return AggregateResult(model, output_names, users, root, having, below)
+    if isinstance(root, Distinct):
+        return BagResult(model, output_names, users, root.child, distinct=True)
+    return BagResult(model, output_names, users, root, distinct=False)

@@ -1,0 +1,145 @@
+"""The operator tree a defining query is turned into.
+
+Every node outputs a relation with named columns (`columns`). Expressions held by a node refer
+to its input's columns by bare name (`exp.column(name)`), and names are unique within an input,
+so generated SQL never needs table qualifiers. During a refresh every relation may also carry
+the weight column `__dvm_w` (DESIGN.md section 2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from sqlglot import exp
+
+WEIGHT = "__dvm_w"
+
+# Aggregate strategies (DESIGN.md section 3)
+ALGEBRAIC = "algebraic"
+SEMI_ALGEBRAIC = "semi-algebraic"
+RESCAN = "group-rescan"
+
+
+@dataclass
+class Node:
+    columns: list[str]
+
+    def children(self) -> list["Node"]:
+        return []
+
+    def relations(self) -> set[str]:
+        out: set[str] = set()
+        for child in self.children():
+            out |= child.relations()
+        return out
+
+
+@dataclass
+class Scan(Node):
+    """A Delta source; `source_columns[i]` is read as `columns[i]` (None: a constant TRUE column,
+    used when the query reads no column of the table, e.g. COUNT(*))."""
+
+    relation: str = ""
+    source_columns: list[Optional[str]] = field(default_factory=list)
+
+    def relations(self) -> set[str]:
+        return {self.relation}
+
+
+@dataclass
+class Filter(Node):
+    child: Node = None
+    predicate: exp.Expression = None
+
+    def children(self):
+        return [self.child]
+
+
+@dataclass
+class Project(Node):
+    child: Node = None
+    exprs: list[exp.Expression] = field(default_factory=list)  # one per output column
+
+    def children(self):
+        return [self.child]
+
+
+@dataclass
+class Join(Node):
+    """Inner join (a cross join when `condition` is None). Output: left columns, then right."""
+
+    left: Node = None
+    right: Node = None
+    condition: Optional[exp.Expression] = None
+
+    def children(self):
+        return [self.left, self.right]
+
+
+@dataclass
+class AggCall:
+    name: str  # output column of the Aggregate node
+    kind: str  # count_star | count | sum | avg | min | max | var_pop | var_samp | stddev_pop | stddev_samp | other
+    arg: Optional[exp.Expression]  # the (FILTER-folded) argument, for the algebraic kinds
+    expr: exp.Expression  # the whole aggregate call over the input columns (used by rescans)
+
+    @property
+    def strategy(self) -> str:
+        if self.kind in ("min", "max"):
+            return SEMI_ALGEBRAIC
+        if self.kind == "other":
+            return RESCAN
+        return ALGEBRAIC
+
+
+@dataclass
+class Aggregate(Node):
+    """GROUP BY `keys` computing `aggs`. Output: key columns, then aggregate columns."""
+
+    child: Node = None
+    keys: list[exp.Expression] = field(default_factory=list)
+    key_names: list[str] = field(default_factory=list)
+    aggs: list[AggCall] = field(default_factory=list)
+
+    def children(self):
+        return [self.child]
+
+
+@dataclass
+class Distinct(Node):
+    child: Node = None
+
+    def children(self):
+        return [self.child]
+
+
+@dataclass
+class UnionAll(Node):
+    """Bag union; child i's columns are matched by position to `columns`."""
+
+    inputs: list[Node] = field(default_factory=list)
+
+    def children(self):
+        return list(self.inputs)
+
+
+def describe(node: Node, indent: int = 0) -> str:
+    """A readable operator tree (for logs, docs and explain)."""
+    pad = "  " * indent
+    name = type(node).__name__
+    if isinstance(node, Scan):
+        line = f"{pad}Scan {node.relation} [{', '.join(c or 'TRUE' for c in node.source_columns)}]"
+    elif isinstance(node, Filter):
+        line = f"{pad}Filter {node.predicate.sql('spark')}"
+    elif isinstance(node, Project):
+        line = f"{pad}Project {', '.join(e.sql('spark') for e in node.exprs)}"
+    elif isinstance(node, Join):
+        cond = node.condition.sql("spark") if node.condition is not None else "TRUE"
+        line = f"{pad}Join ON {cond}"
+    elif isinstance(node, Aggregate):
+        aggs = ", ".join(f"{a.expr.sql('spark')} [{a.strategy}]" for a in node.aggs)
+        keys = ", ".join(k.sql("spark") for k in node.keys) or "()"
+        line = f"{pad}Aggregate BY {keys}: {aggs}"
+    else:
+        line = f"{pad}{name}"
+    return "\n".join([line] + [describe(c, indent + 1) for c in node.children()])

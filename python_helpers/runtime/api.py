@@ -1,0 +1,61 @@
+"""The engine's public surface: what the dbt adapter (and tests, benchmarks) call."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+REFRESH_MODES = ("auto", "differential", "full")
+ENGINES = ("auto", "embedded", "spark")
+
+
+@dataclass
+class RefreshRequest:
+    """One refresh of one stream table.
+
+    `sql` is the model's compiled SELECT; its table references are `schema.table` names of
+    Delta sources. `sources` maps a lower-case `schema.table` name to an explicit Delta path
+    (dbt source `meta: {delta_path: ...}`); names not in it are found at Spark's managed-table
+    path `<spark.sql.warehouse.dir>/<schema>.db/<table>`.
+    """
+
+    model: str
+    schema: str
+    identifier: str
+    sql: str
+    refresh_mode: str = "auto"
+    full_refresh: bool = False
+    sources: dict = field(default_factory=dict)
+    engine: str = "auto"
+    # Config that shapes the stored result; a change of it forces a full rebuild.
+    shaping_config: dict = field(default_factory=dict)
+
+
+@dataclass
+class RefreshResult:
+    model: str
+    mode: str  # "full" | "differential"
+    rows_changed: int  # rows of the stored result inserted + updated + deleted
+    seconds: float
+    reason: Optional[str] = None  # why this refresh ran in full (None for differential)
+    skipped: bool = False  # differential with no source change: nothing read, nothing written
+    source_versions: dict = field(default_factory=dict)  # relation -> version refreshed to
+
+    @property
+    def message(self) -> str:
+        text = f"{self.mode} refresh, {self.rows_changed} rows changed in {self.seconds:.2f}s"
+        if self.skipped:
+            text = f"{self.mode} refresh, no source changed ({self.seconds:.2f}s)"
+        if self.reason:
+            text += f" ({self.reason})"
+        return text
+
+
+def refresh_stream_table(spark, request: RefreshRequest, log=None) -> RefreshResult:
+    """Create or refresh the stream table `request.schema.request.identifier`.
+
+    `log(level, text)` receives progress and fallback reasons ("warn" / "info").
+    Raises a python_helpers.errors.StreamTableError subclass on bad input.
+    """
+    from python_helpers.runtime.refresh import run_refresh
+
+    return run_refresh(spark, request, log=log)

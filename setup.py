@@ -1,0 +1,50 @@
+import os
+
+from setuptools import find_namespace_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def dbt_package_data_files():
+    """The top-level dbt package (dbt_project.yml + macros/) as data files.
+
+    It lives outside the Python packages (DESIGN.md section 1), so a regular (non-editable)
+    install ships it to <prefix>/share/dbt_spark_stream, where
+    dbt/adapters/spark_stream/package_path.py finds it. An editable install reads the
+    checkout directly.
+    """
+    target = os.path.join("share", "dbt_spark_stream")
+    files = [(target, ["dbt_project.yml"])]
+    for folder, _, names in os.walk(os.path.join(HERE, "macros")):
+        sql = sorted(os.path.relpath(os.path.join(folder, n), HERE) for n in names if n.endswith(".sql"))
+        if sql:
+            files.append((os.path.join(target, os.path.relpath(folder, HERE)), sql))
+    return files
+
+
+setup(
+    name="dbt-spark-stream",
+    version="0.1.0",
+    description="Stream tables for dbt on Apache Spark and Delta Lake: differential refresh of dbt models",
+    python_requires=">=3.10",
+    # dbt finds the adapter by importing dbt.adapters.spark_stream (no entry point needed):
+    # `dbt` and `dbt.adapters` extend their __path__ over sys.path entries, so the checkout
+    # root must be on sys.path. package_dir {"": "."} makes setuptools' editable install a
+    # plain .pth entry for the checkout instead of an import hook that extend_path ignores.
+    package_dir={"": "."},
+    packages=find_namespace_packages(include=["python_helpers", "python_helpers.*", "dbt", "dbt.*"]),
+    include_package_data=True,
+    data_files=dbt_package_data_files(),
+    install_requires=[
+        "dbt-core==1.11.16",
+        "dbt-spark[session]==1.11.0",
+        "pyspark==4.1.4",
+        "pandas<3",
+        "pyarrow>=15",
+        "deltalake>=1.0,<2",
+        "sqlglot>=27,<31",
+    ],
+    extras_require={
+        "dev": ["pytest", "hypothesis", "duckdb", "duckdb-extension-tpch", "matplotlib"],
+    },
+)
