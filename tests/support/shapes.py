@@ -1,0 +1,228 @@
+"""The query shapes the oracle tests run, by operator family, plus deterministic data for smoke runs.
+
+Every shape reads sources t1, t2, t3 (columns: tests/support/sources.py) in the schema `{src}`.
+Shapes avoid order-dependent results (max_by/min_by break ties on `id`, collected arrays are
+sorted), so the recompute is deterministic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tests.support import sources as S
+from tests.support.sources import row
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    family: str
+    sql: str
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def tables(self) -> tuple:
+        return tuple(t for t in ("t1", "t2", "t3") if "{src}." + t in self.sql)
+
+
+SHAPES = [
+    # --- filter + project -----------------------------------------------------------------------
+    Shape("filter_project", "project", """
+        SELECT id, k, v * 2 + 1 AS v2,
+               CASE WHEN v > 0 THEN 'pos' WHEN v < 0 THEN 'neg' ELSE 'zero' END AS sign,
+               COALESCE(g, 'none') AS g2, CAST(d AS DOUBLE) AS dd, x / 2 AS half,
+               date_add(dt, 7) AS next_week, year(dt) AS yr, month(dt) AS mo
+        FROM {src}.t1
+        WHERE k IS NOT NULL AND (v >= -2 OR g = 'a')"""),
+    Shape("project_bag", "project", "SELECT k, g FROM {src}.t1"),
+    Shape("filter_range", "project", "SELECT id, v, d FROM {src}.t1 WHERE v BETWEEN 0 AND 3 AND d IS NOT NULL"),
+    Shape("scalar_functions", "project", """
+        SELECT upper(g) AS ug, concat_ws('-', g, CAST(k AS STRING)) AS gk, CAST(v AS STRING) AS vs,
+               round(x, 1) AS rx, d * 2 AS d2, abs(v) AS av, datediff(dt, DATE'2024-01-01') AS days,
+               date_format(dt, 'yyyy-MM') AS ym, nvl(v, 0) + nvl(k, 0) AS vk, greatest(v, k) AS gr
+        FROM {src}.t1
+        WHERE dt IS NULL OR dt >= DATE'2024-01-01'"""),
+    # --- joins ----------------------------------------------------------------------------------
+    Shape("join2", "join", """
+        SELECT a.id AS aid, b.id AS bid, a.k, a.v, b.v AS bv, b.g AS bg
+        FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k"""),
+    Shape("join2_residual", "join", """
+        SELECT a.id AS aid, b.id AS bid, a.g, a.v + b.v AS vv
+        FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k AND a.g = b.g
+        WHERE a.v > b.v - 3"""),
+    Shape("join2_comma", "join", """
+        SELECT a.k, b.x FROM {src}.t1 a, {src}.t2 b WHERE a.g = b.g AND b.x IS NOT NULL"""),
+    Shape("join3", "join", """
+        SELECT a.id AS aid, b.id AS bid, c.id AS cid, a.k, c.g, c.d
+        FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k JOIN {src}.t3 c ON b.g = c.g"""),
+    Shape("join_self", "join", """
+        SELECT a.id AS aid, b.id AS bid FROM {src}.t1 a JOIN {src}.t1 b ON a.k = b.k AND a.v < b.v"""),
+    Shape("join_agg", "join", """
+        SELECT a.k, b.g, COUNT(*) AS n, SUM(a.v * b.v) AS s, MIN(b.x) AS mn, MAX(a.dt) AS mx
+        FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k
+        GROUP BY a.k, b.g"""),
+    # --- aggregates -----------------------------------------------------------------------------
+    Shape("agg_algebraic", "aggregate", """
+        SELECT k, COUNT(*) AS n, COUNT(v) AS nv, SUM(v) AS sv, SUM(d) AS sd, AVG(x) AS ax,
+               AVG(d) AS ad, AVG(v) AS av
+        FROM {src}.t1 GROUP BY k"""),
+    Shape("agg_variance", "aggregate", """
+        SELECT g, STDDEV_SAMP(x) AS ssx, STDDEV_POP(x) AS spx, VAR_SAMP(v) AS vsv,
+               VAR_POP(v) AS vpv, STDDEV(d) AS sdd, VARIANCE(x) AS vx
+        FROM {src}.t1 GROUP BY g"""),
+    Shape("agg_minmax", "aggregate", """
+        SELECT k, MIN(v) AS mnv, MAX(v) AS mxv, MIN(x) AS mnx, MAX(d) AS mxd, MIN(dt) AS mndt,
+               MAX(g) AS mxg
+        FROM {src}.t1 GROUP BY k"""),
+    Shape("agg_count_distinct", "aggregate", """
+        SELECT g, COUNT(DISTINCT v) AS dv, COUNT(DISTINCT k) AS dk, SUM(DISTINCT v) AS sdv
+        FROM {src}.t1 GROUP BY g"""),
+    Shape("agg_group_expr", "aggregate", """
+        SELECT year(dt) AS yr, COALESCE(k, -1) % 2 AS parity, COUNT(*) AS n, SUM(v) AS sv
+        FROM {src}.t1 GROUP BY year(dt), COALESCE(k, -1) % 2"""),
+    Shape("agg_having", "aggregate", """
+        SELECT k, g, COUNT(*) AS n, SUM(v) AS sv
+        FROM {src}.t1 GROUP BY k, g HAVING COUNT(*) > 1 AND SUM(v) IS NOT NULL"""),
+    Shape("agg_reaggregate", "aggregate", """
+        SELECT k, sort_array(collect_set(g)) AS gs, sort_array(collect_list(v)) AS vs,
+               max_by(v, id) AS last_v, min_by(g, id) AS first_g, percentile(v, 0.5) AS med
+        FROM {src}.t1 GROUP BY k"""),
+    Shape("agg_filter_clause", "aggregate", """
+        SELECT k, COUNT(*) FILTER (WHERE v > 0) AS npos, SUM(v) FILTER (WHERE g = 'a') AS sa,
+               count_if(x > 0) AS nx
+        FROM {src}.t1 GROUP BY k"""),
+    Shape("agg_global", "aggregate", """
+        SELECT COUNT(*) AS n, COUNT(v) AS nv, SUM(v) AS sv, SUM(d) AS sd, AVG(x) AS ax,
+               MIN(v) AS mn, MAX(d) AS mx, STDDEV_SAMP(x) AS sx
+        FROM {src}.t1"""),
+    Shape("agg_global_filtered", "aggregate", """
+        SELECT COUNT(*) AS n, SUM(v) AS sv, MAX(dt) AS mx FROM {src}.t1 WHERE k = 1"""),
+    # --- distinct and set operations ------------------------------------------------------------
+    Shape("distinct", "setop", "SELECT DISTINCT k, g FROM {src}.t1"),
+    Shape("distinct_expr", "setop", "SELECT DISTINCT COALESCE(k, 0) + 1 AS k1, v > 0 AS pos FROM {src}.t1"),
+    Shape("union_all", "setop", """
+        SELECT k, g FROM {src}.t1
+        UNION ALL SELECT k, g FROM {src}.t2
+        UNION ALL SELECT k, 'lit' AS g FROM {src}.t1 WHERE v > 0"""),
+    Shape("union_all_same_source", "setop", "SELECT k FROM {src}.t1 UNION ALL SELECT v AS k FROM {src}.t1"),
+    Shape("union_distinct", "setop", "SELECT k, g FROM {src}.t1 UNION SELECT k, g FROM {src}.t2"),
+    # --- subqueries and CTEs --------------------------------------------------------------------
+    Shape("subquery_from", "subquery", """
+        SELECT s.k, s.total * 2 AS dbl
+        FROM (SELECT k, SUM(v) AS total FROM {src}.t1 WHERE v IS NOT NULL GROUP BY k) s
+        WHERE s.total > 0"""),
+    Shape("cte_single", "subquery", """
+        WITH f AS (SELECT id, k, v FROM {src}.t1 WHERE g IS NOT NULL)
+        SELECT k, COUNT(*) AS n, MAX(v) AS mv FROM f GROUP BY k"""),
+    Shape("agg_over_join_subquery", "subquery", """
+        SELECT j.g, COUNT(*) AS n, SUM(j.v) AS sv
+        FROM (SELECT a.k, b.g, a.v FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k) j
+        GROUP BY j.g"""),
+    Shape("agg_then_join", "subquery", """
+        SELECT a.k, a.n, b.id AS bid, b.v
+        FROM (SELECT k, COUNT(*) AS n FROM {src}.t1 GROUP BY k) a JOIN {src}.t2 b ON a.k = b.k"""),
+]
+
+SHAPES_BY_NAME = {s.name: s for s in SHAPES}
+FAMILIES = sorted({s.family for s in SHAPES})
+
+
+def shapes(family: str) -> list:
+    return [s for s in SHAPES if s.family == family]
+
+
+# ---------------------------------------------------------------------------------------------
+# Deterministic data for smoke tests: colliding keys, NULLs, exact duplicates.
+
+INITIAL = {
+    "t1": [
+        row(1, 0, "a", 3, 1.5, "10.25", "2023-12-30"),
+        row(2, 0, "b", -2, 2.0, "-3.10", "2024-01-02"),
+        row(3, 1, "a", 5, 0.1, "7.00", "2024-01-15"),
+        row(4, 1, "a", 5, 0.1, "7.00", "2024-01-15"),
+        row(4, 1, "a", 5, 0.1, "7.00", "2024-01-15"),  # exact duplicate (same id)
+        row(5, 1, None, None, None, None, None),
+        row(6, 2, "c", 0, -7.25, "0.00", "2024-02-29"),
+        row(7, 2, "b", 1, 1e3, "99999.99", "2023-12-31"),
+        row(8, None, "a", 2, 2.5, "1.50", "2024-01-01"),
+        row(9, None, None, -5, None, "-0.01", "2024-03-01"),
+        row(10, 3, "c", 4, 0.0, "2.00", None),
+    ],
+    "t2": [
+        row(1, 0, "a", 1, 0.5, "1.00", "2024-01-01"),
+        row(2, 0, "a", 2, None, "2.00", "2024-01-02"),
+        row(3, 1, "b", -1, 3.0, None, "2024-01-03"),
+        row(4, 2, "c", 4, 1.0, "4.00", "2023-12-24"),
+        row(5, None, "a", 0, 2.0, "5.00", None),
+        row(6, 3, None, 3, -1.0, "6.00", "2024-02-01"),
+    ],
+    "t3": [
+        row(1, 0, "a", 1, 1.0, "1.00", "2024-01-01"),
+        row(2, 1, "b", 2, 2.0, "2.00", "2024-01-05"),
+        row(3, 2, "b", 3, 3.0, "3.00", "2024-01-09"),
+        row(4, None, None, None, None, None, None),
+    ],
+}
+
+
+def _r(k=None, g=None, v=None, x=None, d=None, dt=None):
+    return row(None, k, g, v, x, d, dt)
+
+
+SMOKE_BATCHES = [
+    # 1: inserts (new group, duplicates), group-key move, value -> NULL, join-key change on t2
+    [
+        S.Insert("t1", [_r(3, "b", -1, 4.0, "1.10", "2024-01-20"), _r(0, "a", 3, 1.5, "10.25", "2023-12-30")]),
+        S.InsertDuplicates("t1", [0, 2]),
+        S.UpdateRows("t1", [1], {"k": 2}),
+        S.UpdateRows("t1", [2], {"v": None, "x": None}),
+        S.Insert("t2", [_r(1, "a", 9, 0.25, "3.30", "2024-01-10"), _r(None, None, None, None, None, None)]),
+        S.UpdateRows("t2", [0], {"k": 1}),
+        S.UpdateRows("t3", [1], {"g": "a"}),
+    ],
+    # 2: delete the MIN/MAX holders, shrink a MAX by update, move a whole group, changes on both sides
+    [
+        S.DeleteExtreme("t1", "v", "max", "k", 1),
+        S.DeleteExtreme("t1", "x", "min", "k", 2),
+        S.UpdateExtreme("t1", "v", "max", "k", 0, -5),
+        S.DeleteExtreme("t1", "d", "max", None, None),
+        S.UpdateWhere("t1", "g", "a", {"g": "b"}),
+        S.DeleteRows("t2", [1]),
+        S.UpdateRows("t2", [2], {"g": "c", "v": 5}),
+        S.Insert("t3", [_r(3, "c", 1, 9.0, "9.00", "2024-02-02")]),
+    ],
+    # 3: delete a whole group, update values incl. dates/decimals, NULL join keys, insert + delete in one batch
+    [
+        S.DeleteWhere("t1", "k", 1),
+        S.UpdateRows("t1", [0, 3], {"dt": None, "d": "12.34"}),
+        S.Insert("t1", [_r(1, "c", 2, 0.5, "0.50", "2024-01-31")]),
+        S.DeleteWhere("t1", "g", "c"),
+        S.DeleteWhere("t2", "k", None),
+        S.Insert("t2", [_r(None, "b", 1, 1.0, "1.00", "2024-01-01")]),
+        S.DeleteWhere("t3", "g", "b"),
+    ],
+    # 4: empty a table (aggregates over empty input: count 0, sum NULL)
+    [S.DeleteAll("t1"), S.UpdateRows("t2", [0], {"v": None})],
+    # 5: refill it
+    [
+        S.Insert("t1", [_r(0, "a", 1, 1.0, "1.00", "2024-01-01"), _r(0, "a", 1, 1.0, "1.00", "2024-01-01"),
+                        _r(2, None, None, None, None, None)]),
+        S.Insert("t3", [_r(2, "a", 0, 0.0, "0.00", "2024-01-01")]),
+    ],
+]
+
+
+def _fix_decimals(batches):
+    # UpdateRows above gives "12.34" for d as text; make it a Decimal like every other d value.
+    import decimal
+
+    for batch in batches:
+        for op in batch:
+            updates = getattr(op, "updates", None)
+            if updates and isinstance(updates.get("d"), str):
+                updates["d"] = decimal.Decimal(updates["d"])
+    return batches
+
+
+SMOKE_BATCHES = _fix_decimals(SMOKE_BATCHES)
