@@ -5,6 +5,14 @@ from setuptools import find_namespace_packages, setup
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def _version():
+    # dbt reads the adapter's version from dbt/adapters/<type>/__version__.py; one source of truth.
+    about = {}
+    with open(os.path.join(HERE, "dbt", "adapters", "spark_stream", "__version__.py")) as f:
+        exec(f.read(), about)
+    return about["version"]
+
+
 def dbt_package_data_files():
     """The top-level dbt package (dbt_project.yml + macros/) as data files.
 
@@ -24,7 +32,7 @@ def dbt_package_data_files():
 
 setup(
     name="dbt-spark-stream",
-    version="0.1.0",
+    version=_version(),
     description="Stream tables for dbt on Apache Spark and Delta Lake: differential refresh of dbt models",
     python_requires=">=3.10",
     # dbt finds the adapter by importing dbt.adapters.spark_stream (no entry point needed):

@@ -1,0 +1,60 @@
+"""Profile and connection manager: dbt-spark's, plus the `engine` option.
+
+Everything else (methods session/thrift/http/odbc, server_side_parameters, retries) is
+inherited unchanged so existing dbt-spark profiles keep working after `type: spark_stream`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Tuple
+
+from dbt.adapters.contracts.connection import Connection
+from dbt.adapters.spark.connections import (
+    SparkConnectionManager,
+    SparkConnectionMethod,
+    SparkCredentials,
+)
+from dbt_common.exceptions import DbtRuntimeError
+
+from python_helpers.runtime.api import ENGINES
+
+ADAPTER_TYPE = "spark_stream"
+
+
+@dataclass
+class SparkStreamCredentials(SparkCredentials):
+    # How refreshes reach Delta: `embedded` (deltalake package, no Delta jars in Spark),
+    # `spark` (Delta Lake loaded in Spark), or `auto` (decide per session).
+    engine: str = "auto"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.engine = (self.engine or "auto").lower()
+        if self.engine not in ENGINES:
+            raise DbtRuntimeError(
+                f"spark_stream profile: engine must be one of {', '.join(ENGINES)}, "
+                f"got {self.engine!r}"
+            )
+
+    @property
+    def type(self) -> str:
+        return ADAPTER_TYPE
+
+    def _connection_keys(self) -> Tuple[str, ...]:
+        # Shown by `dbt debug`.
+        return super()._connection_keys() + ("engine",)
+
+
+class SparkStreamConnectionManager(SparkConnectionManager):
+    TYPE = ADAPTER_TYPE
+
+    @classmethod
+    def open(cls, connection: Connection) -> Connection:
+        if connection.credentials.method == SparkConnectionMethod.SESSION:
+            # Spark reads PYSPARK_PYTHON once, when the session's context starts, and the
+            # engine runs Python UDFs / Arrow conversions in workers: they must run the
+            # interpreter that has our packages (the one running dbt), not `python3` on PATH.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        return super().open(connection)

@@ -1,0 +1,122 @@
+"""The spark_stream adapter: dbt-spark's adapter plus one bridge to the refresh engine.
+
+The adapter builds no SQL of its own for refreshes; it hands the model's compiled SELECT to
+`python_helpers.runtime.api.refresh_stream_table` and reports what the engine did.
+"""
+from __future__ import annotations
+
+import os
+import traceback
+from importlib import import_module
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from dbt.adapters.base.meta import available
+from dbt.adapters.base.relation import AdapterTrackingRelationInfo
+from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
+from dbt_common.exceptions import CompilationError, DbtRuntimeError
+
+from dbt.adapters.spark_stream.connections import ADAPTER_TYPE, SparkStreamConnectionManager
+from dbt.adapters.spark_stream.response import StreamTableResponse
+from dbt.adapters.spark_stream.spark_session import get_spark_session, require_session_method
+
+logger = AdapterLogger("SparkStream")
+
+
+@dataclass
+class SparkStreamConfig(SparkConfig):
+    # Model config of stream tables; declared so `dbt docs` / config validation know it.
+    refresh_mode: Optional[str] = None
+
+
+class SparkStreamAdapter(SparkAdapter):
+    ConnectionManager = SparkStreamConnectionManager  # type: ignore[assignment]
+    AdapterSpecificConfigs = SparkStreamConfig  # type: ignore[assignment]
+
+    @classmethod
+    def get_adapter_run_info(cls, config) -> AdapterTrackingRelationInfo:
+        # dbt's default derives the module from the class name ("SparkStreamAdapter" ->
+        # dbt.adapters.sparkstream) and fails on every model when usage tracking is on.
+        return AdapterTrackingRelationInfo(
+            adapter_name=ADAPTER_TYPE,
+            base_adapter_version=import_module("dbt.adapters.__about__").version,
+            adapter_version=import_module("dbt.adapters.spark_stream.__version__").version,
+            model_adapter_details=cls._get_adapter_specific_run_info(config),
+        )
+
+    @available
+    def stream_table_refresh(
+        self,
+        model: str,
+        schema: str,
+        identifier: str,
+        sql: str,
+        refresh_mode: str = "auto",
+        full_refresh: bool = False,
+        sources: Optional[Dict[str, str]] = None,
+        shaping_config: Optional[Dict] = None,
+    ) -> StreamTableResponse:
+        """Create or refresh one stream table; called by the `stream_table` materialization."""
+        connection = self.connections.get_thread_connection()
+        credentials = connection.credentials
+        require_session_method(credentials, model)
+        _ = connection.handle  # opens the connection if dbt has not yet (it is lazy)
+        spark = get_spark_session(credentials)
+
+        try:
+            from python_helpers.errors import InvalidConfig, SqlParseError, StreamTableError, UnsupportedSql
+            from python_helpers.runtime.api import RefreshRequest, refresh_stream_table
+        except ImportError as exc:  # a broken install should say so, not show a traceback
+            raise DbtRuntimeError(f"stream table '{model}': cannot load the refresh engine: {exc}") from exc
+
+        request = RefreshRequest(
+            model=model,
+            schema=schema,
+            identifier=identifier,
+            sql=sql,
+            refresh_mode=refresh_mode,
+            full_refresh=bool(full_refresh),
+            sources={str(k).lower(): self._resolve_path(str(v)) for k, v in (sources or {}).items()},
+            engine=credentials.engine,
+            shaping_config=dict(shaping_config or {}),
+        )
+        logger.debug(f"stream table {model}: refresh request {request}")
+        try:
+            result = refresh_stream_table(spark, request, log=_engine_log(model))
+        except (InvalidConfig, SqlParseError, UnsupportedSql) as exc:
+            # Problems with the model itself: dbt shows them as compilation errors.
+            raise CompilationError(str(exc)) from exc
+        except StreamTableError as exc:
+            raise DbtRuntimeError(str(exc)) from exc
+        except Exception as exc:
+            # Anything else is a bug or an environment problem (Spark, Delta files): keep the
+            # traceback in logs/dbt.log and show the model and the error on the console.
+            logger.debug(f"stream table {model}: refresh failed\n{traceback.format_exc()}")
+            raise DbtRuntimeError(
+                f"stream table '{model}': refresh failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        response = StreamTableResponse.from_result(result)
+        logger.debug(f"stream table {model}: {response}")
+        return response
+
+    def _resolve_path(self, path: str) -> str:
+        """A relative `delta_path` is relative to the dbt project, not to wherever dbt was started."""
+        if "://" in path or os.path.isabs(path):
+            return path
+        root = getattr(self.config, "project_root", None) or os.getcwd()
+        return os.path.normpath(os.path.join(root, os.path.expanduser(path)))
+
+
+def _engine_log(model: str):
+    """The engine's `log(level, text)` callback, routed to dbt's log (console and logs/dbt.log)."""
+
+    def log(level: str, text: str) -> None:
+        if level == "warn":
+            logger.warning(f"{model}: {text}")
+        elif level == "info":
+            logger.info(f"{model}: {text}")
+        else:
+            logger.debug(f"{model}: {text}")
+
+    return log

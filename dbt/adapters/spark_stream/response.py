@@ -1,0 +1,37 @@
+"""The adapter response of a stream table refresh.
+
+dbt serialises a model's AdapterResponse with `to_dict()` into run_results.json
+(`adapter_response`) and prints `str(response)` on the console line, so extra dataclass
+fields here become machine-readable results of every refresh.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+from dbt.adapters.contracts.connection import AdapterResponse
+
+
+@dataclass
+class StreamTableResponse(AdapterResponse):
+    mode: Optional[str] = None  # "full" | "differential"
+    rows_changed: Optional[int] = None  # stored result rows inserted + updated + deleted
+    seconds: Optional[float] = None  # refresh time measured by the engine
+    reason: Optional[str] = None  # why the refresh ran in full
+    skipped: bool = False  # differential with no source change
+    source_versions: Dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_result(cls, result) -> "StreamTableResponse":
+        """Build from a python_helpers RefreshResult (duck-typed: the adapter owns no engine types)."""
+        return cls(
+            _message=result.message,
+            code=result.mode,
+            rows_affected=result.rows_changed,
+            mode=result.mode,
+            rows_changed=result.rows_changed,
+            seconds=round(float(result.seconds), 3),
+            reason=result.reason,
+            skipped=bool(result.skipped),
+            source_versions={str(k): int(v) for k, v in (result.source_versions or {}).items()},
+        )

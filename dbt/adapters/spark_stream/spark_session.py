@@ -1,0 +1,34 @@
+"""The SparkSession behind a dbt-spark `method: session` connection.
+
+dbt-spark creates that session lazily, on the first statement, with
+`SparkSession.builder.enableHiveSupport()` plus the profile's server_side_parameters. We build
+it the same way so that whichever of us comes first, the session has the profile's static
+settings (warehouse dir, metastore), and whichever comes second gets the same session.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from dbt.adapters.spark.connections import SparkConnectionMethod
+from dbt_common.exceptions import DbtRuntimeError
+
+
+def require_session_method(credentials, model: str) -> None:
+    if credentials.method != SparkConnectionMethod.SESSION:
+        raise DbtRuntimeError(
+            f"stream table '{model}': the profile uses method: {credentials.method}, but stream "
+            "tables currently need `method: session` (the embedded engine computes in the "
+            "local SparkSession and writes Delta with the deltalake package). The spark engine "
+            "over thrift/http/odbc connections is not implemented yet."
+        )
+
+
+def get_spark_session(credentials):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.enableHiveSupport()
+    for key, value in credentials.server_side_parameters.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -1,0 +1,72 @@
+{#-
+  materialized='stream_table': built in full once, then refreshed differentially from the
+  Delta change data feed of its sources on every `dbt run`. The engine (python_helpers) does
+  the work; this macro gathers the model's config and sources and reports the result.
+-#}
+{% materialization stream_table, adapter='spark_stream' %}
+
+  {%- set refresh_mode = spark_stream__refresh_mode() -%}
+  {%- set identifier = model['alias'] -%}
+  {#- The engine exposes the result as a Spark view over the stored Delta table, so the
+      relation dbt caches (and `dbt test` / downstream refs read) is a view. -#}
+  {%- set target_relation = api.Relation.create(
+        database=database, schema=schema, identifier=identifier, type='view') -%}
+
+  {{ run_hooks(pre_hooks) }}
+
+  {%- set response = adapter.stream_table_refresh(
+        model=model['name'],
+        schema=schema,
+        identifier=identifier,
+        sql=sql,
+        refresh_mode=refresh_mode,
+        full_refresh=should_full_refresh(),
+        sources=spark_stream__source_delta_paths(model),
+        shaping_config=config.get('stream_table_options', {}),
+  ) -%}
+  {#- store_result keeps our response object whole: its mode / rows_changed / seconds fields
+      land in run_results.json `adapter_response`, its message on the console line. -#}
+  {%- do store_result('main', response=response) -%}
+
+  {{ run_hooks(post_hooks) }}
+
+  {{ return({'relations': [target_relation]}) }}
+
+{% endmaterialization %}
+
+
+{% macro spark_stream__refresh_mode() %}
+  {%- set mode = config.get('refresh_mode') or 'auto' -%}
+  {%- set allowed = ['auto', 'differential', 'full'] -%}
+  {%- if mode is not string or (mode | lower) not in allowed -%}
+    {{ exceptions.raise_compiler_error(
+        "stream table '" ~ model['name'] ~ "': refresh_mode must be one of "
+        ~ allowed | join(', ') ~ ", got '" ~ mode ~ "'") }}
+  {%- endif -%}
+  {{ return(mode | lower) }}
+{% endmacro %}
+
+
+{#-
+  Explicit Delta locations of the model's sources, keyed the way the compiled SQL names them
+  (lower-case `schema.table`). A source table sets `meta: {delta_path: ...}`; a source may
+  instead set `meta: {delta_root: ...}` for `<delta_root>/<table identifier>`. Sources with
+  neither are looked up at Spark's managed-table path by the engine.
+-#}
+{% macro spark_stream__source_delta_paths(node) %}
+  {%- set paths = {} -%}
+  {%- for dep in node['depends_on']['nodes'] if dep.startswith('source.') -%}
+    {%- set src = graph.sources.get(dep) -%}
+    {%- if src -%}
+      {%- set meta = src.get('meta') or {} -%}
+      {%- set path = meta.get('delta_path') -%}
+      {%- if not path and meta.get('delta_root') -%}
+        {%- set path = meta.get('delta_root').rstrip('/') ~ '/' ~ src['identifier'] -%}
+      {%- endif -%}
+      {%- if path -%}
+        {%- do paths.update({(src['schema'] ~ '.' ~ src['identifier']) | lower: path}) -%}
+      {%- endif -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {{ return(paths) }}
+{% endmacro %}
