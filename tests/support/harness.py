@@ -111,13 +111,33 @@ class Stream:
         )
 
 
-def run_cycles(env: StreamEnv, streams, batches, expect="differential"):
-    """Build every stream (full), then for each batch: apply it, refresh all, check all."""
+def run_cycles(env: StreamEnv, streams, batches, expect="differential", keep_going=True):
+    """Build every stream (full), then for each batch: apply it, refresh all, check all.
+
+    With keep_going, a stream that fails is dropped from later cycles and the others carry on;
+    one AssertionError at the end lists every failure (so one run shows all broken shapes).
+    """
+    failures = {}
+
+    def step(st, expect_mode):
+        if st.identifier in failures:
+            return
+        try:
+            st.refresh(expect=expect_mode)
+            st.check()
+        except Exception as exc:  # noqa: BLE001 - reported below with the shape's name
+            if not keep_going:
+                raise
+            failures[st.identifier] = f"{type(exc).__name__}: {exc}"
+
     for st in streams:
-        st.refresh(expect="full")
-        st.check()
+        step(st, "full")
     for batch in batches:
         env.apply(batch)
         for st in streams:
-            st.refresh(expect=expect)
-            st.check()
+            step(st, expect)
+    if failures:
+        raise AssertionError(
+            f"{len(failures)} of {len(streams)} stream tables failed:\n\n"
+            + "\n\n".join(f"=== {name} ===\n{text}" for name, text in failures.items())
+        )

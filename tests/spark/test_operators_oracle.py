@@ -1,0 +1,133 @@
+"""Every operator shape against the oracle: build in full, then differential refreshes after
+change batches, each result compared with the query recomputed on the sources.
+
+- test_shape_smoke: one deterministic run per shape (tests/support/shapes.py: INITIAL data and
+  SMOKE_BATCHES: duplicates, key moves, NULLs, MIN/MAX deletes, whole-group deletes, emptying
+  and refilling a table).
+- test_family_random_changes: hypothesis draws initial rows and 3 change batches; every shape of
+  the family is refreshed over the same sources. DVM_HYPOTHESIS_EXAMPLES sets the example count.
+- NULL-heavy and duplicate-heavy data; a slow variant with many more examples (-m slow).
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.support import sources as S
+from tests.support import strategies as gen
+from tests.support.harness import StreamEnv, run_cycles
+from tests.support.shapes import FAMILIES, INITIAL, SHAPES, SMOKE_BATCHES, shapes
+
+pytestmark = pytest.mark.spark
+
+
+def _sources(env, tables, draw_rows):
+    for t in tables:
+        env.source(t, draw_rows(t))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_shape_smoke(spark, shape):
+    env = StreamEnv(spark, tag=shape.name[:12])
+    _sources(env, shape.tables, lambda t: INITIAL[t])
+    stream = env.stream(shape.name, shape.sql)
+    run_cycles(env, [stream], SMOKE_BATCHES, keep_going=False)
+    # Every differential refresh after a source change did work; the build reported full.
+    assert [r.mode for r in stream.results] == ["full"] + ["differential"] * len(SMOKE_BATCHES)
+
+
+def _family_example(spark, family, data, initial=None, batch=None, n_batches=3):
+    fam = shapes(family)
+    tables = sorted({t for s in fam for t in s.tables})
+    env = StreamEnv(spark, tag=family[:8])
+    initial = initial or gen.initial_rows()
+    batch = batch or gen.change_batch(tables)
+    _sources(env, tables, lambda t: data.draw(initial, label=f"initial {t}"))
+    batches = [data.draw(batch, label=f"batch {i + 1}") for i in range(n_batches)]
+    streams = [env.stream(s.name, s.sql) for s in fam]
+    run_cycles(env, streams, batches)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@given(data=st.data())
+@gen.dvm_settings(gen.examples(5))
+def test_family_random_changes(spark, family, data):
+    _family_example(spark, family, data)
+
+
+# --- special data -----------------------------------------------------------------------------
+
+@st.composite
+def _null_heavy_row(draw):
+    r = {c: None for c in S.VALUE_COLUMNS}
+    # Mostly NULL: at most one or two columns set.
+    for c in draw(st.lists(st.sampled_from(S.VALUE_COLUMNS), max_size=2, unique=True)):
+        r[c] = draw(gen.COLUMN_VALUES[c].filter(lambda v: v is not None))
+    r["id"] = None
+    return r
+
+
+@st.composite
+def _dup_heavy_rows(draw, min_size=0, max_size=24):
+    """Few distinct rows, many exact copies (same id too)."""
+    distinct = draw(st.lists(gen.source_rows(), min_size=1, max_size=3))
+    out = []
+    for i, r in enumerate(distinct, start=1):
+        r = dict(r, id=i)
+        out.extend(dict(r) for _ in range(draw(st.integers(1, 6))))
+    return out[:max_size]
+
+
+@st.composite
+def _null_heavy_initial(draw):
+    rows = draw(st.lists(_null_heavy_row(), max_size=12))
+    return [dict(r, id=i) for i, r in enumerate(rows, start=1)]
+
+
+def _null_heavy_batch(tables):
+    return st.lists(
+        st.one_of(
+            st.builds(S.Insert, st.sampled_from(tables), st.lists(_null_heavy_row(), min_size=1, max_size=4)),
+            st.builds(S.UpdateRows, st.sampled_from(tables), st.lists(st.integers(0, 99), min_size=1, max_size=3),
+                      st.sampled_from([{"k": None}, {"v": None}, {"g": None, "x": None}, {"d": None, "dt": None}])),
+            st.builds(S.DeleteWhere, st.sampled_from(tables), st.just("k"), st.none()),
+            gen.change_op(tables),
+        ),
+        min_size=1, max_size=5,
+    )
+
+
+def _dup_heavy_batch(tables):
+    return st.lists(
+        st.one_of(
+            st.builds(S.InsertDuplicates, st.sampled_from(tables), st.lists(st.integers(0, 99), min_size=1, max_size=4)),
+            st.builds(S.DeleteRows, st.sampled_from(tables), st.lists(st.integers(0, 99), min_size=1, max_size=2)),
+            gen.change_op(tables),
+        ),
+        min_size=1, max_size=5,
+    )
+
+
+@pytest.mark.parametrize("family", ["aggregate", "setop", "join"])
+@given(data=st.data())
+@gen.dvm_settings(gen.examples(4))
+def test_null_heavy_data(spark, family, data):
+    tables = sorted({t for s in shapes(family) for t in s.tables})
+    _family_example(spark, family, data, initial=_null_heavy_initial(), batch=_null_heavy_batch(tables))
+
+
+@pytest.mark.parametrize("family", ["aggregate", "setop", "project"])
+@given(data=st.data())
+@gen.dvm_settings(gen.examples(4))
+def test_duplicate_heavy_data(spark, family, data):
+    tables = sorted({t for s in shapes(family) for t in s.tables})
+    _family_example(spark, family, data, initial=_dup_heavy_rows(), batch=_dup_heavy_batch(tables))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+@given(data=st.data())
+@gen.dvm_settings(gen.slow_examples(40))
+def test_family_random_changes_long(spark, family, data):
+    _family_example(spark, family, data, n_batches=5)
