@@ -12,6 +12,18 @@
   {%- set target_relation = api.Relation.create(
         database=database, schema=schema, identifier=identifier, type='view') -%}
 
+  {#- The engine keeps the stored result at Spark's managed-table path of this name and
+      publishes a view over it. A table already there (e.g. the model was materialized='table'
+      before) is not ours: drop it first, as dbt's own materializations replace a relation of
+      another type, so its files cannot mix with or later delete the stored result. An
+      existing view is simply replaced by the engine. -#}
+  {%- set existing_relation = load_cached_relation(target_relation) -%}
+  {%- if existing_relation is not none and not existing_relation.is_view -%}
+    {{ log("stream table " ~ model['name'] ~ ": replacing existing " ~ existing_relation.type ~ " "
+           ~ existing_relation ~ " (not a stream table)", info=True) }}
+    {%- do adapter.drop_relation(existing_relation) -%}
+  {%- endif -%}
+
   {{ run_hooks(pre_hooks) }}
 
   {%- set response = adapter.stream_table_refresh(
@@ -22,7 +34,6 @@
         refresh_mode=refresh_mode,
         full_refresh=should_full_refresh(),
         sources=spark_stream__source_delta_paths(model),
-        shaping_config=config.get('stream_table_options', {}),
   ) -%}
   {#- store_result keeps our response object whole: its mode / rows_changed / seconds fields
       land in run_results.json `adapter_response`, its message on the console line. -#}

@@ -57,4 +57,7 @@ class SparkStreamConnectionManager(SparkConnectionManager):
             # engine runs Python UDFs / Arrow conversions in workers: they must run the
             # interpreter that has our packages (the one running dbt), not `python3` on PATH.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            from dbt.adapters.spark_stream.spark_session import quiet_query_context_loggers
+
+            quiet_query_context_loggers()
         return super().open(connection)

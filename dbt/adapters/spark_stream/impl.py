@@ -94,7 +94,8 @@ class SparkStreamAdapter(SparkAdapter):
             # traceback in logs/dbt.log and show the model and the error on the console.
             logger.debug(f"stream table {model}: refresh failed\n{traceback.format_exc()}")
             raise DbtRuntimeError(
-                f"stream table '{model}': refresh failed: {type(exc).__name__}: {exc}"
+                f"stream table '{model}': refresh failed: {type(exc).__name__}: {_first_line(exc)}"
+                " (full error in logs/dbt.log)"
             ) from exc
         response = StreamTableResponse.from_result(result)
         logger.debug(f"stream table {model}: {response}")
@@ -106,6 +107,12 @@ class SparkStreamAdapter(SparkAdapter):
             return path
         root = getattr(self.config, "project_root", None) or os.getcwd()
         return os.path.normpath(os.path.join(root, os.path.expanduser(path)))
+
+
+def _first_line(exc: Exception, limit: int = 500) -> str:
+    """Spark errors carry whole query plans; the console gets the first line of it."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _engine_log(model: str):

@@ -7,6 +7,7 @@ settings (warehouse dir, metastore), and whichever comes second gets the same se
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -28,7 +29,22 @@ def get_spark_session(credentials):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    quiet_query_context_loggers()
     builder = SparkSession.builder.enableHiveSupport()
     for key, value in credentials.server_side_parameters.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def quiet_query_context_loggers() -> None:
+    """Stop PySpark printing every analysis error it raises as a JSON record on stderr.
+
+    The same error reaches dbt as an exception (message on the console, traceback in
+    logs/dbt.log), and the engine probes the catalog with statements that may fail on
+    purpose; the JSON copies are noise. Created through PySparkLogger so that PySpark later
+    gets the logger class it expects.
+    """
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)

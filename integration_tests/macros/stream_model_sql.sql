@@ -1,0 +1,122 @@
+{#-
+  The SQL of every stream table, written once: models/stream/<name>.sql materializes it as a
+  stream table, models/recompute/<name>_recompute.sql as a plain view (the oracle the
+  equals_recompute test compares against).
+-#}
+
+{# README example: count / sum per group. #}
+{% macro customer_totals_sql() %}
+select
+    customer_id,
+    count(*) as order_count,
+    sum(amount) as total_amount
+from {{ source('shop', 'orders') }}
+group by customer_id
+{% endmacro %}
+
+
+{# Filter + project: CASE, COALESCE, casts, date functions. #}
+{% macro order_facts_sql() %}
+select
+    order_id,
+    customer_id,
+    case
+        when amount is null then 'unknown'
+        when amount >= 150 then 'large'
+        when amount >= 50 then 'medium'
+        else 'small'
+    end as size_band,
+    coalesce(discount, 0.0) as discount,
+    cast(amount as double) as amount_double,
+    cast(quantity as string) as quantity_text,
+    year(order_date) as order_year,
+    date_trunc('MONTH', order_date) as order_month,
+    date_add(order_date, 14) as due_date,
+    datediff(order_date, date'2024-01-01') as days_since_launch
+from {{ source('shop', 'orders') }}
+where status <> 'cancelled'
+{% endmacro %}
+
+
+{# Two-table inner join, aggregated by a column of the joined side. #}
+{% macro region_stats_sql() %}
+select
+    c.region,
+    count(*) as order_count,
+    avg(o.amount) as avg_amount,
+    min(o.amount) as min_amount,
+    max(o.amount) as max_amount,
+    stddev(o.amount) as stddev_amount
+from {{ source('shop', 'orders') }} as o
+join {{ source('shop', 'customers') }} as c
+    on o.customer_id = c.customer_id
+group by c.region
+{% endmacro %}
+
+
+{% macro customer_statuses_sql() %}
+select distinct customer_id, status
+from {{ source('shop', 'orders') }}
+{% endmacro %}
+
+
+{% macro customer_events_sql() %}
+select customer_id, 'order' as event_type, order_date as event_date
+from {{ source('shop', 'orders') }}
+union all
+select customer_id, 'signup' as event_type, signup_date as event_date
+from {{ source('shop', 'customers') }}
+{% endmacro %}
+
+
+{# Scalar aggregate: no GROUP BY, exactly one row even when the source is empty. #}
+{% macro shop_summary_sql() %}
+select
+    count(*) as order_count,
+    sum(amount) as revenue,
+    max(order_date) as latest_order_date
+from {{ source('shop', 'orders') }}
+{% endmacro %}
+
+
+{% macro status_customers_sql() %}
+select status, count(distinct customer_id) as customers
+from {{ source('shop', 'orders') }}
+group by status
+{% endmacro %}
+
+
+{% macro repeat_customers_sql() %}
+select customer_id, sum(amount) as spend, count(*) as order_count
+from {{ source('shop', 'orders') }}
+group by customer_id
+having count(*) >= 5
+{% endmacro %}
+
+
+{# A CTE feeding a subquery in FROM. #}
+{% macro monthly_big_orders_sql() %}
+with big_orders as (
+    select customer_id, order_date, amount
+    from {{ source('shop', 'orders') }}
+    where amount > 100
+)
+select month, count(*) as big_orders, sum(amount) as big_amount
+from (
+    select date_trunc('MONTH', order_date) as month, amount
+    from big_orders
+) as monthly
+group by month
+{% endmacro %}
+
+
+{# Top-K: ORDER BY ... LIMIT is outside the differential set; under refresh_mode='auto' it
+   refreshes in full and says why (models/negative has the refresh_mode='differential' twin). #}
+{% macro top_customers_sql() %}
+select customer_id, sum(amount) as spend
+from {{ source('shop', 'orders') }}
+where customer_id is not null and amount is not null
+group by customer_id
+order by spend desc, customer_id
+limit 3
+{% endmacro %}

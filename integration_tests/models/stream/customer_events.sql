@@ -1,0 +1,1 @@
+{{ customer_events_sql() }}

@@ -1,0 +1,1 @@
+{{ customer_statuses_sql() }}

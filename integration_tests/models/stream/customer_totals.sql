@@ -1,0 +1,1 @@
+{{ customer_totals_sql() }}

@@ -1,0 +1,1 @@
+{{ monthly_big_orders_sql() }}

@@ -1,0 +1,1 @@
+{{ order_facts_sql() }}

@@ -1,0 +1,1 @@
+{{ repeat_customers_sql() }}

@@ -1,0 +1,1 @@
+{{ status_customers_sql() }}

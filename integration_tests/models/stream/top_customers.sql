@@ -1,0 +1,2 @@
+{{ config(refresh_mode='auto') }}
+{{ top_customers_sql() }}

@@ -1,0 +1,142 @@
+"""dbt end to end: the integration_tests project built, mutated, refreshed and tested.
+
+dbt runs in-process (dbtRunner) against the pytest session's SparkSession (tests/conftest.py),
+which is opened the way dbt-spark's `method: session` opens it; the project's work dir is
+pointed at that session's base dir so the profile, the source script and the session agree on
+the warehouse. One JVM for everything keeps this file to a few minutes.
+
+The oracle is the project's own `equals_recompute` data tests: every stream table must equal
+its SQL recomputed as a plain view on the current sources.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT_SRC = ROOT / "integration_tests"
+sys.path.insert(0, str(PROJECT_SRC / "scripts"))
+
+import run_results  # noqa: E402
+import shop_data  # noqa: E402
+
+pytestmark = pytest.mark.dbt
+
+STREAM_TABLES = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
+FULL_ONLY = {"top_customers"}  # ORDER BY ... LIMIT: refresh_mode auto falls back to full
+# Session settings dbt-spark changes on the shared session; restored for the tests after us.
+TOUCHED_CONF = ("spark.sql.ansi.enabled", "spark.sql.shuffle.partitions", "spark.sql.session.timeZone")
+
+
+class Project:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def dbt(self, *args: str):
+        from dbt.cli.main import dbtRunner
+
+        return dbtRunner().invoke([*args, "--project-dir", str(self.path), "--profiles-dir", str(self.path)])
+
+    def run(self, *args: str) -> dict:
+        """`dbt run` that must succeed; returns the stream tables' refreshes from run_results.json."""
+        result = self.dbt("run", *args)
+        refreshes = run_results.refreshes(run_results.load(self.path))
+        failed = {m: r["message"] for m, r in refreshes.items() if r["status"] != "success"}
+        assert result.success and not failed, f"dbt run {' '.join(args)} failed: {result.exception or failed}"
+        return refreshes
+
+    def test(self) -> None:
+        result = self.dbt("test")
+        assert result.exception is None, result.exception
+        failures = [f"{r.node.name}: {r.status} {r.message}" for r in result.result if r.status != "pass"]
+        assert result.success and not failures, "dbt test failed:\n" + "\n".join(failures)
+
+
+@pytest.fixture(scope="module")
+def project(spark, spark_base_dir, tmp_path_factory):
+    """A copy of integration_tests whose sources exist and whose stream tables were built once."""
+    saved_conf = {key: spark.conf.get(key, None) for key in TOUCHED_CONF}
+    path = tmp_path_factory.mktemp("dbt") / "integration_tests"
+    shutil.copytree(PROJECT_SRC, path, ignore=shutil.ignore_patterns("target", "logs", "__pycache__"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DBT_SPARK_STREAM_WORK_DIR", spark_base_dir)
+        patch.setenv("DBT_SPARK_STREAM_ENGINE", "auto")
+        shop_data.create(force=True)
+        proj = Project(path)
+        proj.first_run = proj.run()
+        yield proj
+    for key, value in saved_conf.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
+
+
+def _assert_modes(refreshes: dict, expected: str) -> None:
+    assert sorted(refreshes) == STREAM_TABLES
+    for model, info in refreshes.items():
+        want = "full" if model in FULL_ONLY else expected
+        assert info["mode"] == want, f"{model}: {info['mode']} refresh, expected {want} ({info['message']})"
+        assert isinstance(info["rows_changed"], int) and info["rows_changed"] >= 0, info
+        assert info["seconds"] >= 0, info
+
+
+def test_first_run_builds_every_stream_table_in_full(project):
+    _assert_modes(project.first_run, "full")
+    for model, info in project.first_run.items():
+        assert info["reason"], f"{model}: a full refresh says why"
+    assert project.first_run["shop_summary"]["rows_changed"] == 1
+    project.test()
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_refresh_after_source_changes_is_differential_and_correct(project, seed):
+    shop_data.mutate(seed)
+    refreshes = project.run()
+    _assert_modes(refreshes, "differential")
+    # A batch of changes touches orders and customers; the totals per customer must move.
+    assert refreshes["customer_totals"]["rows_changed"] > 0
+    assert "differential refresh" in refreshes["customer_totals"]["message"]
+    project.test()
+
+
+def test_run_without_source_changes_changes_nothing(project):
+    project.run()  # catch up with anything an earlier test left
+    refreshes = project.run()
+    _assert_modes(refreshes, "differential")
+    for model, info in refreshes.items():
+        if model not in FULL_ONLY:
+            assert info["rows_changed"] == 0, f"{model}: {info['message']}"
+
+
+def test_full_refresh_flag_rebuilds_in_full(project):
+    shop_data.mutate(21)
+    refreshes = project.run("--full-refresh")
+    _assert_modes(refreshes, "full")
+    assert all(info["reason"] for info in refreshes.values())
+    project.test()
+    # ... and the next run goes back to differential.
+    shop_data.mutate(22)
+    _assert_modes(project.run(), "differential")
+    project.test()
+
+
+def test_auto_mode_falls_back_to_full_and_says_why(project):
+    info = project.first_run["top_customers"]
+    assert info["mode"] == "full"
+    assert "LIMIT" in info["reason"].upper(), info
+
+
+def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(project):
+    result = project.dbt(
+        "run", "--select", "top_customers_strict", "--vars", "{include_failing_models: true}"
+    )
+    assert not result.success
+    refresh = run_results.refreshes(run_results.load(project.path))["top_customers_strict"]
+    assert refresh["status"] == "error"
+    message = refresh["message"]
+    assert "top_customers_strict" in message and "LIMIT" in message.upper(), message
+    assert "differential" in message, message
