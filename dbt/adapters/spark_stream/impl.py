@@ -120,10 +120,10 @@ def _engine_log(model: str):
 
     def log(level: str, text: str) -> None:
         if level == "warn":
-            logger.warning(f"{model}: {text}")
+            logger.warning(text)
         elif level == "info":
-            logger.info(f"{model}: {text}")
+            logger.info(text)
         else:
-            logger.debug(f"{model}: {text}")
+            logger.debug(text)
 
     return log

@@ -1,0 +1,30 @@
+# make demo  -- build, change, refresh and test the example stream tables (integration_tests/)
+# make test  -- the whole pytest suite: unit, Spark and dbt end-to-end tests
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Reinstall when the package definition changes; the install is editable, so code changes
+# need none.
+STAMP := $(VENV)/.dbt-spark-stream-installed
+
+.PHONY: demo test install clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): setup.py | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(STAMP)
+
+demo: install
+	$(PY) integration_tests/scripts/demo.py
+
+# pytest exits 5 when it collected no test: that fails here too, never passes silently.
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf .work integration_tests/target integration_tests/logs .pytest_cache
