@@ -140,3 +140,12 @@ def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(pr
     message = refresh["message"]
     assert "top_customers_strict" in message and "LIMIT" in message.upper(), message
     assert "differential" in message, message
+
+
+def test_unknown_refresh_mode_is_a_compilation_error(project):
+    result = project.dbt("run", "--select", "bad_refresh_mode", "--vars", "{include_failing_models: true}")
+    assert not result.success
+    refresh = run_results.refreshes(run_results.load(project.path))["bad_refresh_mode"]
+    assert refresh["status"] == "error"
+    assert "bad_refresh_mode" in refresh["message"], refresh
+    assert "refresh_mode must be one of auto, differential, full" in refresh["message"], refresh

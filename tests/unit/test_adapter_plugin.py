@@ -1,0 +1,89 @@
+"""The spark_stream adapter plugin without Spark: loading, profile, responses, errors."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt.adapters.spark_stream import Plugin
+from dbt.adapters.spark_stream.connections import SparkStreamCredentials
+from dbt.adapters.spark_stream.response import StreamTableResponse
+from dbt.adapters.spark_stream.spark_session import require_session_method
+from python_helpers.runtime.api import RefreshResult
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_plugin_is_spark_stream_on_top_of_spark():
+    assert Plugin.adapter.type() == "spark_stream"
+    assert Plugin.dependencies == ["spark"]
+    assert Plugin.project_name == "dbt_spark_stream"
+    include = Path(Plugin.include_path)
+    assert "name: dbt_spark_stream" in (include / "dbt_project.yml").read_text()
+    assert (include / "macros" / "materializations" / "stream_table.sql").is_file()
+
+
+def test_plugin_version_module_exists_for_dbt():
+    # dbt imports dbt.adapters.<type>.__version__ when it registers the adapter.
+    from dbt.adapters.spark_stream.__version__ import version
+
+    assert version
+
+
+def test_adapter_run_info_names_our_module():
+    info = Plugin.adapter.get_adapter_run_info({})
+    assert info.adapter_name == "spark_stream" and info.adapter_version
+
+
+def _credentials(**extra):
+    return SparkStreamCredentials(method="session", host="localhost", schema="analytics", **extra)
+
+
+def test_credentials_default_engine_is_auto():
+    creds = _credentials()
+    assert creds.engine == "auto"
+    assert creds.type == "spark_stream"
+    assert "engine" in creds._connection_keys()
+    # dbt-spark's own behaviour is kept.
+    assert creds.server_side_parameters["spark.sql.ansi.enabled"] == "false"
+
+
+def test_credentials_accept_engines_case_insensitively():
+    assert _credentials(engine="Embedded").engine == "embedded"
+
+
+def test_credentials_reject_unknown_engine():
+    with pytest.raises(DbtRuntimeError, match="engine must be one of auto, embedded, spark"):
+        _credentials(engine="duckdb")
+
+
+@pytest.mark.parametrize("method", ["thrift", "http", "odbc"])
+def test_stream_tables_need_method_session(method):
+    with pytest.raises(DbtRuntimeError) as err:
+        require_session_method(SimpleNamespace(method=method), "customer_totals")
+    text = str(err.value)
+    assert "customer_totals" in text and "method: session" in text and "not implemented" in text
+
+
+def test_session_method_passes():
+    require_session_method(SimpleNamespace(method="session"), "m")
+
+
+def test_response_carries_mode_and_rows_into_run_results():
+    result = RefreshResult("m", "full", 63, 1.23456, reason="first build", source_versions={"shop.orders": 3})
+    response = StreamTableResponse.from_result(result)
+    data = response.to_dict(omit_none=True)  # what dbt writes as adapter_response
+    assert data["mode"] == "full" and data["code"] == "full"
+    assert data["rows_changed"] == 63 and data["rows_affected"] == 63
+    assert data["seconds"] == pytest.approx(1.235)
+    assert data["reason"] == "first build"
+    assert data["source_versions"] == {"shop.orders": 3}
+    assert str(response) == result.message  # the console line
+
+
+def test_response_of_skipped_refresh():
+    result = RefreshResult("m", "differential", 0, 0.1, skipped=True)
+    data = StreamTableResponse.from_result(result).to_dict(omit_none=True)
+    assert data["skipped"] is True and data["mode"] == "differential" and "reason" not in data
