@@ -65,11 +65,12 @@ class TreeBuilder:
     def __init__(self, model: str):
         self.model = model
         self._counter = 0
+        self._aliases = {}
 
     # -- entry -----------------------------------------------------------------------------
     def build(self, query: exp.Expression, ctes: dict | None = None) -> Node:
         ctes = dict(ctes or {})
-        with_ = query.args.get("with")
+        with_ = query.args.get("with_") or query.args.get("with")
         if with_ is not None:
             for cte in with_.expressions:
                 ctes[cte.alias_or_name.lower()] = cte.this
@@ -80,6 +81,17 @@ class TreeBuilder:
         if isinstance(query, exp.Select):
             return self._select(query, ctes)
         raise UnsupportedSql(self.model, f"{query.key.upper()} query")
+
+    # The names a query block's output is referred to by from outside (its select aliases),
+    # kept beside the unique internal column names.
+    _aliases: dict
+
+    def aliases(self, node: Node) -> list[str]:
+        return self._aliases.get(id(node), node.columns)
+
+    def _set_aliases(self, node: Node, names: list[str]) -> Node:
+        self._aliases[id(node)] = names
+        return node
 
     # -- set operations --------------------------------------------------------------------
     def _union(self, union: exp.Union, ctes: dict) -> Node:
@@ -96,14 +108,14 @@ class TreeBuilder:
         node: Node = UnionAll(columns=list(inputs[0].columns), inputs=inputs)
         if union.args.get("distinct"):
             node = Distinct(columns=list(node.columns), child=node)
-        return node
+        return self._set_aliases(node, self.aliases(inputs[0]))
 
     # -- one SELECT block ------------------------------------------------------------------
     def _select(self, select: exp.Select, ctes: dict) -> Node:
         distinct = select.args.get("distinct")
         if distinct is not None and distinct.args.get("on"):
             raise UnsupportedSql(self.model, "DISTINCT ON")
-        from_ = select.args.get("from")
+        from_ = (select.args.get("from_") or select.args.get("from"))
         if from_ is None:
             raise UnsupportedSql(self.model, "SELECT without FROM")
         referenced = self._referenced_columns(select)
@@ -139,7 +151,7 @@ class TreeBuilder:
         node = Project(columns=unique, child=node, exprs=projections)
         if distinct is not None:
             node = Distinct(columns=list(node.columns), child=node)
-        return node
+        return self._set_aliases(node, out_names)
 
     def _from_item(self, item: exp.Expression, ctes: dict, referenced: dict, names: dict) -> Node:
         alias = item.alias_or_name.lower()
@@ -159,7 +171,7 @@ class TreeBuilder:
 
     def _rename(self, child: Node, alias: str, wanted: list, names: dict) -> Node:
         """Expose a derived table's columns under this block's unique names."""
-        lookup = {c.lower(): c for c in child.columns}
+        lookup = {a.lower(): c for a, c in zip(self.aliases(child), child.columns)}
         exprs, cols = [], []
         for col in wanted:
             if col not in lookup:

@@ -95,3 +95,28 @@ def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expression:
         args.extend([exp.Literal.string(f"k{i}"), col(c, table)])
     struct = exp.Anonymous(this="named_struct", expressions=args)
     return exp.MD5(this=exp.Anonymous(this="to_json", expressions=[struct]))
+
+
+_COMPOUND = (exp.Binary, exp.Not, exp.Neg, exp.Is)
+
+
+def parenthesize(expression: exp.Expression) -> exp.Expression:
+    """Wrap every compound operand of an operator in parentheses.
+
+    Trees built with sqlglot's constructors carry no Paren nodes, and the generator does not
+    add them (NOT (a AND b) would print as NOT a AND b), so precedence is made explicit here.
+    """
+    def wrap(node):
+        if isinstance(node, _COMPOUND):
+            for key in ("this", "expression"):
+                child = node.args.get(key)
+                if isinstance(child, _COMPOUND):
+                    node.set(key, exp.Paren(this=child))
+        return node
+
+    return expression.copy().transform(wrap, copy=False)
+
+
+def render(expression: exp.Expression) -> str:
+    """The Spark SQL text of a generated query."""
+    return parenthesize(expression).sql("spark")

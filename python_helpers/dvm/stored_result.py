@@ -71,7 +71,7 @@ class StoredResult:
         return [ROW_ID] + self.user_columns + self.hidden_columns()
 
     def view_sql(self, storage: exp.Expression) -> exp.Select:
-        cols = [alias(col(s), n) if s != n else col(s) for s, n in zip(self.user_columns, self.output_names)]
+        cols = [exp.alias_(col(s), n, quoted=True) if s != n else col(s) for s, n in zip(self.user_columns, self.output_names)]
         return self._view(select_from(cols, storage))
 
 
@@ -212,18 +212,19 @@ class AggregateResult(StoredResult):
         mm, r = ctx.alias("m"), ctx.alias("r")
         state_names = self.state_columns()
         rescanned = self._rescan(ctx, m)
-        pick = [alias(exp.If(this=col("__dvm_rescan", mm),
-                             true=(exp.Coalesce(this=col(c, r), expressions=[exp.Literal.number(0)]) if c == COUNT
-                                   else col(c, r)),
-                             false=col(c, mm)), c) if c not in self.key_store else col(c, mm)
-                for c in state_names]
+        if rescanned is None:
+            pick = [col(c, mm) for c in state_names]
+        else:
+            pick = [alias(exp.If(this=col("__dvm_rescan", mm),
+                                 true=(exp.Coalesce(this=col(c, r), expressions=[exp.Literal.number(0)])
+                                       if c == COUNT else col(c, r)),
+                                 false=col(c, mm)), c) if c not in self.key_store else col(c, mm)
+                    for c in state_names]
         pick += [col("__dvm_existed", mm)] + [col(f"__dvm_old_{c}", mm) for c in self.storage_columns()]
         merged = select_from(pick, sub(m, mm))
         if rescanned is not None:
             on = exp.and_(col("__dvm_rescan", mm), null_safe_keys(self.key_store, mm, r))
             merged = merged.join(sub(rescanned, r), on=on, join_type="LEFT", copy=False)
-        else:
-            merged = merged.where(exp.true(), copy=False)
         # 4. Finish the stored row; decide the action; drop rows that would not change.
         f = ctx.alias("f")
         finished = self._finish(merged, ctx, types)
@@ -254,6 +255,21 @@ class AggregateResult(StoredResult):
             rows = (select_from([exp.Star()], sub(rows, ra))
                     .join(sub(flagged, ka), on=on, join_type="LEFT SEMI", copy=False))
         return self._state_from_rows(ctx, rows)
+
+
+class RecomputeResult(StoredResult):
+    """A query outside the differential set: stored as its plain rows, rebuilt on every refresh."""
+
+    kind = "recompute"
+
+    def hidden_columns(self):
+        return []
+
+    def _view(self, query: exp.Select) -> exp.Select:
+        return query
+
+    def storage_columns(self) -> list[str]:
+        return list(self.user_columns)
 
 
 def null_safe_keys(keys: list[str], left: str, right: str) -> exp.Expression:

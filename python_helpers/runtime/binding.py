@@ -1,0 +1,75 @@
+"""Bind the DVM's abstract relations to Spark temp views for one refresh (embedded engine).
+
+Every name carries the refresh's unique id, because dbt runs models on several threads against
+one session; all of them are dropped when the refresh ends.
+"""
+from __future__ import annotations
+
+import uuid
+
+from sqlglot import exp
+
+from python_helpers.dvm.sqlgen import Context
+from python_helpers.runtime import delta_tables
+
+
+class Bindings:
+    def __init__(self, spark, pinned: dict, old_versions: dict, columns: dict):
+        self.spark = spark
+        self.pinned = pinned  # relation -> PinnedSource (state at v_new)
+        self.old = old_versions  # relation -> v_old (None on a full build)
+        self.columns = columns  # relation -> columns the query reads (None: all)
+        self.id = uuid.uuid4().hex[:12]
+        self.views: list[str] = []
+        self.change_counts: dict = {}
+        self._index = {r: i for i, r in enumerate(sorted(pinned))}
+
+    def register(self, frame, suffix: str) -> exp.Table:
+        name = f"__dvm_{self.id}_{suffix}"
+        frame.createOrReplaceTempView(name)
+        self.views.append(name)
+        return exp.to_table(name)
+
+    def snapshot(self, relation: str, version: str) -> exp.Table:
+        src = self.pinned[relation]
+        number = src.state.version if version == "new" else self.old[relation]
+        key = f"s{self._index[relation]}_{version}"
+        if key not in self.views_by_key:
+            frame = delta_tables.snapshot_frame(self.spark, src.state, number, self.columns.get(relation))
+            self.views_by_key[key] = self.register(frame, key)
+        return self.views_by_key[key].copy()
+
+    def changes(self, relation: str) -> exp.Table:
+        key = f"s{self._index[relation]}_chg"
+        return self.views_by_key[key].copy()
+
+    def load_changes(self) -> set:
+        """Read the change feed of every source that moved; returns the relations with changes."""
+        changed = set()
+        for relation, src in self.pinned.items():
+            v_old = self.old.get(relation)
+            if v_old is None or v_old >= src.state.version:
+                continue
+            frame = delta_tables.changes_frame(self.spark, src.state, v_old + 1, src.state.version,
+                                               self.columns.get(relation))
+            key = f"s{self._index[relation]}_chg"
+            self.views_by_key[key] = self.register(frame, key)
+            changed.add(relation)
+        return changed
+
+    @property
+    def views_by_key(self) -> dict:
+        if not hasattr(self, "_by_key"):
+            self._by_key = {}
+        return self._by_key
+
+    def context(self, changed: set) -> Context:
+        return Context(changes=self.changes, snapshot=self.snapshot, changed=set(changed))
+
+    def close(self) -> None:
+        for name in self.views:
+            try:
+                self.spark.catalog.dropTempView(name)
+            except Exception:  # noqa: BLE001 - best effort cleanup
+                pass
+        self.views.clear()

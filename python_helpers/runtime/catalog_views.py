@@ -1,0 +1,101 @@
+"""Make Delta tables readable by `schema.table` in Spark SQL without Delta Lake jars.
+
+A persistent view over the parquet files live in the pinned version (DESIGN.md section 6): it
+reads at native parquet speed and is found by later sessions sharing the metastore. It is
+re-created after every commit, so it always names the current files.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import sqlglot
+from sqlglot import exp
+
+_DDL_LOCK = threading.Lock()  # dbt threads share one session; keep catalog DDL one at a time
+
+
+def files_relation(root: str, files: list, spark_types: dict) -> exp.Expression:
+    """A FROM item reading exactly `files` under `root` (an empty typed relation when none)."""
+    if not files:
+        cols = [exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True)
+                for n, t in spark_types.items()]
+        empty = exp.select(*cols).where(exp.false())
+        return exp.Subquery(this=empty, alias=exp.TableAlias(this=exp.to_identifier("__dvm_empty")))
+    rel = [os.path.relpath(f, root) for f in files]
+    path = f"{root}/{rel[0]}" if len(rel) == 1 else f"{root}/{{{','.join(rel)}}}"
+    return exp.Table(this=exp.to_identifier(path, quoted=True), db=exp.to_identifier("parquet"))
+
+
+def create_schema(spark, schema: str) -> None:
+    with _DDL_LOCK:
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
+
+
+def replace_view(spark, schema: str, name: str, query: exp.Expression) -> None:
+    """CREATE OR REPLACE VIEW schema.name; replaces a plain table of that name too."""
+    from python_helpers.dvm.sqlgen import render
+
+    text = render(query)
+    with _DDL_LOCK:
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
+        existing = _table_type(spark, schema, name)
+        if existing is not None and existing != "VIEW":
+            spark.sql(f"DROP TABLE IF EXISTS `{schema}`.`{name}`")
+        spark.sql(f"CREATE OR REPLACE VIEW `{schema}`.`{name}` AS {text}")
+
+
+def view_text(spark, schema: str, name: str):
+    try:
+        rows = spark.sql(f"SHOW CREATE TABLE `{schema}`.`{name}`").collect()
+    except Exception:  # noqa: BLE001 - missing object: no text
+        return None
+    return rows[0][0] if rows else None
+
+
+def _table_type(spark, schema: str, name: str):
+    try:
+        if not spark.catalog.tableExists(f"{schema}.{name}"):
+            return None
+        return spark.catalog.getTable(f"{schema}.{name}").tableType
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def source_view_query(root: str, files: list, spark_types: dict, partition_columns=()) -> exp.Expression:
+    """The table's rows; partition values come from the hive-style directory names."""
+    if not partition_columns or not files:
+        cols = [exp.column(n, quoted=True) for n in spark_types]
+        return exp.select(*cols).from_(files_relation(root, files, spark_types))
+    groups: dict = {}
+    for f in files:
+        groups.setdefault(os.path.dirname(os.path.relpath(f, root)), []).append(f)
+    branches = []
+    for directory, group in sorted(groups.items()):
+        values = dict(_partition_value(part) for part in directory.split(os.sep) if "=" in part)
+        data_types = {n: t for n, t in spark_types.items() if n not in partition_columns}
+        cols = []
+        for n, t in spark_types.items():
+            if n in partition_columns:
+                value = values.get(n)
+                lit = exp.Null() if value is None else exp.Literal.string(value)
+                cols.append(exp.alias_(exp.Cast(this=lit, to=exp.DataType.build(t)), n, quoted=True))
+            else:
+                cols.append(exp.column(n, quoted=True))
+        branches.append(exp.select(*cols).from_(files_relation(root, group, data_types)))
+    out = branches[0]
+    for b in branches[1:]:
+        out = exp.Union(this=out, expression=b, distinct=False)
+    return out
+
+
+def _partition_value(part: str):
+    from urllib.parse import unquote
+
+    key, _, value = part.partition("=")
+    value = unquote(value)
+    return key, (None if value == "__HIVE_DEFAULT_PARTITION__" else value)
+
+
+def parse_from_item(text: str) -> exp.Expression:
+    return sqlglot.parse_one(f"SELECT * FROM {text}", read="spark").find(exp.From).this

@@ -1,0 +1,143 @@
+"""Delta tables through the `deltalake` package (delta-rs), read into Spark (embedded engine).
+
+Snapshots are native Spark parquet scans of a version's live files (no data through Python);
+change feeds come from delta-rs' CDF reader as Arrow and enter Spark as a DataFrame.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+WEIGHT_OF_CHANGE = {"insert": 1, "delete": -1, "update_preimage": -1, "update_postimage": 1}
+
+
+@dataclass
+class TableState:
+    """A Delta table pinned at one version."""
+
+    path: str
+    version: int
+    table_id: str
+    cdf_enabled: bool
+    arrow_schema: pa.Schema
+    partition_columns: list
+    unreadable_features: list  # table features a plain parquet scan cannot honour
+
+
+def local_path(uri: str) -> str:
+    if uri.startswith("file:"):
+        return unquote(urlparse(uri).path)
+    return uri
+
+
+def open_table(path: str, version: Optional[int] = None) -> Optional[DeltaTable]:
+    """The Delta table at `path` (optionally at `version`), or None when there is none."""
+    if not os.path.isdir(os.path.join(local_path(path), "_delta_log")) and "://" not in path:
+        return None
+    try:
+        return DeltaTable(path, version=version) if version is not None else DeltaTable(path)
+    except TableNotFoundError:
+        return None
+
+
+def _arrow_schema(table: DeltaTable) -> pa.Schema:
+    schema = table.schema()
+    raw = schema.to_arrow() if hasattr(schema, "to_arrow") else schema.to_pyarrow()
+    return normalize_schema(pa.schema(raw))
+
+
+def state_of(table: DeltaTable, path: str) -> TableState:
+    meta = table.metadata()
+    config = meta.configuration or {}
+    protocol = table.protocol()
+    features = set((protocol.reader_features or [])) | set(protocol.writer_features or [])
+    unreadable = sorted(f for f in features if f in ("deletionVectors", "columnMapping"))
+    if config.get("delta.columnMapping.mode", "none") not in ("none", None) and "columnMapping" not in unreadable:
+        unreadable.append("columnMapping")
+    return TableState(
+        path=path, version=table.version(), table_id=meta.id,
+        cdf_enabled=str(config.get(CDF_PROPERTY, "false")).lower() == "true",
+        arrow_schema=_arrow_schema(table), partition_columns=list(meta.partition_columns or []),
+        unreadable_features=unreadable,
+    )
+
+
+def normalize_type(t: pa.DataType) -> pa.DataType:
+    """Arrow types Spark's converter does not take (views, large, unsigned) to ones it does."""
+    if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_unsigned_integer(t):
+        return pa.int64()
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        return pa.list_(normalize_type(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, normalize_type(f.type), f.nullable) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(normalize_type(t.key_type), normalize_type(t.item_type))
+    return t
+
+
+def normalize_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, normalize_type(f.type), f.nullable) for f in schema])
+
+
+def spark_schema(arrow_schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema)
+
+
+def spark_type_strings(arrow_schema: pa.Schema) -> dict:
+    return {f.name: f.dataType.simpleString() for f in spark_schema(arrow_schema).fields}
+
+
+def snapshot_frame(spark, state: TableState, version: int, columns: Optional[list] = None):
+    """The table at `version` as a Spark DataFrame over its live parquet files."""
+    table = open_table(state.path, version)
+    files = [local_path(u) for u in table.file_uris()]
+    schema = spark_schema(state.arrow_schema if version == state.version else _arrow_schema(table))
+    if not files:
+        frame = spark.createDataFrame([], schema)
+    else:
+        reader = spark.read.schema(schema)
+        if state.partition_columns:
+            # Partition values live in the directory names (hive style), found from the table root.
+            reader = reader.option("basePath", local_path(state.path))
+        frame = reader.parquet(*files)
+    if columns is not None:
+        frame = frame.select(*[f"`{c}`" for c in columns])
+    return frame
+
+
+def changes_arrow(state: TableState, start_version: int, end_version: int, columns: Optional[list] = None) -> pa.Table:
+    """Change feed rows in [start_version, end_version] with `__dvm_w` from `_change_type`."""
+    table = open_table(state.path)
+    wanted = None if columns is None else list(columns) + ["_change_type"]
+    reader = table.load_cdf(starting_version=start_version, ending_version=end_version, columns=wanted)
+    data = pa.RecordBatchReader.from_stream(reader).read_all()
+    data = data.cast(normalize_schema(data.schema))
+    kinds = data.column("_change_type").to_pylist()
+    weights = pa.array([WEIGHT_OF_CHANGE.get(k, 0) for k in kinds], type=pa.int64())
+    keep = [n for n in data.column_names if not n.startswith("_change_type") and not n.startswith("_commit_")]
+    return data.select(keep).append_column("__dvm_w", weights)
+
+
+def changes_frame(spark, state: TableState, start_version: int, end_version: int, columns: Optional[list] = None):
+    data = changes_arrow(state, start_version, end_version, columns)
+    names = list(columns) if columns is not None else [f.name for f in state.arrow_schema]
+    schema = spark_schema(pa.schema([state.arrow_schema.field(n) for n in names] + [pa.field("__dvm_w", pa.int64())]))
+    if data.num_rows == 0:
+        return spark.createDataFrame([], schema)
+    return spark.createDataFrame(data.select(names + ["__dvm_w"]).cast(
+        pa.schema([state.arrow_schema.field(n) for n in names] + [pa.field("__dvm_w", pa.int64())])), schema=schema)

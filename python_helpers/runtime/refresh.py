@@ -1,0 +1,303 @@
+"""Refresh orchestration: decide the mode, run it, commit rows and offsets together, publish views."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from sqlglot import exp
+
+from python_helpers.dvm.build import build_tree
+from python_helpers.dvm.stored_result import (ACTION, ROW_ID, RecomputeResult, StoredResult, plan_stored_result,
+                                              storage_names)
+from python_helpers.dvm.sqlgen import render
+from python_helpers.dvm.tree import Scan, describe
+from python_helpers.errors import (ChangeFeedDisabled, ChangesUnavailable, ConcurrentRefresh, InvalidConfig,
+                                   StreamTableError, UnsupportedSql)
+from python_helpers.runtime import catalog_views, delta_tables, storage
+from python_helpers.runtime.api import ENGINES, REFRESH_MODES, RefreshRequest, RefreshResult
+from python_helpers.runtime.binding import Bindings
+from python_helpers.runtime.sources import managed_path, pin_sources
+from python_helpers.sql.parse import fingerprint, parse_query, qualify_query, relation_name, source_relations
+from python_helpers.sql.support import check_supported
+
+Log = Callable[[str, str], None]
+
+
+def _default_log(level: str, text: str) -> None:
+    print(f"[dbt-spark-stream] {level}: {text}", file=sys.stderr)
+
+
+@dataclass
+class Plan:
+    """Everything known about the query before any data is read."""
+
+    query: exp.Expression
+    pinned: dict
+    tree: Optional[object]  # None when the query is outside the differential set
+    unsupported: Optional[UnsupportedSql]
+    columns: dict  # relation -> source columns read
+
+
+def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> RefreshResult:
+    log = log or _default_log
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    _validate(request)
+    started = time.perf_counter()
+    model = request.model
+    query = parse_query(model, request.sql)
+    overrides = {k.lower(): v for k, v in (request.sources or {}).items()}
+    pinned = pin_sources(spark, model, source_relations(query), overrides)
+    plan = _plan(model, query, pinned)
+    target = managed_path(spark, request.schema, request.identifier)
+    meta = storage.read_metadata(target)
+    print_fp = fingerprint(request.sql, request.shaping_config, storage.FORMAT_VERSION)
+
+    reason = _full_reason(request, plan, meta, print_fp)
+    if reason is None:
+        reason = _source_reason(model, request, plan, meta)
+    if (reason is None and all(meta["offsets"][r]["version"] == s.state.version for r, s in pinned.items())
+            and _views_exist(spark, request, plan)):
+        # Nothing moved: no Spark job, no commit.
+        return RefreshResult(model, "differential", 0, time.perf_counter() - started, skipped=True,
+                             source_versions={r: s.state.version for r, s in pinned.items()})
+    if reason is None:
+        try:
+            rows = _differential(spark, request, plan, target, meta, print_fp)
+            return RefreshResult(model, "differential", rows, time.perf_counter() - started,
+                                 source_versions={r: s.state.version for r, s in pinned.items()})
+        except ChangesUnavailable as err:
+            reason = err.problem
+            log("warn", f"{model}: {reason}; refreshing in full instead (nothing is lost)")
+    elif reason.startswith("!"):
+        reason = reason[1:]
+        log("warn", f"{model}: {reason}")
+    else:
+        log("info", f"{model}: full refresh ({reason})")
+    rows = _full(spark, request, plan, target, print_fp)
+    return RefreshResult(model, "full", rows, time.perf_counter() - started, reason=reason,
+                         source_versions={r: s.state.version for r, s in pinned.items()})
+
+
+def _validate(request: RefreshRequest) -> None:
+    if request.refresh_mode not in REFRESH_MODES:
+        raise InvalidConfig(request.model, f"refresh_mode '{request.refresh_mode}' is not one of "
+                                           f"{', '.join(REFRESH_MODES)}", "fix the model's config")
+    if request.engine not in ENGINES:
+        raise InvalidConfig(request.model, f"engine '{request.engine}' is not one of {', '.join(ENGINES)}",
+                            "fix the profile")
+    if request.engine == "spark":
+        raise InvalidConfig(request.model, "the spark engine (native Delta Lake SQL) is not implemented yet",
+                            "use engine: embedded (or auto) in the profile")
+
+
+def _plan(model: str, query: exp.Expression, pinned: dict) -> Plan:
+    schemas = {r: s.spark_types for r, s in pinned.items()}
+    tree, unsupported = None, None
+    try:
+        check_supported(model, query)
+        tree = build_tree(model, qualify_query(model, query, schemas))
+    except UnsupportedSql as err:
+        unsupported = err
+    columns = {r: list(s.spark_types) for r, s in pinned.items()}
+    if tree is not None:
+        columns = _read_columns(tree, pinned)
+    return Plan(query, pinned, tree, unsupported, columns)
+
+
+def _read_columns(tree, pinned: dict) -> dict:
+    """Source columns the query reads (all scans of a relation together); at least one each."""
+    wanted: dict = {r: [] for r in pinned}
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children())
+        if isinstance(node, Scan):
+            names = {n.lower(): n for n in pinned[node.relation].spark_types}
+            for c in node.source_columns:
+                if c is not None and names[c.lower()] not in wanted[node.relation]:
+                    wanted[node.relation].append(names[c.lower()])
+    for r, cols in wanted.items():
+        if not cols:
+            cols.append(next(iter(pinned[r].spark_types)))
+    # Scans name columns as the query wrote them; serve them under those (lower-case) names.
+    return wanted
+
+
+def _full_reason(request: RefreshRequest, plan: Plan, meta: Optional[dict], print_fp: str) -> Optional[str]:
+    """Why this refresh must run in full, or None. A leading '!' marks a reason worth a warning."""
+    if plan.unsupported is not None:
+        if request.refresh_mode == "differential":
+            raise plan.unsupported
+        return f"!not differentiable: {plan.unsupported.construct}"
+    if request.full_refresh:
+        return "--full-refresh"
+    if request.refresh_mode == "full":
+        return "refresh_mode='full'"
+    if meta is None:
+        return "first build"
+    if meta.get("fingerprint") != print_fp:
+        return "!the model's SQL or result-shaping config changed since the last refresh; rebuilt from scratch"
+    if meta.get("format") != storage.FORMAT_VERSION:
+        return "!stored result was written by another format version"
+    return None
+
+
+def _source_reason(model: str, request: RefreshRequest, plan: Plan, meta: dict) -> Optional[str]:
+    for relation, src in plan.pinned.items():
+        if not src.state.cdf_enabled:
+            err = ChangeFeedDisabled(model, relation, src.path)
+            if request.refresh_mode == "differential":
+                raise err
+            return f"!{err.problem}; {err.fix}"
+        old = meta.get("offsets", {}).get(relation)
+        if old is None:
+            return f"!source {relation} was not read by the previous refresh"
+        if old.get("table_id") != src.state.table_id or old["version"] > src.state.version:
+            return f"!source {relation} was recreated since the last refresh (its Delta table id or version moved back)"
+        if old["version"] < src.state.version and not _cdf_enabled_since(src, old["version"]):
+            return f"!the change data feed of source {relation} was off for part of the versions since the last refresh"
+    return None
+
+
+def _cdf_enabled_since(src, version: int) -> bool:
+    """The change feed must have been on in every version after `version` we will read."""
+    try:
+        table = delta_tables.open_table(src.path, version)
+    except Exception:  # noqa: BLE001 - the version itself is gone; load_cdf will say so
+        return True
+    if table is None:
+        return True
+    config = table.metadata().configuration or {}
+    return str(config.get(delta_tables.CDF_PROPERTY, "false")).lower() == "true"
+
+
+def _offsets(plan: Plan) -> dict:
+    return {r: {"version": s.state.version, "table_id": s.state.table_id, "path": s.path}
+            for r, s in plan.pinned.items()}
+
+
+def _metadata(request: RefreshRequest, plan: Plan, print_fp: str, mode: str, result: Optional[StoredResult]) -> dict:
+    return {"format": storage.FORMAT_VERSION, "model": request.model, "fingerprint": print_fp, "mode": mode,
+            "layout": result.kind if result is not None else "recompute", "offsets": _offsets(plan)}
+
+
+def _full(spark, request: RefreshRequest, plan: Plan, target: str, print_fp: str) -> int:
+    bindings = Bindings(spark, plan.pinned, {}, plan.columns if plan.tree is not None else {})
+    try:
+        names = _output_names(spark, request.model, plan, bindings)
+        if plan.tree is not None:
+            result = plan_stored_result(request.model, plan.tree, names)
+            frame = spark.sql(render(result.full_sql(bindings.context(set()))))
+        else:
+            result = RecomputeResult(request.model, names, storage_names(request.model, names))
+            frame = spark.sql(_bind_plain_query(plan, bindings).sql("spark"))
+        frame = frame.toDF(*result.storage_columns())
+        data = frame.toArrow()
+        storage.write_full(target, data, _metadata(request, plan, print_fp, "full", result))
+        _publish(spark, request, plan, target, result)
+        return data.num_rows
+    finally:
+        bindings.close()
+
+
+def _bind_plain_query(plan: Plan, bindings: Bindings) -> exp.Expression:
+    """The model's own SQL with each source bound to its snapshot at the pinned new version."""
+    ctes = {c.alias_or_name.lower() for c in plan.query.find_all(exp.CTE)}
+
+    def bind(node):
+        if isinstance(node, exp.Table) and node.name and not (not node.db and node.name.lower() in ctes):
+            relation = relation_name(node)
+            if relation in plan.pinned:
+                return exp.alias_(bindings.snapshot(relation, "new"), node.alias_or_name, table=True)
+        return node
+
+    return plan.query.copy().transform(bind)
+
+
+def _output_names(spark, model: str, plan: Plan, bindings: Bindings) -> list:
+    """The columns Spark gives the query (names like `count(1)` included), from analysis only."""
+    try:
+        return spark.sql(_bind_plain_query(plan, bindings).sql("spark")).columns
+    except Exception as err:  # noqa: BLE001 - Spark's analysis error is the message the user needs
+        raise StreamTableError(model, f"Spark rejects the query: {str(err).splitlines()[0][:400]}",
+                               "fix the model SQL") from None
+
+
+def _differential(spark, request: RefreshRequest, plan: Plan, target: str, meta: dict, print_fp: str) -> int:
+    old_versions = {r: meta["offsets"][r]["version"] for r in plan.pinned}
+    bindings = Bindings(spark, plan.pinned, old_versions, plan.columns)
+    try:
+        try:
+            changed = bindings.load_changes()
+        except Exception as err:  # noqa: BLE001 - delta-rs reports missing files / versions variously
+            raise ChangesUnavailable(
+                request.model, f"the changes since the last refresh can no longer be read "
+                               f"({type(err).__name__}: {str(err).splitlines()[0][:300]})") from None
+        result = plan_stored_result(request.model, plan.tree, _output_names(spark, request.model, plan, bindings))
+        stored = delta_tables.open_table(target)
+        read_version = stored.version()
+        schema = delta_tables.spark_schema(storage_schema(stored))
+        files = [delta_tables.local_path(u) for u in stored.file_uris()]
+        frame = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
+        store_rel = bindings.register(frame, "store")
+        types = {f.name: f.dataType.simpleString() for f in schema.fields}
+        merge = result.merge_sql(bindings.context(changed), store_rel, types) if changed else None
+        metadata = _metadata(request, plan, print_fp, "differential", result)
+        data = spark.sql(render(merge)).toArrow() if merge is not None else None
+        rows = data.num_rows if data is not None else 0
+        try:
+            if rows:
+                storage.merge_rows(target, data, result.storage_columns(), ROW_ID, ACTION, metadata, read_version)
+            else:
+                storage.commit_offsets_only(target, metadata, read_version)
+        except storage.CommitFailedError as err:
+            raise ConcurrentRefresh(request.model, f"another writer committed to the stored result during this "
+                                                   f"refresh ({err}); nothing was applied",
+                                    "run the refresh again") from None
+        storage.maybe_compact(target)
+        _publish(spark, request, plan, target, result)
+        return rows
+    finally:
+        bindings.close()
+
+
+def storage_schema(table):
+    import pyarrow as pa
+
+    schema = table.schema()
+    raw = schema.to_arrow() if hasattr(schema, "to_arrow") else schema.to_pyarrow()
+    return delta_tables.normalize_schema(pa.schema(raw))
+
+
+def _publish(spark, request: RefreshRequest, plan: Plan, target: str, result: StoredResult) -> None:
+    """(Re)create the views: the stream table over its live files, each source at its pinned version."""
+    for relation, src in plan.pinned.items():
+        parts = relation.split(".")
+        root = delta_tables.local_path(src.path)
+        files = [delta_tables.local_path(u) for u in delta_tables.open_table(src.path, src.state.version).file_uris()]
+        query = catalog_views.source_view_query(root, files, src.spark_types, src.state.partition_columns)
+        catalog_views.replace_view(spark, parts[-2], parts[-1], query)
+    stored = delta_tables.open_table(target)
+    types = delta_tables.spark_type_strings(storage_schema(stored))
+    files = [delta_tables.local_path(u) for u in stored.file_uris()]
+    relation = catalog_views.files_relation(delta_tables.local_path(target), files, types)
+    catalog_views.replace_view(spark, request.schema, request.identifier, result.view_sql(relation))
+
+
+def _views_exist(spark, request: RefreshRequest, plan: Plan) -> bool:
+    names = [(request.schema, request.identifier)] + [tuple(r.split(".")[-2:]) for r in plan.pinned]
+    return all(spark.catalog.tableExists(f"{s}.{n}") for s, n in names)
+
+
+def explain(spark, request: RefreshRequest) -> str:
+    """The operator tree and the mode a refresh would choose (no data read)."""
+    query = parse_query(request.model, request.sql)
+    pinned = pin_sources(spark, request.model, source_relations(query),
+                         {k.lower(): v for k, v in (request.sources or {}).items()})
+    plan = _plan(request.model, query, pinned)
+    if plan.tree is None:
+        return f"{request.model}: full refresh only ({plan.unsupported.construct})"
+    return f"{request.model}: differential\n{describe(plan.tree)}"

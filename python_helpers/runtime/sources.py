@@ -1,0 +1,69 @@
+"""Find and pin the Delta sources of a stream table (embedded engine)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from python_helpers.errors import SourceMissing, StreamTableError
+from python_helpers.runtime.delta_tables import TableState, open_table, spark_type_strings, state_of
+
+
+@dataclass
+class PinnedSource:
+    relation: str  # "schema.table" as the query names it
+    path: str
+    state: TableState  # pinned at v_new, the version this refresh brings the result to
+
+    @property
+    def spark_types(self) -> dict:
+        return spark_type_strings(self.state.arrow_schema)
+
+
+def warehouse_dir(spark) -> str:
+    raw = spark.conf.get("spark.sql.warehouse.dir")
+    if raw.startswith("file:"):
+        from python_helpers.runtime.delta_tables import local_path
+
+        raw = local_path(raw)
+    return os.path.abspath(raw)
+
+
+def managed_path(spark, schema: str, table: str) -> str:
+    """Spark's managed-table location, where sources and stored results live by default."""
+    return os.path.join(warehouse_dir(spark), f"{schema.lower()}.db", table.lower())
+
+
+def source_path(spark, relation: str, overrides: dict) -> str:
+    if relation in overrides and overrides[relation]:
+        return overrides[relation]
+    parts = relation.split(".")
+    if len(parts) < 2:
+        raise StreamTableError("?", f"source '{relation}' is not schema-qualified")
+    return managed_path(spark, parts[-2], parts[-1])
+
+
+def pin_sources(spark, model: str, relations: list, overrides: dict) -> dict:
+    """Pin every source at its latest version, all at once at the start of the refresh."""
+    pinned = {}
+    for relation in relations:
+        try:
+            path = source_path(spark, relation, overrides)
+        except StreamTableError:
+            raise SourceMissing(model, f"table reference '{relation}' has no schema",
+                                "reference sources as schema.table (dbt: {{ source('shop', 'orders') }})") from None
+        table = open_table(path)
+        if table is None:
+            raise SourceMissing(
+                model, f"source {relation} is not a Delta table at {path}",
+                "create it there (deltalake.write_deltalake or CREATE TABLE ... USING delta), or set "
+                "meta: {delta_path: <path>} on the dbt source table",
+            )
+        state = state_of(table, path)
+        if state.unreadable_features:
+            raise SourceMissing(
+                model, f"source {relation} uses Delta features the embedded engine cannot read: "
+                       f"{', '.join(state.unreadable_features)}",
+                "disable them (e.g. REORG TABLE ... APPLY (PURGE) for deletion vectors) or use the spark engine",
+            )
+        pinned[relation] = PinnedSource(relation, path, state)
+    return pinned

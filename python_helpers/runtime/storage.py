@@ -1,0 +1,94 @@
+"""The stored result of a stream table: a Delta table whose commits carry the refresh offsets.
+
+The offsets (source versions consumed), the query fingerprint and the layout are written as
+custom commit metadata of the same commit that changes the stored rows, so a refresh is applied
+exactly once: a crash before that commit leaves old rows and old offsets; after it, new and new.
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
+
+from python_helpers.runtime.delta_tables import CDF_PROPERTY, local_path, normalize_schema, open_table
+
+METADATA_KEY = "dbt_spark_stream"
+FORMAT_VERSION = 1
+COMPACT_AFTER_FILES = 48  # keep the view's file list short; compaction commits carry no offsets
+
+
+def read_metadata(path: str) -> Optional[dict]:
+    """Metadata of the newest refresh commit (commits by others, e.g. OPTIMIZE, are skipped)."""
+    table = open_table(path)
+    if table is None:
+        return None
+    for limit in (20, None):
+        for commit in table.history(limit):
+            raw = commit.get(METADATA_KEY)
+            if raw:
+                meta = json.loads(raw)
+                meta["storage_version"] = commit.get("version")
+                return meta
+        if len(table.history(limit)) < (limit or 0):
+            break
+    return None
+
+
+def _commit(metadata: dict) -> CommitProperties:
+    return CommitProperties(custom_metadata={METADATA_KEY: json.dumps(metadata, sort_keys=True)})
+
+
+def write_full(path: str, data: pa.Table, metadata: dict) -> int:
+    """Replace the stored result (schema included) in one commit; returns the new version."""
+    data = data.cast(normalize_schema(data.schema))
+    existing = open_table(path)
+    write_deltalake(
+        path, data, mode="overwrite", schema_mode="overwrite" if existing is not None else None,
+        configuration={CDF_PROPERTY: "true"}, commit_properties=_commit(metadata),
+    )
+    return DeltaTable(path).version()
+
+
+def merge_rows(path: str, rows: pa.Table, columns: list, row_id: str, action: str, metadata: dict,
+               read_version: int) -> dict:
+    """Apply upserts ('U') and deletes ('D') keyed by `row_id` in one commit with the offsets.
+
+    The MERGE runs against the version the refresh read (`read_version`); if another writer
+    committed in between, delta-rs' conflict check fails the commit and nothing is applied.
+    """
+    table = DeltaTable(path, version=read_version)
+    rows = rows.cast(normalize_schema(rows.schema))
+    updates = {c: f"s.`{c}`" for c in columns}
+    merger = table.merge(
+        source=rows, predicate=f"t.`{row_id}` = s.`{row_id}`", source_alias="s", target_alias="t",
+        commit_properties=_commit(metadata),
+    )
+    merger = (merger.when_matched_delete(predicate=f"s.`{action}` = 'D'")
+              .when_matched_update(updates=updates, predicate=f"s.`{action}` = 'U'")
+              .when_not_matched_insert(updates=updates, predicate=f"s.`{action}` = 'U'"))
+    return merger.execute()
+
+
+def commit_offsets_only(path: str, metadata: dict, read_version: int) -> None:
+    """Advance the offsets when the change touched no stored row (an empty append commit)."""
+    table = DeltaTable(path, version=read_version)
+    empty = pa.Table.from_batches([], schema=normalize_schema(pa.schema(
+        table.schema().to_arrow() if hasattr(table.schema(), "to_arrow") else table.schema().to_pyarrow())))
+    write_deltalake(table, empty, mode="append", commit_properties=_commit(metadata))
+
+
+def maybe_compact(path: str) -> None:
+    table = DeltaTable(path)
+    if len(table.file_uris()) > COMPACT_AFTER_FILES:
+        table.optimize.compact()
+
+
+def live_files(path: str) -> list:
+    return [local_path(u) for u in DeltaTable(path).file_uris()]
+
+
+__all__ = ["read_metadata", "write_full", "merge_rows", "commit_offsets_only", "maybe_compact", "live_files",
+           "CommitFailedError", "DeltaError", "FORMAT_VERSION"]
