@@ -1,0 +1,196 @@
+"""Unit tests (no Spark): parsing, the operator tree and the SQL the delta rules generate."""
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from python_helpers.dvm.build import build_tree
+from python_helpers.dvm.differentiate import delta, plain
+from python_helpers.dvm.sqlgen import Context, parenthesize, render
+from python_helpers.dvm.stored_result import AggregateResult, BagResult, plan_stored_result, storage_names
+from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Join, Project, Scan, UnionAll, describe
+from python_helpers.errors import SqlParseError, UnsupportedSql
+from python_helpers.sql.parse import fingerprint, parse_query, qualify_query, source_relations
+from python_helpers.sql.support import check_supported
+
+SCHEMAS = {
+    "shop.orders": {"id": "bigint", "customer_id": "bigint", "amount": "double", "status": "string",
+                    "ordered_at": "date"},
+    "shop.customers": {"id": "bigint", "region": "string"},
+}
+
+
+def tree_of(sql):
+    query = parse_query("m", sql)
+    check_supported("m", query)
+    return build_tree("m", qualify_query("m", query, SCHEMAS))
+
+
+def ctx(changed=("shop.orders", "shop.customers")):
+    return Context(changes=lambda r: exp.to_table(f"chg_{r.replace('.', '_')}"),
+                   snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"), changed=set(changed))
+
+
+def tables_in(sql_text):
+    return {t.name for t in sqlglot.parse_one(sql_text, read="spark").find_all(exp.Table)}
+
+
+# -- parsing -------------------------------------------------------------------------------
+def test_parse_rejects_bad_sql_naming_the_model():
+    with pytest.raises(SqlParseError, match="stream table 'm'.*does not parse"):
+        parse_query("m", "select from where")
+
+
+def test_parse_rejects_non_select_and_multiple_statements():
+    with pytest.raises(SqlParseError, match="not a SELECT"):
+        parse_query("m", "insert into t values (1)")
+    with pytest.raises(SqlParseError, match="exactly one"):
+        parse_query("m", "select 1 from a; select 2 from b")
+
+
+def test_source_relations_skip_ctes():
+    q = parse_query("m", "with t as (select * from shop.orders) select * from t join shop.customers c on t.id = c.id")
+    assert sorted(source_relations(q)) == ["shop.customers", "shop.orders"]
+
+
+def test_fingerprint_ignores_formatting_but_not_meaning():
+    a = fingerprint("select a from t")
+    assert a == fingerprint("SELECT   a\nFROM t")
+    assert a != fingerprint("select b from t")
+    assert a != fingerprint("select a from t", {"partition_by": "x"})
+
+
+# -- unsupported constructs are named --------------------------------------------------------
+@pytest.mark.parametrize("sql, construct", [
+    ("select id, row_number() over (order by id) from shop.orders", "window function"),
+    ("select id from shop.orders order by id limit 3", "LIMIT"),
+    ("select rand() as r, id from shop.orders", "non-deterministic"),
+    ("select id, current_timestamp() from shop.orders", "non-deterministic"),
+    ("select o.id from shop.orders o left join shop.customers c on o.customer_id = c.id", "LEFT JOIN"),
+    ("select id from shop.orders where exists (select 1 from shop.customers)", "EXISTS"),
+    ("select id from shop.orders where customer_id in (select id from shop.customers)", "IN (subquery)"),
+    ("select id from shop.orders intersect select id from shop.customers", "INTERSECT"),
+    ("select status, count(*) from shop.orders group by rollup(status)", "ROLLUP"),
+])
+def test_unsupported_constructs_are_named(sql, construct):
+    with pytest.raises(UnsupportedSql) as err:
+        tree_of(sql)
+    assert construct.lower() in err.value.construct.lower()
+    assert "stream table 'm'" in str(err.value)
+
+
+# -- the tree --------------------------------------------------------------------------------
+def test_aggregate_tree_shape_and_strategies():
+    tree = tree_of("select customer_id, count(*) n, sum(amount) s, min(amount) lo, count(distinct status) k "
+                   "from shop.orders where amount > 0 group by customer_id having count(*) > 1")
+    assert isinstance(tree, Project)
+    assert isinstance(tree.child, Filter) and isinstance(tree.child.child, Aggregate)
+    agg = tree.child.child
+    assert [a.kind for a in agg.aggs] == ["count_star", "sum", "min", "other"]
+    assert [a.strategy for a in agg.aggs] == ["algebraic", "algebraic", "semi-algebraic", "group-rescan"]
+    assert isinstance(agg.child, Filter) and isinstance(agg.child.child, Scan)
+    scan = agg.child.child
+    assert scan.relation == "shop.orders"
+    assert sorted(scan.source_columns) == ["amount", "customer_id", "status"]  # only what is read
+
+
+def test_filter_clause_folds_into_the_argument():
+    tree = tree_of("select sum(amount) filter (where status = 'paid') s from shop.orders")
+    agg = tree.child
+    assert agg.aggs[0].kind == "sum"
+    assert isinstance(agg.aggs[0].arg, exp.Case)
+
+
+def test_join_subquery_cte_union_distinct_trees():
+    join = tree_of("select o.id, c.region from shop.orders o join shop.customers c on o.customer_id = c.id")
+    assert isinstance(join.child, Join) and join.child.condition is not None
+    cte = tree_of("with t as (select customer_id, amount * 2 a from shop.orders) "
+                  "select customer_id, sum(a) from t group by customer_id")
+    assert isinstance(cte.child, Aggregate) and isinstance(cte.child.child, Project)
+    union = tree_of("select id from shop.orders union all select id from shop.customers")
+    assert isinstance(union, UnionAll) and len(union.inputs) == 2
+    distinct_union = tree_of("select id from shop.orders union select id from shop.customers")
+    assert isinstance(distinct_union, Distinct) and isinstance(distinct_union.child, UnionAll)
+    assert isinstance(tree_of("select distinct status from shop.orders"), Distinct)
+    assert "Scan shop.orders" in describe(join)
+
+
+def test_group_by_expression_is_matched_in_select():
+    tree = tree_of("select upper(status) s, count(*) from shop.orders group by upper(status)")
+    agg = tree.child
+    assert len(agg.keys) == 1
+    assert tree.exprs[0].name == agg.key_names[0]  # the select item refers to the key column
+
+
+def test_ungrouped_column_is_rejected():
+    with pytest.raises(UnsupportedSql, match="neither grouped nor aggregated"):
+        tree_of("select status, amount, count(*) from shop.orders group by status")
+
+
+# -- generated SQL ---------------------------------------------------------------------------
+def test_scan_delta_consolidates_on_read_columns():
+    tree = tree_of("select id, amount from shop.orders")
+    text = render(delta(tree, ctx()))
+    assert "chg_shop_orders" in text
+    assert "SUM(__dvm_w)" in text and "HAVING SUM(__dvm_w) <> 0" in text
+    assert "status" not in text  # unreferenced columns never enter the delta
+
+
+def test_join_delta_has_one_term_per_changed_side():
+    tree = tree_of("select o.id, c.region from shop.orders o join shop.customers c on o.customer_id = c.id")
+    both = render(delta(tree, ctx()))
+    assert tables_in(both) == {"chg_shop_orders", "old_shop_customers", "new_shop_orders", "chg_shop_customers"}
+    only_orders = render(delta(tree, ctx(changed=("shop.orders",))))
+    assert tables_in(only_orders) == {"chg_shop_orders", "old_shop_customers"}  # pruned branch
+    assert delta(tree, ctx(changed=())) is None
+
+
+def test_nested_aggregate_delta_rescans_only_delta_keys():
+    tree = tree_of("select x.customer_id, x.total from (select customer_id, sum(amount) total from shop.orders "
+                   "group by customer_id) x join shop.customers c on x.customer_id = c.id")
+    text = render(delta(tree, ctx(changed=("shop.orders",))))
+    assert "LEFT SEMI JOIN" in text and "IS NOT DISTINCT FROM" in text  # null-safe key match
+    assert {"new_shop_orders", "old_shop_orders", "chg_shop_orders"} <= tables_in(text)
+
+
+def test_plain_renders_the_query_on_snapshots():
+    tree = tree_of("select status, count(*) from shop.orders group by status")
+    text = render(plain(tree, ctx(), "old"))
+    assert tables_in(text) == {"old_shop_orders"}
+
+
+def test_parenthesize_keeps_precedence():
+    e = exp.Not(this=exp.and_(exp.column("a"), exp.column("b")))
+    assert parenthesize(e).sql() == "NOT (a AND b)"
+    d = exp.Div(this=exp.Sub(this=exp.column("q"), expression=exp.column("s")),
+                expression=exp.Sub(this=exp.column("n"), expression=exp.Literal.number(1)))
+    assert parenthesize(d).sql() == "(q - s) / (n - 1)"
+
+
+def test_stored_result_layouts():
+    agg = plan_stored_result("m", tree_of("select status, sum(amount) from shop.orders group by status"),
+                             ["status", "sum(amount)"])
+    assert isinstance(agg, AggregateResult)
+    assert agg.user_columns == ["status", "__dvm_col_1"]  # Delta rejects '(' in column names
+    assert "__dvm_agg_0_nn" in agg.storage_columns()
+    view = agg.view_sql(exp.to_table("store")).sql("spark")
+    assert "__dvm_col_1 AS `sum(amount)`" in view
+    bag = plan_stored_result("m", tree_of("select id from shop.orders"), ["id"])
+    assert isinstance(bag, BagResult) and not bag.distinct
+    assert "explode" in bag.view_sql(exp.to_table("store")).sql("spark").lower()
+    distinct = plan_stored_result("m", tree_of("select distinct status from shop.orders"), ["status"])
+    assert distinct.distinct and "explode" not in distinct.view_sql(exp.to_table("store")).sql("spark").lower()
+
+
+def test_duplicate_output_names_are_rejected():
+    with pytest.raises(UnsupportedSql, match="(?i)two columns named .id."):
+        storage_names("m", ["id", "ID"])
+
+
+def test_merge_sql_reads_stored_state_and_marks_deletes():
+    result = plan_stored_result("m", tree_of("select status, count(*) n, max(amount) hi from shop.orders "
+                                             "group by status"), ["status", "n", "hi"])
+    text = render(result.merge_sql(ctx(), exp.to_table("store"), {}))
+    assert "store" in tables_in(text)
+    assert "'D'" in text and "'U'" in text
+    assert "GREATEST" in text  # MAX merges inserted values without a rescan
+    assert "new_shop_orders" in tables_in(text)  # ... and rescans groups whose max was deleted
