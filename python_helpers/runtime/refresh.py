@@ -237,8 +237,8 @@ def _differential(spark, request: RefreshRequest, plan: Plan, target: str, meta:
                 request.model, f"the changes since the last refresh can no longer be read "
                                f"({type(err).__name__}: {str(err).splitlines()[0][:300]})") from None
         result = plan_stored_result(request.model, plan.tree, _output_names(spark, request.model, plan, bindings))
-        stored = delta_tables.open_table(target)
-        read_version = stored.version()
+        read_version = meta["read_version"]
+        stored = delta_tables.open_table(target, read_version)
         schema = delta_tables.spark_schema(storage_schema(stored))
         files = [delta_tables.local_path(u) for u in stored.file_uris()]
         frame = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)

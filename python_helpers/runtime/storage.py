@@ -21,19 +21,23 @@ COMPACT_AFTER_FILES = 48  # keep the view's file list short; compaction commits 
 
 
 def read_metadata(path: str) -> Optional[dict]:
-    """Metadata of the newest refresh commit (commits by others, e.g. OPTIMIZE, are skipped)."""
+    """Metadata of the newest refresh commit, with `read_version`: the storage version it is valid
+    for. The refresh reads the stored rows and MERGEs at exactly that version, so a refresh that
+    commits in between makes this one's commit fail instead of applying a change twice.
+    Commits by others (e.g. compaction) carry no metadata and are skipped."""
     table = open_table(path)
     if table is None:
         return None
-    for limit in (20, None):
-        for commit in table.history(limit):
-            raw = commit.get(METADATA_KEY)
-            if raw:
-                meta = json.loads(raw)
-                meta["storage_version"] = commit.get("version")
-                return meta
-        if len(table.history(limit)) < (limit or 0):
-            break
+    pinned = table.version()
+    for commit in table.history():
+        if commit.get("version", -1) > pinned:
+            continue
+        raw = commit.get(METADATA_KEY)
+        if raw:
+            meta = json.loads(raw)
+            meta["storage_version"] = commit.get("version")
+            meta["read_version"] = pinned
+            return meta
     return None
 
 
