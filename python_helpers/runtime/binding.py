@@ -5,17 +5,20 @@ one session; all of them are dropped when the refresh ends.
 """
 from __future__ import annotations
 
+import os
 import uuid
 
 from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import Context
+from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime import delta_tables
 
 
 class Bindings:
-    def __init__(self, spark, pinned: dict, old_versions: dict, columns: dict):
+    def __init__(self, spark, pinned: dict, old_versions: dict, columns: dict, model: str = "?"):
         self.spark = spark
+        self.model = model
         self.pinned = pinned  # relation -> PinnedSource (state at v_new)
         self.old = old_versions  # relation -> v_old (None on a full build)
         self.columns = columns  # relation -> columns the query reads (None: all)
@@ -35,9 +38,26 @@ class Bindings:
         number = src.state.version if version == "new" else self.old[relation]
         key = f"s{self._index[relation]}_{version}"
         if key not in self.views_by_key:
+            if version == "old":
+                self._check_readable(relation, number)
             frame = delta_tables.snapshot_frame(self.spark, src.state, number, self.columns.get(relation))
             self.views_by_key[key] = self.register(frame, key)
         return self.views_by_key[key].copy()
+
+    def _check_readable(self, relation: str, version: int) -> None:
+        """The old snapshot is read lazily by Spark; find vacuumed files or an expired log now,
+        so the refresh can fall back to a full one instead of failing half way."""
+        path = self.pinned[relation].path
+        try:
+            table = delta_tables.open_table(path, version)
+            missing = [u for u in table.file_uris() if "://" not in delta_tables.local_path(u)
+                       and not os.path.exists(delta_tables.local_path(u))]
+        except Exception as err:  # noqa: BLE001 - delta-rs raises several kinds for a lost version
+            missing = [f"version {version} ({type(err).__name__}: {str(err).splitlines()[0][:200]})"]
+        if missing:
+            raise ChangesUnavailable(
+                self.model, f"version {version} of source {relation} can no longer be read "
+                            f"(vacuumed or log expired; first missing: {missing[0]})")
 
     def changes(self, relation: str) -> exp.Table:
         key = f"s{self._index[relation]}_chg"

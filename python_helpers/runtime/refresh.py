@@ -185,7 +185,7 @@ def _metadata(request: RefreshRequest, plan: Plan, print_fp: str, mode: str, res
 
 
 def _full(spark, request: RefreshRequest, plan: Plan, target: str, print_fp: str) -> int:
-    bindings = Bindings(spark, plan.pinned, {}, plan.columns if plan.tree is not None else {})
+    bindings = Bindings(spark, plan.pinned, {}, plan.columns if plan.tree is not None else {}, request.model)
     try:
         names = _output_names(spark, request.model, plan, bindings)
         if plan.tree is not None:
@@ -228,7 +228,7 @@ def _output_names(spark, model: str, plan: Plan, bindings: Bindings) -> list:
 
 def _differential(spark, request: RefreshRequest, plan: Plan, target: str, meta: dict, print_fp: str) -> int:
     old_versions = {r: meta["offsets"][r]["version"] for r in plan.pinned}
-    bindings = Bindings(spark, plan.pinned, old_versions, plan.columns)
+    bindings = Bindings(spark, plan.pinned, old_versions, plan.columns, request.model)
     try:
         try:
             changed = bindings.load_changes()
