@@ -94,7 +94,13 @@ def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expression:
     for i, c in enumerate(columns):
         args.extend([exp.Literal.string(f"k{i}"), col(c, table)])
     struct = exp.Anonymous(this="named_struct", expressions=args)
-    return exp.MD5(this=exp.Anonymous(this="to_json", expressions=[struct]))
+    # Timestamps in UTC with all six fractional digits: an id must not depend on the session's
+    # time zone, and two keys a microsecond apart must not share one (the default keeps millis).
+    options = exp.Anonymous(this="map", expressions=[exp.Literal.string(x) for x in (
+        "timeZone", "UTC",
+        "timestampFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+        "timestampNTZFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS")])
+    return exp.MD5(this=exp.Anonymous(this="to_json", expressions=[struct, options]))
 
 
 _COMPOUND = (exp.Binary, exp.Not, exp.Neg, exp.Is)

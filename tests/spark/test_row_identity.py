@@ -1,0 +1,30 @@
+"""The stored row id (DESIGN.md section 4) must tell apart every pair of distinct keys and must
+not depend on session settings."""
+import pytest
+
+from python_helpers.dvm.sqlgen import render, row_id
+
+pytestmark = pytest.mark.spark
+
+VALUES = """values
+ (timestamp'2024-01-01 10:00:00.000001 UTC', timestamp_ntz'2024-01-01 10:00:00', 0.1d + 0.2d, cast(null as string)),
+ (timestamp'2024-01-01 10:00:00.000002 UTC', timestamp_ntz'2024-01-01 10:00:00.000001', 0.3d, 'null'),
+ (cast(null as timestamp), timestamp_ntz'2024-01-01 10:00:00', 0.1d + 0.2d, ''),
+ (timestamp'2024-01-01 10:00:00.000001 UTC', cast(null as timestamp_ntz), double('NaN'), 'x')
+ as t(a, b, c, d)"""
+
+
+def test_row_ids_are_distinct_and_independent_of_the_session_time_zone(spark):
+    query = f"select {render(row_id(['a', 'b', 'c', 'd']))} as h from {VALUES}"
+    before = spark.conf.get("spark.sql.session.timeZone")
+    try:
+        seen = {}
+        for tz in ("UTC", "America/New_York", "Asia/Kolkata"):
+            spark.conf.set("spark.sql.session.timeZone", tz)
+            seen[tz] = [r.h for r in spark.sql(query).collect()]
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+    ids = seen["UTC"]
+    assert len(set(ids)) == len(ids) == 4  # microseconds, NULL vs 'null' vs '', 0.1+0.2 vs 0.3
+    assert seen["America/New_York"] == ids and seen["Asia/Kolkata"] == ids
+    assert all(len(h) == 32 for h in ids)  # 128-bit md5
