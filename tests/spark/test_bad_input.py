@@ -78,7 +78,7 @@ def test_no_change_feed_differential_mode_raises_with_the_fix(env):
         raised = err
     if raised is None:
         before = _rows(env.spark, stream.view)
-        env.apply(SMOKE_BATCHES[0][:2])
+        env.apply(SMOKE_BATCHES[0][:2], only_existing=True)
         with pytest.raises(E.ChangeFeedDisabled) as info:
             stream.refresh()
         raised = info.value
@@ -94,17 +94,17 @@ def test_no_change_feed_auto_mode_refreshes_in_full_and_says_why(env):
     stream = env.stream("no_cdf_auto", AGG)
     stream.refresh(expect="full")
     stream.check()
-    env.apply(SMOKE_BATCHES[0])
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
     result = stream.refresh(expect="full")
     assert result.reason and "change data feed" in result.reason.lower()
     stream.check()
     # Turning the feed on makes it differential again (possibly after one more full refresh,
     # since the versions before the switch have no change data).
     DeltaTable(env.paths["t1"]).alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
-    env.apply(SMOKE_BATCHES[1])
+    env.apply(SMOKE_BATCHES[1], only_existing=True)
     stream.refresh()
     stream.check()
-    env.apply(SMOKE_BATCHES[2])
+    env.apply(SMOKE_BATCHES[2], only_existing=True)
     stream.refresh(expect="differential")
     stream.check()
 
@@ -164,7 +164,7 @@ def test_unsupported_sql_under_auto_refreshes_in_full_with_the_reason(env, sql, 
     stream = env.stream("auto_" + construct, sql)
     first = stream.refresh(expect="full")
     stream.check()
-    env.apply(SMOKE_BATCHES[0])
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
     result = stream.refresh(expect="full")
     assert result.reason and construct in result.reason.lower(), result.reason
     stream.check()
@@ -175,7 +175,7 @@ def test_volatile_query_under_auto_refreshes_in_full(env):
     env.source("t1", INITIAL["t1"])
     stream = env.stream("auto_rand", "SELECT id, rand() AS r FROM {src}.t1")
     stream.refresh(expect="full")
-    env.apply(SMOKE_BATCHES[0])
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
     result = stream.refresh(expect="full")
     assert result.reason and "rand" in result.reason.lower()
     # Not comparable with a recompute (rand), but the row set must be the source's ids.
@@ -196,19 +196,19 @@ def test_invalid_config(env, field, value):
 
 def test_changed_sql_forces_a_full_refresh_with_the_reason(env):
     stream = _built(env, "changing")
-    env.apply(SMOKE_BATCHES[0])
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
     stream.sql = env.sql("SELECT k, COUNT(*) AS n, MIN(v) AS mn FROM {src}.t1 WHERE v IS NOT NULL GROUP BY k")
     result = stream.refresh(expect="full")
     assert result.reason and any(w in result.reason.lower() for w in ("sql", "definition", "query", "changed"))
     stream.check()
-    env.apply(SMOKE_BATCHES[1])
+    env.apply(SMOKE_BATCHES[1], only_existing=True)
     stream.refresh(expect="differential")
     stream.check()
 
 
 def test_whitespace_and_case_changes_are_not_a_new_definition(env):
     stream = _built(env, "reformatted", sql="SELECT k, COUNT(*) AS n FROM {src}.t1 GROUP BY k")
-    env.apply(SMOKE_BATCHES[0])
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
     stream.sql = env.sql("select k,\n       count(*) as n\n  from {src}.t1\n group by k")
     stream.refresh(expect="differential")
     stream.check()
@@ -218,7 +218,7 @@ def test_whitespace_and_case_changes_are_not_a_new_definition(env):
 
 def test_source_recreated_at_the_same_path_falls_back_to_full(env):
     stream = _built(env, "recreated")
-    env.apply(SMOKE_BATCHES[0])  # the stream table's offset is now behind several versions
+    env.apply(SMOKE_BATCHES[0], only_existing=True)  # the stream table's offset is now behind several versions
     stream.refresh(expect="differential")
     path = env.paths["t1"]
     shutil.rmtree(path)
@@ -237,7 +237,7 @@ def test_source_overwritten_in_place_is_handled(env):
     result = stream.refresh()
     stream.check()
     assert result.mode in ("full", "differential")
-    env.apply(SMOKE_BATCHES[1])
+    env.apply(SMOKE_BATCHES[1], only_existing=True)
     stream.refresh(expect="differential")
     stream.check()
 
@@ -249,8 +249,8 @@ def test_consumed_log_versions_cleaned_up_falls_back_to_full(env):
         {"delta.logRetentionDuration": "interval 0 seconds", "delta.enableExpiredLogCleanup": "true"})
     stream = env.stream("cleaned", AGG)
     stream.refresh(expect="full")
-    env.apply(SMOKE_BATCHES[0])
-    env.apply(SMOKE_BATCHES[1])
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
+    env.apply(SMOKE_BATCHES[1], only_existing=True)
     dt = DeltaTable(path)
     dt.create_checkpoint()
     dt.cleanup_metadata()
@@ -260,7 +260,7 @@ def test_consumed_log_versions_cleaned_up_falls_back_to_full(env):
     result = stream.refresh(expect="full")
     assert result.reason
     stream.check()
-    env.apply(SMOKE_BATCHES[2])
+    env.apply(SMOKE_BATCHES[2], only_existing=True)
     stream.refresh(expect="differential")
     stream.check()
 
@@ -310,7 +310,7 @@ def test_source_loses_a_column_the_query_reads(env):
 
 def test_failed_refreshes_leave_the_result_unchanged(env):
     stream = _built(env, "survivor")
-    env.apply(SMOKE_BATCHES[0])
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
     stream.refresh(expect="differential")
     stream.check()
     before = _rows(env.spark, stream.view)
@@ -336,6 +336,6 @@ def test_failed_refreshes_leave_the_result_unchanged(env):
     assert _rows(env.spark, stream.view) == before
     stream.check()  # sources unchanged since the last good refresh
     # And the next good refresh is still differential from the last good offsets.
-    env.apply(SMOKE_BATCHES[1])
+    env.apply(SMOKE_BATCHES[1], only_existing=True)
     stream.refresh(expect="differential")
     stream.check()

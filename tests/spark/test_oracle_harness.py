@@ -38,6 +38,8 @@ def test_floats_compare_with_tolerance_and_decimals_exactly():
     assert compare_rows([(0.1 + 0.2,)], [(0.3,)]).ok
     assert compare_rows([(1.0000000001e6,)], [(1e6,)]).ok
     assert compare_rows([(1e-17,)], [(0.0,)]).ok  # algebraic STDDEV of equal values
+    assert compare_rows([(5.928694345000001,)], [(5.928694344999999,)]).ok  # straddles a rounding boundary
+    assert compare_rows([([1.0, 2.0000000000001],)], [([1.0, 2.0],)]).ok  # inside arrays too
     assert not compare_rows([(1.001,)], [(1.0,)]).ok
     assert compare_rows([(decimal.Decimal("1.50"),)], [(decimal.Decimal("1.5"),)]).ok
     assert not compare_rows([(decimal.Decimal("1.51"),)], [(decimal.Decimal("1.50"),)]).ok

@@ -25,7 +25,7 @@ def test_full_mode_always_refreshes_in_full_and_matches(env, shape):
     stream.refresh(expect="full")
     stream.check()
     for batch in SMOKE_BATCHES[:3]:
-        env.apply([op for op in batch if op.table in ("t1", "t2")])
+        env.apply(batch, only_existing=True)
         result = stream.refresh(expect="full")
         assert result.reason, "a full refresh says why it ran in full"
         stream.check()
@@ -51,7 +51,7 @@ def test_refresh_without_source_change_is_a_skipped_differential(env, shape):
         assert _rows(env.spark, stream.view) == before
         stream.check()
     # After a real change it does work again, then skips again.
-    env.apply(SMOKE_BATCHES[0])
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
     changed = stream.refresh(expect="differential")
     assert changed.skipped is False
     stream.check()
@@ -101,7 +101,7 @@ def test_source_versions_are_the_versions_refreshed_to(env):
     stream = env.stream("versions", JOIN)
     built = stream.refresh(expect="full")
     assert _versions(built) == {f"{env.src}.t1": S.table_version(p1), f"{env.src}.t2": S.table_version(p2)}
-    env.apply(SMOKE_BATCHES[0])  # several commits on both tables
+    env.apply(SMOKE_BATCHES[0], only_existing=True)  # several commits on both tables
     result = stream.refresh(expect="differential")
     assert _versions(result) == {f"{env.src}.t1": S.table_version(p1), f"{env.src}.t2": S.table_version(p2)}
     stream.check()
@@ -115,11 +115,11 @@ def test_full_refresh_flag_rebuilds_then_differential_resumes(env):
     env.source("t1", INITIAL["t1"])
     stream = env.stream("forced", AGG)
     stream.refresh(expect="full")
-    env.apply(SMOKE_BATCHES[0])
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
     forced = stream.refresh(expect="full", full_refresh=True)
     assert forced.reason and "full" in forced.reason.lower()
     stream.check()
-    env.apply(SMOKE_BATCHES[1])
+    env.apply(SMOKE_BATCHES[1], only_existing=True)
     stream.refresh(expect="differential")
     stream.check()
 
@@ -128,13 +128,13 @@ def test_switching_from_full_mode_to_auto_continues_differentially(env):
     env.source("t1", INITIAL["t1"])
     stream = env.stream("switch", AGG, refresh_mode="full")
     stream.refresh(expect="full")
-    env.apply(SMOKE_BATCHES[0])
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
     stream.refresh(expect="full")
     stream.request_kw["refresh_mode"] = "auto"
-    env.apply(SMOKE_BATCHES[1])
+    env.apply(SMOKE_BATCHES[1], only_existing=True)
     result = stream.refresh()
     stream.check()
-    env.apply(SMOKE_BATCHES[2])
+    env.apply(SMOKE_BATCHES[2], only_existing=True)
     stream.refresh(expect="differential")
     stream.check()
     assert result.mode in ("full", "differential")
@@ -147,7 +147,7 @@ def test_differential_mode_refreshes_differentially(env):
     stream.refresh(expect="full")
     stream.check()
     for batch in SMOKE_BATCHES[:2]:
-        env.apply(batch)
+        env.apply(batch, only_existing=True)
         stream.refresh(expect="differential")
         stream.check()
 
@@ -158,10 +158,10 @@ def test_two_stream_tables_on_one_source_are_independent(env):
     b = env.stream("indep_b", SHAPES_BY_NAME["distinct"].sql)
     a.refresh(expect="full")
     b.refresh(expect="full")
-    env.apply(SMOKE_BATCHES[0])
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
     a.refresh(expect="differential")  # b is not refreshed now
     a.check()
-    env.apply(SMOKE_BATCHES[1])
+    env.apply(SMOKE_BATCHES[1], only_existing=True)
     b.refresh(expect="differential")  # b consumes both batches at once
     b.check()
     a.refresh(expect="differential")

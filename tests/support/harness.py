@@ -57,7 +57,10 @@ class StreamEnv:
         """`schema.table` -> path of every source, as the oracle wants it."""
         return {f"{self.src}.{t}": p for t, p in self.paths.items()}
 
-    def apply(self, ops) -> list:
+    def apply(self, ops, only_existing: bool = False) -> list:
+        """Apply a change batch; only_existing drops ops on tables this env did not create."""
+        if only_existing:
+            ops = [op for op in ops if op.table in self.paths]
         done = S.apply_batch(self.paths, ops)
         self.log.append(f"batch: {done}")
         return done

@@ -7,9 +7,9 @@ its `schema.table` references replaced (sqlglot, dialect spark) by those temp vi
 results are compared as multisets.
 
 Value normalisation for the comparison:
-- floats: rounded to 9 significant digits, and rows that still differ are paired up again with a
-  tolerance (relative 1e-9, absolute 1e-9) -- algebraic AVG/STDDEV/VAR maintained from running
-  sums differ from a recompute in the last bits;
+- floats: equal within a tolerance (relative 1e-9, absolute 1e-9; shown rounded to 9 significant
+  digits) -- algebraic AVG/STDDEV/VAR maintained from running sums differ from a recompute in
+  the last bits;
 - NaN equals NaN, -0.0 equals 0.0, NULL equals NULL;
 - decimals exactly (Decimal('1.5') == Decimal('1.50'); the scale is checked through the types);
 - arrays/structs/maps recursively (arrays keep their order: sort them in the SQL if needed).
@@ -82,6 +82,15 @@ def normalize_row(row, digits: int = FLOAT_DIGITS) -> tuple:
     return tuple(normalize_value(v, digits) for v in row)
 
 
+def _rounded(value, digits: int):
+    """A normalised value with its floats rounded to `digits` significant digits (for display)."""
+    if isinstance(value, float) and math.isfinite(value) and value != 0.0:
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, tuple):
+        return tuple(_rounded(v, digits) for v in value)
+    return value
+
+
 def _close(a, b) -> bool:
     """Cell equality with float tolerance (a, b are normalised values)."""
     if isinstance(a, float) and isinstance(b, float):
@@ -139,19 +148,31 @@ class Comparison:
 
 
 def compare_rows(actual: Iterable, expected: Iterable, columns=None, digits: int = FLOAT_DIGITS) -> Comparison:
-    """Multiset comparison of two row collections (pyspark Rows or tuples)."""
-    actual_c = Counter(normalize_row(r, digits) for r in actual)
-    expected_c = Counter(normalize_row(r, digits) for r in expected)
+    """Multiset comparison of two row collections (pyspark Rows or tuples).
+
+    Rows are counted exactly (floats at full precision); rows left over on both sides are then
+    paired up if they are equal within the float tolerance. (Rounding to `digits` significant
+    digits before counting would split values that straddle a rounding boundary.)
+    """
+    actual_c = Counter(normalize_row(r, 17) for r in actual)
+    expected_c = Counter(normalize_row(r, 17) for r in expected)
     missing = expected_c - actual_c
     extra = actual_c - expected_c
     if missing and extra:
         missing, extra = _pair_tolerant(missing, extra)
+
+    def shown(rows: Counter) -> Counter:
+        out = Counter()
+        for r, n in rows.items():
+            out[_rounded(r, digits)] += n
+        return out
+
     return Comparison(
         columns=list(columns or []),
         expected_count=sum(expected_c.values()),
         actual_count=sum(actual_c.values()),
-        missing=missing,
-        extra=extra,
+        missing=shown(missing) if missing else missing,
+        extra=shown(extra) if extra else extra,
     )
 
 

@@ -191,9 +191,7 @@ SMOKE_BATCHES = [
         S.DeleteRows("t2", [1]),
         S.UpdateRows("t2", [2], {"g": "c", "v": 5}),
         S.Insert("t3", [_r(3, "c", 1, 9.0, "9.00", "2024-02-02")]),
-    ],
-    # 3: delete a whole group, update values incl. dates/decimals, NULL join keys, insert + delete in one batch
-    [
+        # delete a whole group, update values incl. dates/decimals, NULL join keys, insert + delete
         S.DeleteWhere("t1", "k", 1),
         S.UpdateRows("t1", [0, 3], {"dt": None, "d": "12.34"}),
         S.Insert("t1", [_r(1, "c", 2, 0.5, "0.50", "2024-01-31")]),
@@ -202,9 +200,9 @@ SMOKE_BATCHES = [
         S.Insert("t2", [_r(None, "b", 1, 1.0, "1.00", "2024-01-01")]),
         S.DeleteWhere("t3", "g", "b"),
     ],
-    # 4: empty a table (aggregates over empty input: count 0, sum NULL)
+    # 3: empty a table (aggregates over empty input: count 0, sum NULL)
     [S.DeleteAll("t1"), S.UpdateRows("t2", [0], {"v": None})],
-    # 5: refill it
+    # 4: refill it
     [
         S.Insert("t1", [_r(0, "a", 1, 1.0, "1.00", "2024-01-01"), _r(0, "a", 1, 1.0, "1.00", "2024-01-01"),
                         _r(2, None, None, None, None, None)]),
