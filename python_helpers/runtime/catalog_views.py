@@ -32,17 +32,27 @@ def create_schema(spark, schema: str) -> None:
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
 
 
+# View texts this process created, per (session, view): several models reading one source at
+# one version publish the same text, and re-creating it under a concurrent reader is a race.
+_PUBLISHED: dict = {}
+
+
 def replace_view(spark, schema: str, name: str, query: exp.Expression) -> None:
-    """CREATE OR REPLACE VIEW schema.name; replaces a plain table of that name too."""
+    """CREATE OR REPLACE VIEW schema.name (a plain table of that name is replaced too);
+    nothing is done when this process already published exactly this text and it still exists."""
     from python_helpers.dvm.sqlgen import render
 
     text = render(query)
+    key = (id(spark), schema.lower(), name.lower())
     with _DDL_LOCK:
-        spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
         existing = _table_type(spark, schema, name)
+        if _PUBLISHED.get(key) == text and existing == "VIEW":
+            return
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
         if existing is not None and existing != "VIEW":
             spark.sql(f"DROP TABLE IF EXISTS `{schema}`.`{name}`")
         spark.sql(f"CREATE OR REPLACE VIEW `{schema}`.`{name}` AS {text}")
+        _PUBLISHED[key] = text
 
 
 def view_text(spark, schema: str, name: str):
