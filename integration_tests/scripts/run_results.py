@@ -57,7 +57,13 @@ def format_table(runs: list) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    notes = [f"  {m}: {info['reason']}" for label, r in runs for m, info in sorted(r.items()) if info.get("reason")]
+    notes = []
+    for label, refresh in runs:
+        by_reason: dict = {}
+        for model, info in sorted(refresh.items()):
+            if info.get("reason"):
+                by_reason.setdefault(info["reason"], []).append(model)
+        notes += [f"  {label}, {reason}: {', '.join(models)}" for reason, models in by_reason.items()]
     if notes:
-        lines += ["", "why a refresh ran in full:"] + sorted(set(notes))
+        lines += ["", "why a refresh ran in full:"] + notes
     return "\n".join(lines)

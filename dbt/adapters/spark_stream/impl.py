@@ -83,7 +83,7 @@ class SparkStreamAdapter(SparkAdapter):
         )
         logger.debug(f"stream table {model}: refresh request {request}")
         try:
-            result = refresh_stream_table(spark, request, log=_engine_log(model))
+            result = refresh_stream_table(spark, request, log=_engine_log)
         except (InvalidConfig, SqlParseError, UnsupportedSql) as exc:
             # Problems with the model itself: dbt shows them as compilation errors.
             raise CompilationError(str(exc)) from exc
@@ -115,15 +115,13 @@ def _first_line(exc: Exception, limit: int = 500) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _engine_log(model: str):
-    """The engine's `log(level, text)` callback, routed to dbt's log (console and logs/dbt.log)."""
+def _engine_log(level: str, text: str) -> None:
+    """The engine's `log(level, text)` callback, routed to dbt's log (console and logs/dbt.log).
 
-    def log(level: str, text: str) -> None:
-        if level == "warn":
-            logger.warning(text)
-        elif level == "info":
-            logger.info(text)
-        else:
-            logger.debug(text)
-
-    return log
+    The engine's texts already name the model."""
+    if level == "warn":
+        logger.warning(text)
+    elif level == "info":
+        logger.info(text)
+    else:
+        logger.debug(text)
