@@ -65,7 +65,7 @@ def _null_heavy_row(draw):
     r = {c: None for c in S.VALUE_COLUMNS}
     # Mostly NULL: at most one or two columns set.
     for c in draw(st.lists(st.sampled_from(S.VALUE_COLUMNS), max_size=2, unique=True)):
-        r[c] = draw(gen.COLUMN_VALUES[c].filter(lambda v: v is not None))
+        r[c] = draw(gen.NON_NULL_VALUES[c])
     r["id"] = None
     return r
 

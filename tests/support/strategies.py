@@ -10,23 +10,21 @@ from hypothesis import strategies as st
 
 from tests.support import sources as S
 
-KEYS = st.one_of(st.none(), st.integers(0, 3))
-GROUPS = st.one_of(st.none(), st.sampled_from(["a", "b", "c"]))
-VALUES = st.one_of(st.none(), st.integers(-5, 5))
-DOUBLES = st.one_of(
-    st.none(),
+KEYS_NN = st.integers(0, 3)
+GROUPS_NN = st.sampled_from(["a", "b", "c"])
+VALUES_NN = st.integers(-5, 5)
+DOUBLES_NN = st.one_of(
     st.sampled_from([0.0, 1.0, -1.0, 2.5, 0.1, 1e3, -7.25]),
     st.floats(-1000, 1000, allow_nan=False, allow_infinity=False).map(lambda f: round(f, 3)),
 )
-DECIMALS = st.one_of(
-    st.none(),
+DECIMALS_NN = st.one_of(
     st.integers(-100000, 100000).map(lambda n: decimal.Decimal(n).scaleb(-2)),
     st.sampled_from([decimal.Decimal("0.00"), decimal.Decimal("1.50"), decimal.Decimal("-0.01")]),
 )
-DATES = st.one_of(
-    st.none(),
-    st.integers(0, 70).map(lambda n: datetime.date(2023, 12, 20) + datetime.timedelta(days=n)),
-)
+DATES_NN = st.integers(0, 70).map(lambda n: datetime.date(2023, 12, 20) + datetime.timedelta(days=n))
+NON_NULL_VALUES = {"k": KEYS_NN, "g": GROUPS_NN, "v": VALUES_NN, "x": DOUBLES_NN, "d": DECIMALS_NN, "dt": DATES_NN}
+KEYS, GROUPS, VALUES, DOUBLES, DECIMALS, DATES = (
+    st.one_of(st.none(), s) for s in (KEYS_NN, GROUPS_NN, VALUES_NN, DOUBLES_NN, DECIMALS_NN, DATES_NN))
 COLUMN_VALUES = {"k": KEYS, "g": GROUPS, "v": VALUES, "x": DOUBLES, "d": DECIMALS, "dt": DATES}
 
 
