@@ -12,11 +12,10 @@
   {%- set target_relation = api.Relation.create(
         database=database, schema=schema, identifier=identifier, type='view') -%}
 
-  {#- The engine keeps the stored result at Spark's managed-table path of this name and
-      publishes a view over it. A table already there (e.g. the model was materialized='table'
-      before) is not ours: drop it first, as dbt's own materializations replace a relation of
-      another type, so its files cannot mix with or later delete the stored result. An
-      existing view is simply replaced by the engine. -#}
+  {#- The engine publishes the model's name as a view over the stored result. A table of that
+      name (e.g. the model was materialized='table' before) is not ours: drop it first, as
+      dbt's own materializations replace a relation of another type. An existing view is
+      simply replaced by the engine. -#}
   {%- set existing_relation = load_cached_relation(target_relation) -%}
   {%- if existing_relation is not none and not existing_relation.is_view -%}
     {{ log("stream table " ~ model['name'] ~ ": replacing existing " ~ existing_relation.type ~ " "

@@ -11,6 +11,8 @@ Each AggCall j keeps its value in `__dvm_agg_j` plus auxiliary columns:
 """
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import alias, col
@@ -33,6 +35,27 @@ def _double(e: exp.Expression) -> exp.Expression:
     return exp.Cast(this=e.copy(), to=exp.DataType.build("double"))
 
 
+_EXACT = re.compile(r"^(tinyint|smallint|int|bigint|decimal\((\d+),\s*(\d+)\))$")
+
+
+def moment_type(arg_type: str | None) -> str:
+    """Type in which Σx and Σx² are kept for the variance family.
+
+    Exact inputs (integers, DECIMAL) accumulate exactly in DECIMAL(38, scale), so repeated
+    refreshes cannot drift and Σx² − (Σx)²/n does not cancel away precision; DOUBLE inputs
+    accumulate in DOUBLE, as Spark's own aggregate does.
+    """
+    match = _EXACT.match((arg_type or "").replace(" ", ""))
+    if not match:
+        return "double"
+    scale = int(match.group(3)) if match.group(3) else 0
+    return f"decimal(38,{scale})"
+
+
+def _as(e: exp.Expression, type_: str) -> exp.Expression:
+    return exp.Cast(this=e.copy(), to=exp.DataType.build(type_))
+
+
 def _case(cond: exp.Expression, then: exp.Expression, default: exp.Expression | None = None) -> exp.Case:
     case = exp.Case(ifs=[exp.If(this=cond, true=then)])
     return case.else_(default, copy=False) if default is not None else case
@@ -43,7 +66,7 @@ def _nonnull_weight(arg: exp.Expression) -> exp.Expression:
                               col(WEIGHT), exp.Literal.number(0)))
 
 
-def state_exprs(agg: AggCall, name: str) -> list[exp.Expression]:
+def state_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expression]:
     """Columns computing the state from plain rows (full build, group rescan)."""
     out = [alias(agg.expr.copy(), name)]
     if agg.kind == "sum":
@@ -51,13 +74,13 @@ def state_exprs(agg: AggCall, name: str) -> list[exp.Expression]:
     elif agg.kind == "avg":
         out += [alias(exp.Sum(this=agg.arg.copy()), f"{name}_sum"), alias(exp.Count(this=agg.arg.copy()), f"{name}_nn")]
     elif agg.kind in VAR_KINDS:
-        x = _double(agg.arg)
+        x = _as(agg.arg, moment_type(arg_type))
         out += [alias(exp.Count(this=agg.arg.copy()), f"{name}_nn"), alias(exp.Sum(this=x), f"{name}_s"),
                 alias(exp.Sum(this=exp.Mul(this=x.copy(), expression=x.copy())), f"{name}_q")]
     return out
 
 
-def delta_exprs(agg: AggCall, name: str) -> list[exp.Expression]:
+def delta_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expression]:
     """Per-group aggregates over the weighted delta (consumed by new_state)."""
     w = col(WEIGHT)
     if agg.kind == "count_star":
@@ -68,7 +91,7 @@ def delta_exprs(agg: AggCall, name: str) -> list[exp.Expression]:
         return [alias(exp.Sum(this=exp.Mul(this=agg.arg.copy(), expression=w)), f"{name}_ds"),
                 alias(_nonnull_weight(agg.arg), f"{name}_dnn")]
     if agg.kind in VAR_KINDS:
-        x = _double(agg.arg)
+        x = _as(agg.arg, moment_type(arg_type))
         return [alias(_nonnull_weight(agg.arg), f"{name}_dnn"),
                 alias(exp.Sum(this=exp.Mul(this=x, expression=w.copy())), f"{name}_ds"),
                 alias(exp.Sum(this=exp.Mul(this=exp.Mul(this=x.copy(), expression=x.copy()), expression=w.copy())),
@@ -115,7 +138,8 @@ def new_state(agg: AggCall, name: str, old: str, d: str, types: dict) -> tuple[l
         nn = plus(coalesce0(o("_nn")), coalesce0(dd("_dnn")))
         s = plus(coalesce0(o("_s")), coalesce0(dd("_ds")))
         q = plus(coalesce0(o("_q")), coalesce0(dd("_dq")))
-        return [alias(_variance(agg.kind, nn, s, q), name), alias(nn, f"{name}_nn"),
+        exact = types.get(f"{name}_s", "double").startswith("decimal")
+        return [alias(_variance(agg.kind, nn, s, q, exact), name), alias(nn, f"{name}_nn"),
                 alias(s, f"{name}_s"), alias(q, f"{name}_q")], no_rescan
     if agg.kind in ("min", "max"):
         pick = exp.Least if agg.kind == "min" else exp.Greatest
@@ -128,19 +152,25 @@ def new_state(agg: AggCall, name: str, old: str, d: str, types: dict) -> tuple[l
     return [alias(o(""), name)], exp.true()
 
 
-def _variance(kind: str, n: exp.Expression, s: exp.Expression, q: exp.Expression) -> exp.Expression:
+def _variance(kind: str, n: exp.Expression, s: exp.Expression, q: exp.Expression, exact: bool) -> exp.Expression:
     """Variance from count, Σx and Σx²; NULL where Spark's aggregate gives NULL.
 
-    Σx² − (Σx)²/n cancels catastrophically when the spread is tiny against the mean; results
-    within 1e-12 of the mean square are treated as exactly 0 (Spark returns 0.0 for constant groups).
+    Exact sums: n·Σx² − (Σx)² is computed in DECIMAL, then divided in DOUBLE (one rounding).
+    DOUBLE sums: Σx² − (Σx)²/n cancels when the spread is tiny against the mean; results within
+    1e-12 of the mean square are taken as exactly 0 (Spark returns 0.0 for constant groups).
     """
     nd = _double(n)
-    m2 = exp.Sub(this=q.copy(), expression=exp.Div(this=exp.Mul(this=s.copy(), expression=s.copy()), expression=nd.copy()))
     samp = kind.endswith("samp")
     denom = exp.Sub(this=nd.copy(), expression=exp.Literal.number(1)) if samp else nd.copy()
-    var = exp.Div(this=m2, expression=denom)
-    floor = exp.Mul(this=exp.Literal.number("1e-12"), expression=exp.Div(this=q.copy(), expression=nd.copy()))
-    var = _case(exp.LTE(this=var.copy(), expression=floor), exp.Literal.number("0.0"), var)
+    if exact:
+        big_n = exp.Cast(this=n.copy(), to=exp.DataType.build("decimal(20,0)"))
+        m2n = exp.Sub(this=exp.Mul(this=big_n, expression=q.copy()), expression=exp.Mul(this=s.copy(), expression=s.copy()))
+        var = exp.Div(this=exp.Div(this=_double(m2n), expression=nd.copy()), expression=denom)
+    else:
+        m2 = exp.Sub(this=q.copy(), expression=exp.Div(this=exp.Mul(this=s.copy(), expression=s.copy()), expression=nd.copy()))
+        var = exp.Div(this=m2, expression=denom)
+        floor = exp.Mul(this=exp.Literal.number("1e-12"), expression=exp.Div(this=q.copy(), expression=nd.copy()))
+        var = _case(exp.LTE(this=var.copy(), expression=floor), exp.Literal.number("0.0"), var)
     if kind.startswith("stddev"):
         var = exp.Sqrt(this=var)
     minimum = 1 if samp else 0

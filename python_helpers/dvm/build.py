@@ -239,7 +239,7 @@ class TreeBuilder:
         inner = call
         if isinstance(call, exp.Filter):
             inner, condition = call.this, call.expression.this
-        if isinstance(inner, exp.Anonymous) and function_name(inner) in ORDER_DEPENDENT_AGGREGATES:
+        if function_name(inner) in ORDER_DEPENDENT_AGGREGATES or isinstance(inner, (exp.First, exp.Last, exp.AnyValue)):
             raise UnsupportedSql(self.model, f"{function_name(inner)}() without an ordering is not deterministic")
         if any(isinstance(n, exp.Window) for n in inner.walk()):
             raise UnsupportedSql(self.model, "window function inside an aggregate")

@@ -135,6 +135,9 @@ class AggregateResult(StoredResult):
         self.project, self.having, self.agg = project, having, agg
         self.keyed = bool(agg.keys)
         self.key_store = [f"__dvm_key_{i}" for i in range(len(agg.keys))]
+        # Spark types of the algebraic aggregates' arguments (set by the engine, which asks
+        # Spark's analyser); they choose exact or DOUBLE accumulation for the variance family.
+        self.arg_types: dict = {}
         self.agg_store = [f"__dvm_agg_{j}" for j in range(len(agg.aggs))]
 
     # Stored state names: keys, count, then each aggregate's value and aux columns.
@@ -171,9 +174,17 @@ class AggregateResult(StoredResult):
         cols = [alias(k.copy(), s) for k, s in zip(self.agg.keys, self.key_store)]
         cols.append(alias(exp.Count(this=exp.Star()), COUNT))
         for a, name in zip(self.agg.aggs, self.agg_store):
-            cols += state.state_exprs(a, name)
+            cols += state.state_exprs(a, name, self.arg_types.get(a.name))
         query = select_from(cols, sub(rows, ctx.alias("a")))
         return query.group_by(*[k.copy() for k in self.agg.keys], copy=False) if self.keyed else query
+
+    def typed_args(self) -> list:
+        """(aggregate name, argument) pairs whose Spark type the engine should look up."""
+        return [(a.name, a.arg) for a in self.agg.aggs if a.kind in state.VAR_KINDS]
+
+    def args_query(self, ctx: Context) -> exp.Select:
+        args = [alias(arg.copy(), f"a{i}") for i, (_, arg) in enumerate(self.typed_args())]
+        return select_from(args, sub(plain(self.agg.child, ctx, "new"), ctx.alias("ty")))
 
     def full_sql(self, ctx: Context) -> exp.Select:
         return self._finish(self._state_from_rows(ctx, plain(self.agg.child, ctx, "new")), ctx, {})
@@ -186,14 +197,15 @@ class AggregateResult(StoredResult):
         dcols = [alias(k.copy(), s) for k, s in zip(self.agg.keys, self.key_store)]
         dcols.append(alias(exp.Sum(this=col("__dvm_w")), f"{COUNT}_d"))
         for a, name in zip(self.agg.aggs, self.agg_store):
-            dcols += state.delta_exprs(a, name)
+            dcols += state.delta_exprs(a, name, self.arg_types.get(a.name))
         dq = select_from(dcols, sub(child_delta, ctx.alias("dl")))
         if self.keyed:
             dq = dq.group_by(*[k.copy() for k in self.agg.keys], copy=False)
         # 2. Join the stored state; compute the new state algebraically where possible.
         d, o = ctx.alias("d"), ctx.alias("o")
+        # A global aggregate yields one delta row even when its filtered delta is empty (SUM = NULL).
         count = exp.Add(this=exp.Coalesce(this=col(COUNT, o), expressions=[exp.Literal.number(0)]),
-                        expression=col(f"{COUNT}_d", d))
+                        expression=exp.Coalesce(this=col(f"{COUNT}_d", d), expressions=[exp.Literal.number(0)]))
         mcols = [col(k, d) for k in self.key_store] + [alias(count, COUNT)]
         rescans = []
         for a, name in zip(self.agg.aggs, self.agg_store):

@@ -49,9 +49,14 @@ def replace_view(spark, schema: str, name: str, query: exp.Expression) -> None:
         if _PUBLISHED.get(key) == text and existing == "VIEW":
             return
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
-        if existing is not None and existing != "VIEW":
-            spark.sql(f"DROP TABLE IF EXISTS `{schema}`.`{name}`")
-        spark.sql(f"CREATE OR REPLACE VIEW `{schema}`.`{name}` AS {text}")
+        if existing == "VIEW":
+            # ALTER VIEW swaps the text in place; CREATE OR REPLACE drops and re-creates, and a
+            # reader on another dbt thread can miss the view in between.
+            spark.sql(f"ALTER VIEW `{schema}`.`{name}` AS {text}")
+        else:
+            if existing is not None:
+                spark.sql(f"DROP TABLE IF EXISTS `{schema}`.`{name}`")
+            spark.sql(f"CREATE VIEW `{schema}`.`{name}` AS {text}")
         _PUBLISHED[key] = text
 
 
@@ -73,30 +78,57 @@ def _table_type(spark, schema: str, name: str):
 
 
 def source_view_query(root: str, files: list, spark_types: dict, partition_columns=()) -> exp.Expression:
-    """The table's rows; partition values come from the hive-style directory names."""
-    if not partition_columns or not files:
+    """The table's rows as of the pinned version.
+
+    Files are grouped by partition directory (hive-style values become literals) and by the
+    columns their parquet footer holds: files written before a column was added lack it, and a
+    plain parquet scan would take one file's schema for all. Missing columns read as NULL.
+    """
+    if not files:
         cols = [exp.column(n, quoted=True) for n in spark_types]
         return exp.select(*cols).from_(files_relation(root, files, spark_types))
+    data_names = [n for n in spark_types if n not in partition_columns]
     groups: dict = {}
     for f in files:
-        groups.setdefault(os.path.dirname(os.path.relpath(f, root)), []).append(f)
+        directory = os.path.dirname(os.path.relpath(f, root)) if partition_columns else ""
+        footer = _footer_columns(f)
+        present = frozenset(n for n in data_names if footer is None or n.lower() in footer)
+        groups.setdefault((directory, present), []).append(f)
     branches = []
-    for directory, group in sorted(groups.items()):
+    for (directory, present), group in sorted(groups.items(), key=lambda kv: (kv[0][0], sorted(kv[0][1]))):
         values = dict(_partition_value(part) for part in directory.split(os.sep) if "=" in part)
-        data_types = {n: t for n, t in spark_types.items() if n not in partition_columns}
         cols = []
         for n, t in spark_types.items():
             if n in partition_columns:
                 value = values.get(n)
                 lit = exp.Null() if value is None else exp.Literal.string(value)
                 cols.append(exp.alias_(exp.Cast(this=lit, to=exp.DataType.build(t)), n, quoted=True))
-            else:
+            elif n in present:
                 cols.append(exp.column(n, quoted=True))
-        branches.append(exp.select(*cols).from_(files_relation(root, group, data_types)))
+            else:
+                cols.append(exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True))
+        read = {n: t for n, t in spark_types.items() if n in present}
+        branches.append(exp.select(*cols).from_(files_relation(root, group, read)))
     out = branches[0]
     for b in branches[1:]:
         out = exp.Union(this=out, expression=b, distinct=False)
     return out
+
+
+_FOOTERS: dict = {}  # data file -> lower-case column names; Delta data files never change
+
+
+def _footer_columns(path: str):
+    """Column names in a data file's footer; None when it cannot be read here (then the
+    current schema is assumed)."""
+    if path not in _FOOTERS:
+        import pyarrow.parquet as pq
+
+        try:
+            _FOOTERS[path] = frozenset(n.lower() for n in pq.read_schema(path).names)
+        except (OSError, ValueError):
+            _FOOTERS[path] = None
+    return _FOOTERS[path]
 
 
 def _partition_value(part: str):

@@ -19,7 +19,7 @@ from python_helpers.errors import (ChangeFeedDisabled, ChangesUnavailable, Concu
 from python_helpers.runtime import catalog_views, delta_tables, storage
 from python_helpers.runtime.api import ENGINES, REFRESH_MODES, RefreshRequest, RefreshResult
 from python_helpers.runtime.binding import Bindings
-from python_helpers.runtime.sources import managed_path, pin_sources
+from python_helpers.runtime.sources import pin_sources, storage_path
 from python_helpers.sql.parse import fingerprint, parse_query, qualify_query, relation_name, source_relations
 from python_helpers.sql.support import check_supported
 
@@ -51,7 +51,7 @@ def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> Re
     overrides = {k.lower(): v for k, v in (request.sources or {}).items()}
     pinned = pin_sources(spark, model, source_relations(query), overrides)
     plan = _plan(model, query, pinned)
-    target = managed_path(spark, request.schema, request.identifier)
+    target = storage_path(spark, request.schema, request.identifier)
     meta = storage.read_metadata(target)
     print_fp = fingerprint(request.sql, request.shaping_config, storage.FORMAT_VERSION)
 
@@ -189,7 +189,7 @@ def _full(spark, request: RefreshRequest, plan: Plan, target: str, print_fp: str
     try:
         names = _output_names(spark, request.model, plan, bindings)
         if plan.tree is not None:
-            result = plan_stored_result(request.model, plan.tree, names)
+            result = _typed(spark, plan_stored_result(request.model, plan.tree, names), bindings)
             frame = spark.sql(render(result.full_sql(bindings.context(set()))))
         else:
             result = RecomputeResult(request.model, names, storage_names(request.model, names))
@@ -201,6 +201,16 @@ def _full(spark, request: RefreshRequest, plan: Plan, target: str, print_fp: str
         return data.num_rows
     finally:
         bindings.close()
+
+
+def _typed(spark, result: StoredResult, bindings: Bindings) -> StoredResult:
+    """Give the plan the Spark types of the aggregate arguments it needs (analysis only, no job)."""
+    typed = getattr(result, "typed_args", lambda: [])()
+    if typed:
+        query = result.args_query(bindings.context(set()))
+        types = [f.dataType.simpleString() for f in spark.sql(render(query)).schema.fields]
+        result.arg_types = {name: t for (name, _), t in zip(typed, types)}
+    return result
 
 
 def _bind_plain_query(plan: Plan, bindings: Bindings) -> exp.Expression:
@@ -236,7 +246,8 @@ def _differential(spark, request: RefreshRequest, plan: Plan, target: str, meta:
             raise ChangesUnavailable(
                 request.model, f"the changes since the last refresh can no longer be read "
                                f"({type(err).__name__}: {str(err).splitlines()[0][:300]})") from None
-        result = plan_stored_result(request.model, plan.tree, _output_names(spark, request.model, plan, bindings))
+        result = _typed(spark, plan_stored_result(request.model, plan.tree,
+                                                  _output_names(spark, request.model, plan, bindings)), bindings)
         read_version = meta["read_version"]
         stored = delta_tables.open_table(target, read_version)
         schema = delta_tables.spark_schema(storage_schema(stored))

@@ -33,6 +33,15 @@ def managed_path(spark, schema: str, table: str) -> str:
     return os.path.join(warehouse_dir(spark), f"{schema.lower()}.db", table.lower())
 
 
+STORAGE_DIR = "__dvm_stream_tables"
+
+
+def storage_path(spark, schema: str, identifier: str) -> str:
+    """Where a stream table's stored result lives: beside, not at, the managed-table location,
+    so a model switched back to `table` (or a table of that name) never collides with it."""
+    return os.path.join(warehouse_dir(spark), f"{schema.lower()}.db", STORAGE_DIR, identifier.lower())
+
+
 def source_path(spark, relation: str, overrides: dict) -> str:
     if relation in overrides and overrides[relation]:
         return overrides[relation]

@@ -73,6 +73,6 @@ def test_concurrent_refresh_fails_the_later_commit_and_loses_nothing(env, monkey
 
 
 def stream_path(env, stream):
-    import os
+    from python_helpers.runtime.sources import storage_path
 
-    return os.path.join(env.warehouse, f"{env.target}.db", stream.identifier)
+    return storage_path(env.spark, env.target, stream.identifier)
