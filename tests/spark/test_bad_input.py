@@ -339,3 +339,13 @@ def test_failed_refreshes_leave_the_result_unchanged(env):
     env.apply(SMOKE_BATCHES[1], only_existing=True)
     stream.refresh(expect="differential")
     stream.check()
+
+
+def test_spark_engine_without_delta_lake_is_a_typed_error(env):
+    """This session has no Delta Lake jars: engine='spark' cannot work and must say so (not a Java error)."""
+    env.source("t1", INITIAL["t1"])
+    stream = env.stream("spark_engine", AGG, engine="spark")
+    with pytest.raises(E.StreamTableError) as info:
+        stream.refresh()
+    assert stream.model in str(info.value)
+    assert not _view_exists(env.spark, stream.view)

@@ -192,3 +192,14 @@ def test_explicit_source_path_outside_the_warehouse(env, tmp_path):
     env.apply([S.Insert("facts", [S.row(None, 1, "q", 1, 1.0, "5.55")]), S.DeleteWhere("facts", "g", "a")])
     stream.refresh(expect="differential")
     stream.check()
+
+
+def test_embedded_engine_chosen_explicitly(env):
+    env.source("t1", INITIAL["t1"])
+    env.source("t2", INITIAL["t2"])
+    stream = env.stream("embedded", SHAPES_BY_NAME["join_agg"].sql, engine="embedded")
+    stream.refresh(expect="full")
+    stream.check()
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
+    stream.refresh(expect="differential")
+    stream.check()

@@ -1,2 +1,16 @@
-"""Test support shared by tests/spark (and usable by tests/dbt): the Spark session, the oracle,
-source-table helpers, change-batch strategies and the query-shape catalogue."""
+"""Test support shared by tests/spark (and usable by tests/dbt).
+
+- spark_session.py  the one local SparkSession of a run (built like dbt-spark's session connection)
+- oracle.py         assert_matches_recompute: stream table == its SQL recomputed on the sources
+- sources.py        Delta source tables (deltalake) and change ops (insert/update/delete/...)
+- strategies.py     hypothesis strategies for initial rows and change batches; settings
+- shapes.py         the query shapes by operator family, deterministic smoke data and batches
+- harness.py        StreamEnv / Stream: fresh schemas, refresh + check, run_cycles
+
+Environment knobs:
+  DVM_HYPOTHESIS_EXAMPLES        examples per property test (defaults 3-4; the suite takes ~10 min)
+  DVM_HYPOTHESIS_SLOW_EXAMPLES   examples for the `slow` tests (default 40)
+  DVM_HYPOTHESIS_SHRINK=1        let hypothesis shrink a failure (slow: every step re-runs Spark)
+  DVM_SPARK_LOG_LEVEL            Spark log level (default ERROR)
+  DVM_SPARK_DRIVER_MEMORY        driver memory (default 2g)
+"""
