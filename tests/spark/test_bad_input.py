@@ -349,3 +349,27 @@ def test_spark_engine_without_delta_lake_is_a_typed_error(env):
         stream.refresh()
     assert stream.model in str(info.value)
     assert not _view_exists(env.spark, stream.view)
+
+
+@pytest.mark.parametrize("feature,props", [
+    ("column", {"delta.columnMapping.mode": "name", "delta.minReaderVersion": "2", "delta.minWriterVersion": "5"}),
+    ("deletion", {"delta.enableDeletionVectors": "true"}),
+])
+def test_source_with_features_the_embedded_engine_cannot_read(env, feature, props):
+    """Column mapping / deletion vectors: the parquet files alone do not give the table's rows, so
+    the embedded engine must refuse with a typed error naming the feature (never read wrong rows)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = env.source_path("featured")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_deltalake(path, pa.table({"id": pa.array([1, 2, 3], pa.int64()), "k": pa.array([1, 1, 2], pa.int32())}),
+                    configuration={"delta.enableChangeDataFeed": "true", **props})
+    env.paths["featured"] = path
+    stream = env.stream("featured_" + feature, "SELECT k, COUNT(*) AS n FROM {src}.featured GROUP BY k")
+    with pytest.raises(E.StreamTableError) as info:
+        stream.refresh()
+    text = str(info.value).lower()
+    assert stream.model in str(info.value)
+    assert feature in text
+    assert not _view_exists(env.spark, stream.view)
