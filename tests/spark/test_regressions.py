@@ -86,3 +86,24 @@ def test_source_gains_a_column(env):
     env.apply([S.DeleteWhere("t1", "k", 0)])
     stream.refresh()
     stream.check()
+
+
+def test_sum_of_wide_decimal_keeps_its_scale(env):
+    """SUM over DECIMAL(38,18): the delta SUM(x * __dvm_w) multiplies by a BIGINT weight, and Spark
+    cuts the product's scale to 6 (precision > 38), so 1.123456789000000001 was stored as
+    1.123457000000000000."""
+    import decimal
+    import os
+
+    schema = pa.schema([("id", pa.int64()), ("k", pa.int32()), ("big", pa.decimal128(38, 18))])
+    path = env.source_path("wide")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_deltalake(path, pa.Table.from_pylist([{"id": 1, "k": 1, "big": decimal.Decimal("1E-18")}], schema=schema),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    env.paths["wide"] = path
+    stream = env.stream("wide_sum", "SELECT k, SUM(big) AS sb, AVG(big) AS ab, COUNT(*) AS n FROM {src}.wide GROUP BY k")
+    stream.refresh(expect="full")
+    write_deltalake(path, pa.Table.from_pylist([{"id": 2, "k": 1, "big": decimal.Decimal("1.123456789")}],
+                                               schema=schema), mode="append")
+    stream.refresh(expect="differential")
+    stream.check()

@@ -23,7 +23,8 @@ class Shape:
 
     @property
     def tables(self) -> tuple:
-        return tuple(t for t in ("t1", "t2", "t3") if "{src}." + t in self.sql)
+        sql = self.sql.lower()
+        return tuple(t for t in ("t1", "t2", "t3") if "{src}." + t in sql)
 
 
 SHAPES = [
@@ -122,6 +123,28 @@ SHAPES = [
     Shape("agg_then_join", "subquery", """
         SELECT a.k, a.n, b.id AS bid, b.v
         FROM (SELECT k, COUNT(*) AS n FROM {src}.t1 GROUP BY k) a JOIN {src}.t2 b ON a.k = b.k"""),
+    # --- SQL spellings the front end must resolve ---------------------------------------------
+    Shape("syntax_group_ordinal", "syntax", "SELECT k, COUNT(*) AS n, MAX(g) AS mg FROM {src}.t1 GROUP BY 1"),
+    Shape("syntax_group_alias", "syntax", "SELECT year(dt) AS yr, SUM(v) AS sv FROM {src}.t1 GROUP BY yr"),
+    Shape("syntax_select_star", "syntax", "SELECT * FROM {src}.t1 WHERE v > 0"),
+    Shape("syntax_star_subquery", "syntax", """
+        SELECT s.* FROM (SELECT k, g, v FROM {src}.t1) s WHERE s.k IS NOT NULL"""),
+    Shape("syntax_case_and_quotes", "syntax", """
+        SELECT `K` AS `Key Col`, G AS `g-value`, v AS `select` FROM {src}.T1 WHERE V <> 0"""),
+    Shape("syntax_unaliased_outputs", "syntax", "SELECT k, COUNT(*), SUM(v) + 1, max(g) FROM {src}.t1 GROUP BY k"),
+    Shape("syntax_hidden_having", "syntax", """
+        SELECT g, COUNT(*) AS n FROM {src}.t1 GROUP BY g HAVING MIN(x) < 1 AND MAX(v) >= 0"""),
+    Shape("syntax_count_distinct_multi", "syntax", """
+        SELECT k, COUNT(DISTINCT g, v) AS n, COUNT(DISTINCT v) AS dv, SUM(v) AS sv FROM {src}.t1 GROUP BY k"""),
+    Shape("syntax_nested_subqueries", "syntax", """
+        SELECT a.k, a.v FROM (SELECT k, v FROM (SELECT k, v FROM {src}.t1 WHERE v > -3) x WHERE k > 0) a"""),
+    Shape("syntax_agg_over_union_all", "syntax", """
+        SELECT k, SUM(v) AS s, COUNT(*) AS n
+        FROM (SELECT k, v FROM {src}.t1 UNION ALL SELECT k, v FROM {src}.t2) u GROUP BY k"""),
+    Shape("syntax_join_using", "syntax", "SELECT k, a.v, b.v AS bv FROM {src}.t1 a JOIN {src}.t2 b USING (k)"),
+    Shape("syntax_in_like_between", "syntax", """
+        SELECT id, g, v FROM {src}.t1
+        WHERE (g IN ('a', 'b') AND k NOT IN (0)) OR g LIKE 'c%' OR v BETWEEN -1 AND 1"""),
 ]
 
 SHAPES_BY_NAME = {s.name: s for s in SHAPES}
