@@ -64,7 +64,7 @@ def merge_rows(path: str, rows: pa.Table, columns: list, row_id: str, action: st
     committed in between, delta-rs' conflict check fails the commit and nothing is applied.
     """
     table = DeltaTable(path, version=read_version)
-    rows = rows.cast(normalize_schema(rows.schema))
+    rows = _like_target(rows, table)
     updates = {c: f"s.`{c}`" for c in columns}
     merger = table.merge(
         source=rows, predicate=f"t.`{row_id}` = s.`{row_id}`", source_alias="s", target_alias="t",
@@ -74,6 +74,16 @@ def merge_rows(path: str, rows: pa.Table, columns: list, row_id: str, action: st
               .when_matched_update(updates=updates, predicate=f"s.`{action}` = 'U'")
               .when_not_matched_insert(updates=updates, predicate=f"s.`{action}` = 'U'"))
     return merger.execute()
+
+
+def _like_target(rows: pa.Table, table: DeltaTable) -> pa.Table:
+    """Cast the MERGE source to the stored table's exact types, nested nullability included:
+    delta-rs' MERGE panics when, e.g., a list's element nullability differs between the two."""
+    raw = table.schema().to_arrow() if hasattr(table.schema(), "to_arrow") else table.schema().to_pyarrow()
+    target = normalize_schema(pa.schema(raw))
+    rows = rows.cast(normalize_schema(rows.schema))
+    fields = [target.field(n) if n in target.names else rows.schema.field(n) for n in rows.column_names]
+    return rows.cast(pa.schema(fields))
 
 
 def commit_offsets_only(path: str, metadata: dict, read_version: int) -> None:
