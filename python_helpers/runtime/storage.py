@@ -29,15 +29,19 @@ def read_metadata(path: str) -> Optional[dict]:
     if table is None:
         return None
     pinned = table.version()
-    for commit in table.history():
-        if commit.get("version", -1) > pinned:
-            continue
-        raw = commit.get(METADATA_KEY)
-        if raw:
-            meta = json.loads(raw)
-            meta["storage_version"] = commit.get("version")
-            meta["read_version"] = pinned
-            return meta
+    for limit in (32, None):  # the newest commits nearly always hold it; the whole log is slow
+        commits = table.history(limit)
+        for commit in commits:
+            if commit.get("version", -1) > pinned:
+                continue
+            raw = commit.get(METADATA_KEY)
+            if raw:
+                meta = json.loads(raw)
+                meta["storage_version"] = commit.get("version")
+                meta["read_version"] = pinned
+                return meta
+        if limit is not None and len(commits) < limit:
+            break
     return None
 
 
