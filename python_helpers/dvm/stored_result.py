@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
 
 from sqlglot import exp
 
 from python_helpers.dvm import aggregate_state as state
 from python_helpers.dvm.differentiate import delta, plain
-from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, row_id, select_from, semi_join, sub
+from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, row_id, select_from, sub
 from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Node, Project
 from python_helpers.errors import UnsupportedSql
 
