@@ -61,6 +61,25 @@ def _case(cond: exp.Expression, then: exp.Expression, default: exp.Expression | 
     return case.else_(default, copy=False) if default is not None else case
 
 
+def _signed(value: exp.Expression, value_type: str | None) -> exp.Expression:
+    """+x or -x by the row's weight. The delta rows are expanded to weights of ±1 first
+    (stored_result): x * w widens DECIMAL precision past 38 and Spark then cuts the scale, so a
+    DECIMAL is negated as it is; other types are multiplied by -1 as BIGINT, which cannot
+    overflow for narrow integers (−TINYINT −128 would)."""
+    if (value_type or "").startswith("decimal"):
+        negative = exp.Neg(this=value.copy())
+    else:
+        negative = exp.Mul(this=value.copy(), expression=exp.Cast(this=exp.Literal.number(-1),
+                                                                  to=exp.DataType.build("bigint")))
+    return _case(exp.GT(this=col(WEIGHT), expression=exp.Literal.number(0)), value.copy(), negative)
+
+
+def double_variance(agg: AggCall, arg_type: str | None) -> bool:
+    """Variance over DOUBLE: Σx² − (Σx)²/n loses everything when a dominant value leaves, so a
+    group with deleted values is rescanned (semi-algebraic); inserts stay algebraic."""
+    return agg.kind in VAR_KINDS and not moment_type(arg_type).startswith("decimal")
+
+
 def _nonnull_weight(arg: exp.Expression) -> exp.Expression:
     return exp.Sum(this=_case(exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null())),
                               col(WEIGHT), exp.Literal.number(0)))
@@ -88,14 +107,17 @@ def delta_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[ex
     if agg.kind == "count":
         return [alias(_nonnull_weight(agg.arg), f"{name}_d")]
     if agg.kind in ("sum", "avg"):
-        return [alias(exp.Sum(this=exp.Mul(this=agg.arg.copy(), expression=w)), f"{name}_ds"),
+        return [alias(exp.Sum(this=_signed(agg.arg, arg_type)), f"{name}_ds"),
                 alias(_nonnull_weight(agg.arg), f"{name}_dnn")]
     if agg.kind in VAR_KINDS:
         x = _as(agg.arg, moment_type(arg_type))
+        deleted = exp.and_(exp.LT(this=w.copy(), expression=exp.Literal.number(0)),
+                           exp.Not(this=exp.Is(this=agg.arg.copy(), expression=exp.Null())))
         return [alias(_nonnull_weight(agg.arg), f"{name}_dnn"),
-                alias(exp.Sum(this=exp.Mul(this=x, expression=w.copy())), f"{name}_ds"),
-                alias(exp.Sum(this=exp.Mul(this=exp.Mul(this=x.copy(), expression=x.copy()), expression=w.copy())),
-                      f"{name}_dq")]
+                alias(exp.Sum(this=_signed(x, moment_type(arg_type))), f"{name}_ds"),
+                alias(exp.Sum(this=_signed(exp.Mul(this=x.copy(), expression=x.copy()), moment_type(arg_type))),
+                      f"{name}_dq"),
+                alias(exp.Max(this=_case(deleted, exp.Literal.number(1), exp.Literal.number(0))), f"{name}_ddel")]
     if agg.kind in ("min", "max"):
         fn = exp.Min if agg.kind == "min" else exp.Max
         pos = exp.GT(this=w.copy(), expression=exp.Literal.number(0))
@@ -139,8 +161,9 @@ def new_state(agg: AggCall, name: str, old: str, d: str, types: dict) -> tuple[l
         s = plus(coalesce0(o("_s")), coalesce0(dd("_ds")))
         q = plus(coalesce0(o("_q")), coalesce0(dd("_dq")))
         exact = types.get(f"{name}_s", "double").startswith("decimal")
+        rescan = no_rescan if exact else exp.EQ(this=coalesce0(dd("_ddel")), expression=exp.Literal.number(1))
         return [alias(_variance(agg.kind, nn, s, q, exact), name), alias(nn, f"{name}_nn"),
-                alias(s, f"{name}_s"), alias(q, f"{name}_q")], no_rescan
+                alias(s, f"{name}_s"), alias(q, f"{name}_q")], rescan
     if agg.kind in ("min", "max"):
         pick = exp.Least if agg.kind == "min" else exp.Greatest
         reaches = exp.LTE if agg.kind == "min" else exp.GTE

@@ -179,7 +179,7 @@ class AggregateResult(StoredResult):
 
     def typed_args(self) -> list:
         """(aggregate name, argument) pairs whose Spark type the engine should look up."""
-        return [(a.name, a.arg) for a in self.agg.aggs if a.kind in state.VAR_KINDS]
+        return [(a.name, a.arg) for a in self.agg.aggs if a.kind in state.VAR_KINDS + ("sum", "avg")]
 
     def args_query(self, ctx: Context) -> exp.Select:
         args = [alias(arg.copy(), f"a{i}") for i, (_, arg) in enumerate(self.typed_args())]
@@ -197,7 +197,7 @@ class AggregateResult(StoredResult):
         dcols.append(alias(exp.Sum(this=col("__dvm_w")), f"{COUNT}_d"))
         for a, name in zip(self.agg.aggs, self.agg_store):
             dcols += state.delta_exprs(a, name, self.arg_types.get(a.name))
-        dq = select_from(dcols, sub(child_delta, ctx.alias("dl")))
+        dq = select_from(dcols, sub(_unit_weights(child_delta, self.agg.child.columns), ctx.alias("dl")))
         if self.keyed:
             dq = dq.group_by(*[k.copy() for k in self.agg.keys], copy=False)
         # 2. Join the stored state; compute the new state algebraically where possible.
@@ -252,7 +252,7 @@ class AggregateResult(StoredResult):
         return select_from(outs, sub(finished, f)).where(keep, copy=False)
 
     def _rescan(self, ctx: Context, m: exp.Select):
-        needs_rescan = any(a.kind not in ("count_star", "count", "sum", "avg") and a.kind not in state.VAR_KINDS
+        needs_rescan = any(a.strategy != "algebraic" or state.double_variance(a, self.arg_types.get(a.name))
                            for a in self.agg.aggs)
         if not needs_rescan:
             return None
@@ -281,6 +281,19 @@ class RecomputeResult(StoredResult):
 
     def storage_columns(self) -> list[str]:
         return list(self.user_columns)
+
+
+def _unit_weights(delta_query: exp.Expression, columns: list) -> exp.Select:
+    """Each delta row repeated |w| times with weight ±1, so aggregate deltas add ±x instead of
+    multiplying by w (exact for every DECIMAL scale)."""
+    w = col("__dvm_w")
+    sign = exp.Cast(this=exp.Anonymous(this="signum", expressions=[w.copy()]), to=exp.DataType.build("bigint"))
+    gen = exp.Explode(this=exp.Anonymous(this="sequence", expressions=[
+        exp.Literal.number(1), exp.Abs(this=w.copy())]))
+    query = select_from([col(c) for c in columns] + [alias(sign, "__dvm_w")], sub(delta_query, "__dvm_uw"))
+    query = query.lateral(exp.Lateral(this=gen, view=True, alias=exp.TableAlias(
+        this=exp.to_identifier("__dvm_rep"), columns=[exp.to_identifier("__dvm_i")])), copy=False)
+    return query.where(exp.NEQ(this=w.copy(), expression=exp.Literal.number(0)), copy=False)
 
 
 def null_safe_keys(keys: list[str], left: str, right: str) -> exp.Expression:

@@ -87,7 +87,10 @@ def _like_target(rows: pa.Table, table: DeltaTable) -> pa.Table:
     target = normalize_schema(pa.schema(raw))
     rows = rows.cast(normalize_schema(rows.schema))
     fields = [target.field(n) if n in target.names else rows.schema.field(n) for n in rows.column_names]
-    return rows.cast(pa.schema(fields))
+    rows = rows.cast(pa.schema(fields))
+    # take() rebuilds every buffer: Spark's Arrow output can hold an empty child array without
+    # an offsets buffer, on which delta-rs' MERGE panics as well.
+    return rows.take(pa.array(range(rows.num_rows), type=pa.int64()))
 
 
 def commit_offsets_only(path: str, metadata: dict, read_version: int) -> None:

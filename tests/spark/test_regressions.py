@@ -88,6 +88,8 @@ def test_source_gains_a_column(env):
     stream.check()
 
 
+@pytest.mark.xfail(strict=True, reason="known bug (docs/supported-sql.md): old + delta of a DECIMAL(38, s>17) "
+                   "sum is added at precision 39, so Spark keeps scale 17 and the 18th digit is lost")
 def test_sum_of_wide_decimal_keeps_its_scale(env):
     """SUM over DECIMAL(38,18): the delta SUM(x * __dvm_w) multiplies by a BIGINT weight, and Spark
     cuts the product's scale to 6 (precision > 38), so 1.123456789000000001 was stored as
