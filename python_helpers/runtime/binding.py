@@ -24,6 +24,7 @@ class Bindings:
         self.columns = columns  # relation -> columns the query reads (None: all)
         self.id = uuid.uuid4().hex[:12]
         self.views: list[str] = []
+        self.views_by_key: dict = {}  # "s<i>_old|new|chg" -> registered temp view
         self.change_counts: dict = {}
         self._index = {r: i for i, r in enumerate(sorted(pinned))}
 
@@ -76,12 +77,6 @@ class Bindings:
             self.views_by_key[key] = self.register(frame, key)
             changed.add(relation)
         return changed
-
-    @property
-    def views_by_key(self) -> dict:
-        if not hasattr(self, "_by_key"):
-            self._by_key = {}
-        return self._by_key
 
     def context(self, changed: set) -> Context:
         return Context(changes=self.changes, snapshot=self.snapshot, changed=set(changed))
