@@ -107,5 +107,41 @@ class ChangeBatches:
                 "lineitems_inserted": li.num_rows, "seconds": time.perf_counter() - started}
 
 
+def change_fraction(paths: dict, fraction: float, salt: int, schema: str = "tpch") -> dict:
+    """Change about `fraction` of lineitem's rows in one go (70% updated, 15% deleted, 15%
+    inserted as copies under new order keys), chosen by order key modulo 100,000 so that large
+    fractions need no key lists. `salt` picks other residues on each call."""
+    import pyarrow.compute as pc
+
+    started = time.perf_counter()
+    modulus = 100_000
+    path = paths[f"{schema}.lineitem"]
+    table = DeltaTable(path)
+    n_upd = max(1, round(fraction * 0.70 * modulus))
+    n_del = max(1, round(fraction * 0.15 * modulus))
+    n_ins = max(1, round(fraction * 0.15 * modulus))
+    base = (salt * 7919) % modulus
+
+    def residues(start: int, count: int) -> str:
+        lo, hi = (base + start) % modulus, (base + start + count) % modulus
+        if lo < hi:
+            return f"(l_orderkey % {modulus} >= {lo} AND l_orderkey % {modulus} < {hi})"
+        return f"(l_orderkey % {modulus} >= {lo} OR l_orderkey % {modulus} < {hi})"
+
+    table.update(predicate=residues(0, n_upd), updates={"l_quantity": "l_quantity + 1"})
+    table.delete(residues(n_upd, n_del))
+    data = DeltaTable(path).to_pyarrow_table()
+    key = data.column("l_orderkey")
+    rest = pc.subtract(key, pc.multiply(pc.divide(key, modulus), modulus))
+    lo = (base + n_upd + n_del) % modulus
+    mask = pc.and_(pc.greater_equal(rest, lo), pc.less(rest, lo + n_ins))
+    copies = data.filter(mask)
+    offset = int(pc.max(key).as_py()) + 1
+    copies = copies.set_column(copies.schema.get_field_index("l_orderkey"), "l_orderkey",
+                               pc.add(copies.column("l_orderkey"), offset))
+    write_deltalake(path, copies, mode="append")
+    return {"fraction": fraction, "inserted": copies.num_rows, "seconds": time.perf_counter() - started}
+
+
 def lineitem_rows(paths: dict, schema: str = "tpch") -> int:
     return DeltaTable(paths[f"{schema}.lineitem"]).to_pyarrow_dataset().count_rows()

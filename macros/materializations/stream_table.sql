@@ -33,6 +33,8 @@
         refresh_mode=refresh_mode,
         full_refresh=should_full_refresh(),
         sources=spark_stream__source_delta_paths(model),
+        auto_full_threshold=config.get('auto_full_threshold'),
+        float_recompute_every=config.get('float_recompute_every'),
   ) -%}
   {#- store_result keeps our response object whole: its mode / rows_changed / seconds fields
       land in run_results.json `adapter_response`, its message on the console line. -#}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from python_helpers.dvm.operators import join, keyed_recompute, linear, scan
+from python_helpers.dvm.operators import join, join_chain, keyed_recompute, linear, scan
 from python_helpers.dvm.sqlgen import Context
 from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Join, Node, Project, Scan, UnionAll
 
@@ -39,6 +39,8 @@ def delta(node: Node, ctx: Context):
         return None
     if isinstance(node, Scan):
         return scan.delta(node, ctx)
+    if isinstance(node, Join) or (isinstance(node, Filter) and isinstance(node.child, Join)):
+        return join_chain.chain_delta(node, ctx, lambda n: delta(n, ctx), lambda n, v: plain(n, ctx, v))
     if isinstance(node, Filter):
         return linear.filter_delta(node, ctx, delta(node.child, ctx))
     if isinstance(node, Project):

@@ -15,12 +15,15 @@ class Context:
 
     changes(relation) -> a FROM-able expression with the source's columns plus __dvm_w;
     snapshot(relation, "old"|"new") -> the source at the pinned old / new version;
-    changed: the relations whose pinned range holds changes (others have an empty delta).
+    changed: the relations whose pinned range holds changes (others have an empty delta);
+    consolidated: those whose change rows the engine consolidated already (no Spark GROUP BY).
     """
 
     changes: Callable[[str], exp.Expression]
     snapshot: Callable[[str, str], exp.Expression]
     changed: set = field(default_factory=set)
+    consolidated: set = field(default_factory=set)
+    small_delta: bool = False  # the engine counted few change rows: broadcast the delta side
     _alias: int = 0
 
     def alias(self, base: str = "t") -> str:

@@ -215,7 +215,10 @@ class AggregateResult(StoredResult):
         flag = exp.and_(alive, exp.or_(*rescans)) if rescans else exp.false()
         mcols += [alias(flag, "__dvm_rescan"),
                   alias(exp.Not(this=exp.Is(this=col(ROW_ID, o), expression=exp.Null())), "__dvm_existed")]
-        mcols += [alias(col(c, o), f"__dvm_old_{c}") for c in self.storage_columns()]
+        # One digest of the stored row (not a copy of each column): far less for Spark to
+        # analyse and carry, and enough to drop the rows whose stored value would not change.
+        compare = self.storage_columns()[1:]
+        mcols.append(alias(row_id(compare, o), "__dvm_old_digest"))
         m = select_from(mcols, sub(dq, d)).join(
             sub(storage, o), on=exp.EQ(this=col(ROW_ID, o), expression=row_id(self.key_store, d)),
             join_type="LEFT", copy=False)
@@ -231,7 +234,7 @@ class AggregateResult(StoredResult):
                                        if c == COUNT else col(c, r)),
                                  false=col(c, mm)), c) if c not in self.key_store else col(c, mm)
                     for c in state_names]
-        pick += [col("__dvm_existed", mm)] + [col(f"__dvm_old_{c}", mm) for c in self.storage_columns()]
+        pick += [col("__dvm_existed", mm), col("__dvm_old_digest", mm)]
         merged = select_from(pick, sub(m, mm))
         if rescanned is not None:
             on = exp.and_(col("__dvm_rescan", mm), null_safe_keys(self.key_store, mm, r))
@@ -239,13 +242,14 @@ class AggregateResult(StoredResult):
         # 4. Finish the stored row; decide the action; drop rows that would not change.
         f = ctx.alias("f")
         finished = self._finish(merged, ctx, types)
-        finished.expressions.extend([col("__dvm_existed")] + [col(f"__dvm_old_{c}") for c in self.storage_columns()])
+        finished.expressions.extend([col("__dvm_existed"), col("__dvm_old_digest")])
         gone = (exp.LTE(this=col(COUNT, f), expression=exp.Literal.number(0)) if self.keyed else exp.false())
         action = exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U"))
         outs = [col(ROW_ID, f), alias(action, ACTION)] + [col(c, f) for c in self.storage_columns()[1:]]
-        compare = self.storage_columns()[1:]
-        changed = exp.Not(this=exp.and_(*[exp.NullSafeEQ(this=col(c, f), expression=col(f"__dvm_old_{c}", f))
-                                          for c in compare]))
+        # The new row's columns carry the stored types (cast in _finish), so equal values give
+        # equal JSON; the only values that differ in JSON but compare equal (-0.0 and 0.0) cost
+        # a harmless rewrite of an unchanged row.
+        changed = exp.NEQ(this=row_id(compare, f), expression=col("__dvm_old_digest", f))
         keep = exp.or_(
             exp.and_(gone.copy(), col("__dvm_existed", f)),
             exp.and_(exp.Not(this=gone.copy()), exp.or_(exp.Not(this=col("__dvm_existed", f)), changed)))

@@ -6,6 +6,7 @@ from typing import Optional
 
 REFRESH_MODES = ("auto", "differential", "full")
 ENGINES = ("auto", "embedded", "spark")
+DEFAULT_AUTO_FULL_THRESHOLD = 0.2
 
 
 @dataclass
@@ -28,6 +29,13 @@ class RefreshRequest:
     engine: str = "auto"
     # Config that shapes the stored result; a change of it forces a full rebuild.
     shaping_config: dict = field(default_factory=dict)
+    # `auto` refreshes in full when the changed rows of a source exceed this fraction of its rows
+    # (a full refresh is then cheaper; benchmarks/README.md has the measurement). 0 disables.
+    auto_full_threshold: float = DEFAULT_AUTO_FULL_THRESHOLD
+    # Recompute in full after this many differential refreshes when the result holds algebraic
+    # aggregates over floating point (SUM/AVG/VAR of DOUBLE), so rounding drift cannot pile up.
+    # 0 (the default) never does.
+    float_recompute_every: int = 0
 
 
 @dataclass
@@ -39,6 +47,7 @@ class RefreshResult:
     reason: Optional[str] = None  # why this refresh ran in full (None for differential)
     skipped: bool = False  # differential with no source change: nothing read, nothing written
     source_versions: dict = field(default_factory=dict)  # relation -> version refreshed to
+    phases: dict = field(default_factory=dict)  # phase -> seconds (plan, changes, delta, merge, publish, ...)
 
     @property
     def message(self) -> str:

@@ -15,6 +15,10 @@ from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime import delta_tables
 
 
+# Up to this many change rows (all sources together) the delta side of a join is broadcast.
+SMALL_DELTA_ROWS = 200_000
+
+
 class Bindings:
     def __init__(self, spark, pinned: dict, old_versions: dict, columns: dict, model: str = "?"):
         self.spark = spark
@@ -25,7 +29,8 @@ class Bindings:
         self.id = uuid.uuid4().hex[:12]
         self.views: list[str] = []
         self.views_by_key: dict = {}  # "s<i>_old|new|chg" -> registered temp view
-        self.change_counts: dict = {}
+        self.change_counts: dict = {}  # relation -> change rows after consolidation
+        self.consolidated: set = set()  # relations whose change rows are consolidated already
         self._index = {r: i for i, r in enumerate(sorted(pinned))}
 
     def register(self, frame, suffix: str) -> exp.Table:
@@ -65,21 +70,33 @@ class Bindings:
         return self.views_by_key[key].copy()
 
     def load_changes(self) -> set:
-        """Read the change feed of every source that moved; returns the relations with changes."""
+        """Read the change feed of every source that moved; returns the relations whose changes
+        do not cancel out (a source whose changes all cancel is treated as unchanged)."""
         changed = set()
         for relation, src in self.pinned.items():
             v_old = self.old.get(relation)
             if v_old is None or v_old >= src.state.version:
                 continue
-            frame = delta_tables.changes_frame(self.spark, src.state, v_old + 1, src.state.version,
-                                               self.columns.get(relation))
+            frame, consolidated, rows = delta_tables.changes_frame(
+                self.spark, src.state, v_old + 1, src.state.version, self.columns.get(relation))
+            self.change_counts[relation] = rows
+            if consolidated and rows == 0:
+                continue
+            if consolidated:
+                self.consolidated.add(relation)
+            if rows <= SMALL_DELTA_ROWS:
+                # One partition: an aggregate or a join over it then needs no shuffle (a single
+                # partition satisfies any clustering), which saves a Spark stage per refresh.
+                frame = frame.coalesce(1)
             key = f"s{self._index[relation]}_chg"
             self.views_by_key[key] = self.register(frame, key)
             changed.add(relation)
         return changed
 
     def context(self, changed: set) -> Context:
-        return Context(changes=self.changes, snapshot=self.snapshot, changed=set(changed))
+        return Context(changes=self.changes, snapshot=self.snapshot, changed=set(changed),
+                       consolidated=set(self.consolidated) & set(changed),
+                       small_delta=sum(self.change_counts.values()) <= SMALL_DELTA_ROWS)
 
     def close(self) -> None:
         for name in self.views:

@@ -37,17 +37,28 @@ def create_schema(spark, schema: str) -> None:
 _PUBLISHED: dict = {}
 
 
-def replace_view(spark, schema: str, name: str, query: exp.Expression) -> None:
+def replace_view(spark, schema: str, name: str, query: exp.Expression, force: bool = False) -> None:
     """CREATE OR REPLACE VIEW schema.name (a plain table of that name is replaced too);
-    nothing is done when this process already published exactly this text and it still exists."""
+    nothing is done when this process already published exactly this text, unless `force`
+    (the view's captured schema must be renewed)."""
     from python_helpers.dvm.sqlgen import render
 
     text = render(query)
     key = (id(spark), schema.lower(), name.lower())
     with _DDL_LOCK:
-        existing = _table_type(spark, schema, name)
-        if _PUBLISHED.get(key) == text and existing == "VIEW":
+        known = _PUBLISHED.get(key)
+        if known == text and not force:
             return
+        if known is not None:
+            # This process made the view: swap the text without asking the catalog first
+            # (each catalog lookup costs tens of ms); if it is gone after all, take the long way.
+            try:
+                spark.sql(f"ALTER VIEW `{schema}`.`{name}` AS {text}")
+                _PUBLISHED[key] = text
+                return
+            except Exception:  # noqa: BLE001 - dropped by someone else: re-create below
+                _PUBLISHED.pop(key, None)
+        existing = _table_type(spark, schema, name)
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
         if existing == "VIEW":
             # ALTER VIEW swaps the text in place; CREATE OR REPLACE drops and re-creates, and a
@@ -58,6 +69,30 @@ def replace_view(spark, schema: str, name: str, query: exp.Expression) -> None:
                 spark.sql(f"DROP TABLE IF EXISTS `{schema}`.`{name}`")
             spark.sql(f"CREATE VIEW `{schema}`.`{name}` AS {text}")
         _PUBLISHED[key] = text
+
+
+def forget(spark) -> None:
+    """Drop what this process believes it published in `spark` (a view was found missing)."""
+    with _DDL_LOCK:
+        for key in [k for k in _PUBLISHED if k[0] == id(spark)]:
+            del _PUBLISHED[key]
+        for key in [k for k in _SOURCE_VERSIONS if k[0] == id(spark)]:
+            del _SOURCE_VERSIONS[key]
+
+
+# (session, relation) -> (path, table id, version) of the source view this process published.
+_SOURCE_VERSIONS: dict = {}
+
+
+def publish_source(spark, relation: str, stamp: tuple, make_query) -> None:
+    """The view `schema.table` over a source at its pinned version; skipped (no catalog call)
+    when this process already published the same `stamp` (path, table id, version)."""
+    key = (id(spark), relation)
+    if _SOURCE_VERSIONS.get(key) == stamp:
+        return
+    parts = relation.split(".")
+    replace_view(spark, parts[-2], parts[-1], make_query())
+    _SOURCE_VERSIONS[key] = stamp
 
 
 def view_text(spark, schema: str, name: str):

@@ -11,6 +11,7 @@ from typing import Optional
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
@@ -133,11 +134,49 @@ def changes_arrow(state: TableState, start_version: int, end_version: int, colum
     return data.select(keep).append_column("__dvm_w", weights)
 
 
+def row_count(path: str, version: int) -> Optional[int]:
+    """Rows in the table at `version`, from the Delta log's file statistics (no data read);
+    None when a file carries no row count."""
+    table = open_table(path, version)
+    actions = table.get_add_actions(flatten=True)
+    if hasattr(actions, "to_pyarrow"):
+        actions = actions.to_pyarrow()
+    actions = pa.table(actions) if not isinstance(actions, pa.Table) else actions
+    if "num_records" not in actions.column_names:
+        return None
+    counts = actions.column("num_records")
+    if counts.null_count:
+        return None
+    return int(pa.compute.sum(counts).as_py() or 0)
+
+
+def consolidate_arrow(data: pa.Table) -> Optional[pa.Table]:
+    """Sum the weights of identical rows and drop those that cancel (an update that changed no
+    column read here), before the rows ever reach Spark. None when Arrow cannot group by these
+    column types (nested ones); Spark consolidates then. Treating -0.0 and 0.0, or two NaNs, as
+    different rows only consolidates less, which every delta rule tolerates."""
+    keys = [n for n in data.column_names if n != "__dvm_w"]
+    if data.num_rows == 0:
+        return data
+    try:
+        grouped = data.group_by(keys, use_threads=False).aggregate([("__dvm_w", "sum")]) if keys else \
+            pa.table({"__dvm_w_sum": [pa.compute.sum(data.column("__dvm_w")).as_py() or 0]})
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    grouped = grouped.rename_columns([("__dvm_w" if n == "__dvm_w_sum" else n) for n in grouped.column_names])
+    grouped = grouped.filter(pa.compute.not_equal(grouped.column("__dvm_w"), 0))
+    return grouped.select(data.column_names).cast(data.schema)
+
+
 def changes_frame(spark, state: TableState, start_version: int, end_version: int, columns: Optional[list] = None):
+    """(DataFrame of the changes, whether they are consolidated already, row count)."""
     data = changes_arrow(state, start_version, end_version, columns)
     names = list(columns) if columns is not None else [f.name for f in state.arrow_schema]
-    schema = spark_schema(pa.schema([state.arrow_schema.field(n) for n in names] + [pa.field("__dvm_w", pa.int64())]))
+    schema = pa.schema([state.arrow_schema.field(n) for n in names] + [pa.field("__dvm_w", pa.int64())])
+    data = data.select(names + ["__dvm_w"]).cast(schema)
+    merged = consolidate_arrow(data)
+    if merged is not None:
+        data = merged
     if data.num_rows == 0:
-        return spark.createDataFrame([], schema)
-    return spark.createDataFrame(data.select(names + ["__dvm_w"]).cast(
-        pa.schema([state.arrow_schema.field(n) for n in names] + [pa.field("__dvm_w", pa.int64())])), schema=schema)
+        return spark.createDataFrame([], spark_schema(schema)), merged is not None, 0
+    return spark.createDataFrame(data, schema=spark_schema(schema)), merged is not None, data.num_rows

@@ -16,9 +16,10 @@ from python_helpers.dvm.sqlgen import render
 from python_helpers.dvm.tree import Scan, describe
 from python_helpers.errors import (ChangeFeedDisabled, ChangesUnavailable, ConcurrentRefresh, InvalidConfig,
                                    StreamTableError, UnsupportedSql)
-from python_helpers.runtime import catalog_views, delta_tables, storage
+from python_helpers.runtime import catalog_views, delta_tables, published_files, storage
 from python_helpers.runtime.api import ENGINES, REFRESH_MODES, RefreshRequest, RefreshResult
 from python_helpers.runtime.binding import Bindings
+from python_helpers.runtime.timing import Phases
 from python_helpers.runtime.sources import pin_sources, storage_path
 from python_helpers.sql.parse import fingerprint, parse_query, qualify_query, relation_name, source_relations
 from python_helpers.sql.support import check_supported
@@ -46,39 +47,83 @@ def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> Re
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     _validate(request)
     started = time.perf_counter()
+    phases = Phases()
     model = request.model
-    query = parse_query(model, request.sql)
-    overrides = {k.lower(): v for k, v in (request.sources or {}).items()}
-    pinned = pin_sources(spark, model, source_relations(query), overrides)
-    plan = _plan(model, query, pinned)
-    target = storage_path(spark, request.schema, request.identifier)
-    meta = storage.read_metadata(target)
-    print_fp = fingerprint(request.sql, request.shaping_config, storage.FORMAT_VERSION)
 
-    reason = _full_reason(request, plan, meta, print_fp)
-    if reason is None:
-        reason = _source_reason(model, request, plan, meta)
+    def result(mode: str, rows: int, **extra) -> RefreshResult:
+        return RefreshResult(model, mode, rows, time.perf_counter() - started,
+                             source_versions={r: s.state.version for r, s in pinned.items()},
+                             phases=dict(phases.seconds), **extra)
+
+    with phases("plan"):
+        query = parse_query(model, request.sql)
+        overrides = {k.lower(): v for k, v in (request.sources or {}).items()}
+        pinned = pin_sources(spark, model, source_relations(query), overrides)
+        plan = _plan(model, query, pinned)
+        target = storage_path(spark, request.schema, request.identifier)
+        meta = storage.read_metadata(target)
+        print_fp = fingerprint(request.sql, request.shaping_config, storage.FORMAT_VERSION)
+        reason = _full_reason(request, plan, meta, print_fp)
+        if reason is None:
+            reason = _source_reason(model, request, plan, meta)
+        if reason is None and _float_recompute_due(request, meta):
+            reason = (f"periodic recompute of floating-point aggregates (float_recompute_every="
+                      f"{request.float_recompute_every})")
     if (reason is None and all(meta["offsets"][r]["version"] == s.state.version for r, s in pinned.items())
             and _views_exist(spark, request, plan)):
         # Nothing moved: no Spark job, no commit.
-        return RefreshResult(model, "differential", 0, time.perf_counter() - started, skipped=True,
-                             source_versions={r: s.state.version for r, s in pinned.items()})
+        return result("differential", 0, skipped=True)
     if reason is None:
         try:
-            rows = _differential(spark, request, plan, target, meta, print_fp)
-            return RefreshResult(model, "differential", rows, time.perf_counter() - started,
-                                 source_versions={r: s.state.version for r, s in pinned.items()})
+            rows = _differential(spark, request, plan, target, meta, print_fp, phases)
+            return result("differential", rows)
         except ChangesUnavailable as err:
             reason = err.problem
             log("warn", f"{model}: {reason}; refreshing in full instead (nothing is lost)")
+        except FullIsCheaper as err:
+            reason = str(err)
+            log("info", f"{model}: full refresh ({reason})")
     elif reason.startswith("!"):
         reason = reason[1:]
         log("warn", f"{model}: {reason}")
     else:
         log("info", f"{model}: full refresh ({reason})")
-    rows = _full(spark, request, plan, target, print_fp)
-    return RefreshResult(model, "full", rows, time.perf_counter() - started, reason=reason,
-                         source_versions={r: s.state.version for r, s in pinned.items()})
+    rows = _full(spark, request, plan, target, print_fp, phases)
+    return result("full", rows, reason=reason)
+
+
+class FullIsCheaper(Exception):
+    """`auto` mode: the change is large enough that recomputing costs less than the delta."""
+
+
+def _float_recompute_due(request: RefreshRequest, meta: Optional[dict]) -> bool:
+    every = request.float_recompute_every
+    if not every or meta is None:
+        return False
+    arg_types = (meta.get("analysis") or {}).get("arg_types") or {}
+    floats = any(t in ("double", "float") for t in arg_types.values())
+    return floats and meta.get("differential_since_full", 0) >= every
+
+
+# Below this many change rows of a source a differential refresh is cheap whatever the
+# fraction (small tables): the switch is for large deltas, not small tables.
+AUTO_FULL_MIN_CHANGE_ROWS = 10_000
+
+
+def _check_change_size(request: RefreshRequest, plan: Plan, bindings: Bindings) -> None:
+    """Under `auto`, give up the differential refresh when a source changed by more than
+    `auto_full_threshold` of its rows (the crossover is measured in benchmarks/)."""
+    threshold = request.auto_full_threshold
+    if request.refresh_mode != "auto" or not threshold:
+        return
+    for relation, rows in bindings.change_counts.items():
+        if rows < AUTO_FULL_MIN_CHANGE_ROWS:
+            continue
+        src = plan.pinned[relation]
+        total = delta_tables.row_count(src.path, src.state.version)
+        if total and rows / total > threshold:
+            raise FullIsCheaper(f"{rows} change rows of {relation} are {rows / total:.0%} of its {total} rows, "
+                                f"over auto_full_threshold={threshold:g}: a full refresh is cheaper")
 
 
 def _validate(request: RefreshRequest) -> None:
@@ -88,6 +133,14 @@ def _validate(request: RefreshRequest) -> None:
     if request.engine not in ENGINES:
         raise InvalidConfig(request.model, f"engine '{request.engine}' is not one of {', '.join(ENGINES)}",
                             "fix the profile")
+    threshold = request.auto_full_threshold
+    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 <= threshold <= 1:
+        raise InvalidConfig(request.model, f"auto_full_threshold must be a fraction between 0 and 1 "
+                                           f"(0 disables the switch), got {threshold!r}", "fix the model's config")
+    every = request.float_recompute_every
+    if not isinstance(every, int) or isinstance(every, bool) or every < 0:
+        raise InvalidConfig(request.model, f"float_recompute_every must be a whole number of refreshes "
+                                           f"(0: never), got {every!r}", "fix the model's config")
     if request.engine == "spark":
         raise InvalidConfig(request.model, "the spark engine (native Delta Lake SQL) is not implemented yet",
                             "use engine: embedded (or auto) in the profile")
@@ -179,25 +232,65 @@ def _offsets(plan: Plan) -> dict:
             for r, s in plan.pinned.items()}
 
 
-def _metadata(request: RefreshRequest, plan: Plan, print_fp: str, mode: str, result: Optional[StoredResult]) -> dict:
-    return {"format": storage.FORMAT_VERSION, "model": request.model, "fingerprint": print_fp, "mode": mode,
-            "layout": result.kind if result is not None else "recompute", "offsets": _offsets(plan)}
+def _metadata(request: RefreshRequest, plan: Plan, print_fp: str, mode: str, result: Optional[StoredResult],
+              previous: Optional[dict] = None) -> dict:
+    meta = {"format": storage.FORMAT_VERSION, "model": request.model, "fingerprint": print_fp, "mode": mode,
+            "layout": result.kind if result is not None else "recompute", "offsets": _offsets(plan),
+            # differential refreshes since the last full one (float_recompute_every counts them)
+            "differential_since_full": (previous or {}).get("differential_since_full", 0) + 1
+            if mode == "differential" else 0}
+    if result is not None and plan.tree is not None:
+        # What Spark's analyser said of the query, for the source schemas it saw: the stored state
+        # was laid out by it, and the next refresh reuses it instead of asking again.
+        meta["analysis"] = {"sources": _schema_key(plan), "names": list(result.output_names),
+                            "arg_types": dict(getattr(result, "arg_types", {}) or {})}
+    return meta
 
 
-def _full(spark, request: RefreshRequest, plan: Plan, target: str, print_fp: str) -> int:
+def _schema_key(plan: Plan) -> str:
+    import hashlib
+    import json
+
+    schemas = {r: s.spark_types for r, s in sorted(plan.pinned.items())}
+    return hashlib.md5(json.dumps(schemas, sort_keys=True).encode()).hexdigest()
+
+
+def _analyzed(spark, request: RefreshRequest, plan: Plan, bindings: Bindings, meta: dict) -> StoredResult:
+    """The stored-result plan, from the last refresh's analysis when the sources' schemas are
+    the ones it saw (no Spark analysis), else analysed anew and checked against the stored layout."""
+    cached = meta.get("analysis") or {}
+    if cached.get("sources") == _schema_key(plan):
+        result = plan_stored_result(request.model, plan.tree, cached["names"])
+        if hasattr(result, "arg_types"):
+            result.arg_types = dict(cached.get("arg_types") or {})
+        return result
+    names = _output_names(spark, request.model, plan, bindings)
+    result = _typed(spark, plan_stored_result(request.model, plan.tree, names), bindings)
+    if cached and (cached.get("names") != list(result.output_names)
+                   or (cached.get("arg_types") or {}) != (getattr(result, "arg_types", {}) or {})):
+        raise ChangesUnavailable(request.model, "the types of the source columns the query reads changed "
+                                                "since the last refresh, so the stored state no longer fits them")
+    return result
+
+
+def _full(spark, request: RefreshRequest, plan: Plan, target: str, print_fp: str, phases: Phases) -> int:
     bindings = Bindings(spark, plan.pinned, {}, plan.columns if plan.tree is not None else {}, request.model)
     try:
-        names = _output_names(spark, request.model, plan, bindings)
-        if plan.tree is not None:
-            result = _typed(spark, plan_stored_result(request.model, plan.tree, names), bindings)
-            frame = spark.sql(render(result.full_sql(bindings.context(set()))))
-        else:
-            result = RecomputeResult(request.model, names, storage_names(request.model, names))
-            frame = spark.sql(_bind_plain_query(plan, bindings).sql("spark"))
-        frame = frame.toDF(*result.storage_columns())
-        data = frame.toArrow()
-        storage.write_full(target, data, _metadata(request, plan, print_fp, "full", result))
-        _publish(spark, request, plan, target, result)
+        with phases("analyze"):
+            names = _output_names(spark, request.model, plan, bindings)
+            if plan.tree is not None:
+                result = _typed(spark, plan_stored_result(request.model, plan.tree, names), bindings)
+                frame = spark.sql(render(result.full_sql(bindings.context(set()))))
+            else:
+                result = RecomputeResult(request.model, names, storage_names(request.model, names))
+                frame = spark.sql(_bind_plain_query(plan, bindings).sql("spark"))
+            frame = frame.toDF(*result.storage_columns())
+        with phases("compute"):
+            data = frame.toArrow()
+        with phases("write"):
+            storage.write_full(target, data, _metadata(request, plan, print_fp, "full", result))
+        with phases("publish"):
+            _publish(spark, request, plan, target, result, full=True)
         return data.num_rows
     finally:
         bindings.close()
@@ -236,40 +329,47 @@ def _output_names(spark, model: str, plan: Plan, bindings: Bindings) -> list:
                                "fix the model SQL") from None
 
 
-def _differential(spark, request: RefreshRequest, plan: Plan, target: str, meta: dict, print_fp: str) -> int:
+def _differential(spark, request: RefreshRequest, plan: Plan, target: str, meta: dict, print_fp: str,
+                  phases: Phases) -> int:
     old_versions = {r: meta["offsets"][r]["version"] for r in plan.pinned}
     bindings = Bindings(spark, plan.pinned, old_versions, plan.columns, request.model)
     try:
-        try:
-            changed = bindings.load_changes()
-        except Exception as err:  # noqa: BLE001 - delta-rs reports missing files / versions variously
-            raise ChangesUnavailable(
-                request.model, f"the changes since the last refresh can no longer be read "
-                               f"({type(err).__name__}: {str(err).splitlines()[0][:300]})") from None
-        result = _typed(spark, plan_stored_result(request.model, plan.tree,
-                                                  _output_names(spark, request.model, plan, bindings)), bindings)
-        read_version = meta["read_version"]
-        stored = delta_tables.open_table(target, read_version)
-        schema = delta_tables.spark_schema(storage_schema(stored))
-        files = [delta_tables.local_path(u) for u in stored.file_uris()]
-        frame = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
-        store_rel = bindings.register(frame, "store")
-        types = {f.name: f.dataType.simpleString() for f in schema.fields}
-        merge = result.merge_sql(bindings.context(changed), store_rel, types) if changed else None
-        metadata = _metadata(request, plan, print_fp, "differential", result)
-        data = spark.sql(render(merge)).toArrow() if merge is not None else None
+        with phases("changes"):
+            try:
+                changed = bindings.load_changes()
+            except Exception as err:  # noqa: BLE001 - delta-rs reports missing files / versions variously
+                raise ChangesUnavailable(
+                    request.model, f"the changes since the last refresh can no longer be read "
+                                   f"({type(err).__name__}: {str(err).splitlines()[0][:300]})") from None
+            _check_change_size(request, plan, bindings)
+        with phases("analyze"):
+            result = _analyzed(spark, request, plan, bindings, meta)
+            read_version = meta["read_version"]
+            stored = delta_tables.open_table(target, read_version)
+            schema = delta_tables.spark_schema(storage_schema(stored))
+            files = [delta_tables.local_path(u) for u in stored.file_uris()]
+            frame = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
+            store_rel = bindings.register(frame, "store")
+            types = {f.name: f.dataType.simpleString() for f in schema.fields}
+            merge = result.merge_sql(bindings.context(changed), store_rel, types) if changed else None
+            metadata = _metadata(request, plan, print_fp, "differential", result, meta)
+        with phases("delta"):
+            data = spark.sql(render(merge)).toArrow() if merge is not None else None
         rows = data.num_rows if data is not None else 0
-        try:
-            if rows:
-                storage.merge_rows(target, data, result.storage_columns(), ROW_ID, ACTION, metadata, read_version)
-            else:
-                storage.commit_offsets_only(target, metadata, read_version)
-        except storage.CommitFailedError as err:
-            raise ConcurrentRefresh(request.model, f"another writer committed to the stored result during this "
-                                                   f"refresh ({err}); nothing was applied",
-                                    "run the refresh again") from None
-        storage.maybe_compact(target)
-        _publish(spark, request, plan, target, result)
+        with phases("merge"):
+            try:
+                if rows:
+                    storage.merge_rows(target, data, result.storage_columns(), ROW_ID, ACTION, metadata,
+                                       read_version)
+                else:
+                    storage.commit_offsets_only(target, metadata, read_version)
+            except storage.CommitFailedError as err:
+                raise ConcurrentRefresh(request.model, f"another writer committed to the stored result during "
+                                                       f"this refresh ({err}); nothing was applied",
+                                        "run the refresh again") from None
+            storage.maybe_compact(target)
+        with phases("publish"):
+            _publish(spark, request, plan, target, result, full=False)
         return rows
     finally:
         bindings.close()
@@ -283,24 +383,35 @@ def storage_schema(table):
     return delta_tables.normalize_schema(pa.schema(raw))
 
 
-def _publish(spark, request: RefreshRequest, plan: Plan, target: str, result: StoredResult) -> None:
+def _publish(spark, request: RefreshRequest, plan: Plan, target: str, result: StoredResult, full: bool) -> None:
     """(Re)create the views: the stream table over its live files, each source at its pinned version."""
     for relation, src in plan.pinned.items():
-        parts = relation.split(".")
-        root = delta_tables.local_path(src.path)
-        files = [delta_tables.local_path(u) for u in delta_tables.open_table(src.path, src.state.version).file_uris()]
-        query = catalog_views.source_view_query(root, files, src.spark_types, src.state.partition_columns)
-        catalog_views.replace_view(spark, parts[-2], parts[-1], query)
-    stored = delta_tables.open_table(target)
+        def source_query(src=src):
+            root = delta_tables.local_path(src.path)
+            files = [delta_tables.local_path(u)
+                     for u in delta_tables.open_table(src.path, src.state.version).file_uris()]
+            return catalog_views.source_view_query(root, files, src.spark_types, src.state.partition_columns)
+
+        catalog_views.publish_source(spark, relation, (src.path, src.state.table_id, src.state.version),
+                                     source_query)
+    stored = delta_tables.open_table(target)  # the newest version, even if another refresh made it
     types = delta_tables.spark_type_strings(storage_schema(stored))
     files = [delta_tables.local_path(u) for u in stored.file_uris()]
-    relation = catalog_views.files_relation(delta_tables.local_path(target), files, types)
-    catalog_views.replace_view(spark, request.schema, request.identifier, result.view_sql(relation))
+    linked = published_files.publish(delta_tables.local_path(target), stored.metadata().id, stored.version(), files)
+    if linked is not None:
+        relation = exp.Table(this=exp.to_identifier(linked, quoted=True), db=exp.to_identifier("parquet"))
+    else:
+        relation = catalog_views.files_relation(delta_tables.local_path(target), files, types)
+    # After a full refresh the column types may differ under the same view text: re-create.
+    catalog_views.replace_view(spark, request.schema, request.identifier, result.view_sql(relation), force=full)
 
 
 def _views_exist(spark, request: RefreshRequest, plan: Plan) -> bool:
     names = [(request.schema, request.identifier)] + [tuple(r.split(".")[-2:]) for r in plan.pinned]
-    return all(spark.catalog.tableExists(f"{s}.{n}") for s, n in names)
+    if all(spark.catalog.tableExists(f"{s}.{n}") for s, n in names):
+        return True
+    catalog_views.forget(spark)  # someone dropped one: the next publish re-creates, not skips
+    return False
 
 
 def explain(spark, request: RefreshRequest) -> str:

@@ -28,6 +28,8 @@ logger = AdapterLogger("SparkStream")
 class SparkStreamConfig(SparkConfig):
     # Model config of stream tables; declared so `dbt docs` / config validation know it.
     refresh_mode: Optional[str] = None
+    auto_full_threshold: Optional[float] = None
+    float_recompute_every: Optional[int] = None
 
 
 class SparkStreamAdapter(SparkAdapter):
@@ -56,6 +58,8 @@ class SparkStreamAdapter(SparkAdapter):
         full_refresh: bool = False,
         sources: Optional[Dict[str, str]] = None,
         shaping_config: Optional[Dict] = None,
+        auto_full_threshold: Optional[float] = None,
+        float_recompute_every: Optional[int] = None,
     ) -> StreamTableResponse:
         """Create or refresh one stream table; called by the `stream_table` materialization."""
         connection = self.connections.get_thread_connection()
@@ -81,6 +85,11 @@ class SparkStreamAdapter(SparkAdapter):
             engine=credentials.engine,
             shaping_config=dict(shaping_config or {}),
         )
+        # Unset configs keep the engine's defaults; set ones are validated by the engine.
+        if auto_full_threshold is not None:
+            request.auto_full_threshold = auto_full_threshold
+        if float_recompute_every is not None:
+            request.float_recompute_every = float_recompute_every
         logger.debug(f"stream table {model}: refresh request {request}")
         try:
             result = refresh_stream_table(spark, request, log=_engine_log)

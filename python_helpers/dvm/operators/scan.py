@@ -24,4 +24,8 @@ def delta(node: Scan, ctx: Context):
     if node.relation not in ctx.changed:
         return None
     raw = select_from(_columns(node) + [weight()], ctx.changes(node.relation))
+    if node.relation in ctx.consolidated:
+        # Already consolidated over every column the query reads from this source; a scan that
+        # reads fewer may keep a cancelling pair, which the delta rules above tolerate (linear).
+        return raw
     return consolidate(ctx, raw, node.columns)

@@ -1,0 +1,174 @@
+"""Cost-driven choices of a refresh, each checked against the oracle: `auto` switching to a full
+refresh on a large change, the periodic recompute of floating-point aggregates, the reuse of the
+last refresh's analysis (and what happens when source types change), and the stream table's
+view over its published link directory."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from python_helpers.errors import InvalidConfig
+from python_helpers.runtime import published_files
+from python_helpers.runtime.sources import storage_path
+from tests.support import sources as S
+from tests.support.shapes import INITIAL, SHAPES_BY_NAME
+
+pytestmark = pytest.mark.spark
+
+AGG = "SELECT k, COUNT(*) AS n, SUM(v) AS sv, SUM(x) AS sx FROM {src}.t1 GROUP BY k"
+
+
+def _many(n, start=100):
+    return [S.row(start + i, i % 4, "abc"[i % 3], i % 11 - 5, i / 8, f"{i}.25", "2024-01-01") for i in range(n)]
+
+
+def test_auto_refreshes_in_full_when_the_change_is_large_and_says_why(env):
+    env.source("t1", _many(12_000))
+    stream = env.stream("large_change", AGG, auto_full_threshold=0.25)
+    stream.refresh(expect="full")
+    env.apply([S.Insert("t1", _many(3, start=100_000))])
+    stream.refresh(expect="differential")
+    stream.check()
+    # 6,000 rows updated: 12,000 change rows (old and new image), all of the table.
+    env.apply([S.UpdateWhere("t1", "k", 1, {"v": 5}), S.UpdateWhere("t1", "k", 2, {"v": 5})])
+    result = stream.refresh(expect="full")
+    assert "auto_full_threshold=0.25" in result.reason and "full refresh is cheaper" in result.reason
+    stream.check()
+    # The next small change is differential again, from the offsets the full refresh stored.
+    env.apply([S.DeleteRows("t1", [0])])
+    stream.refresh(expect="differential")
+    stream.check()
+
+
+def test_a_large_fraction_of_a_small_table_stays_differential(env):
+    # The switch is for large deltas: under AUTO_FULL_MIN_CHANGE_ROWS change rows it never fires.
+    env.source("t1", _many(10))
+    stream = env.stream("small_table", AGG, auto_full_threshold=0.01)
+    stream.refresh(expect="full")
+    env.apply([S.UpdateWhere("t1", "k", 1, {"v": 5}), S.DeleteWhere("t1", "k", 2)])
+    stream.refresh(expect="differential")
+    stream.check()
+
+
+def test_differential_mode_never_switches_to_full_on_a_large_change(env):
+    env.source("t1", _many(12_000))
+    stream = env.stream("large_forced", AGG, refresh_mode="differential", auto_full_threshold=0.01)
+    stream.refresh(expect="full")
+    env.apply([S.UpdateWhere("t1", "g", "a", {"v": 5}), S.DeleteWhere("t1", "k", 2)])  # 11,000 change rows
+    stream.refresh(expect="differential")
+    stream.check()
+
+
+def test_threshold_zero_disables_the_switch(env):
+    env.source("t1", _many(12_000))
+    stream = env.stream("large_off", AGG, auto_full_threshold=0)
+    stream.refresh(expect="full")
+    env.apply([S.UpdateWhere("t1", "k", 0, {"v": 5}), S.UpdateWhere("t1", "k", 1, {"v": 5})])  # ~11,000 change rows
+    stream.refresh(expect="differential")
+    stream.check()
+
+
+@pytest.mark.parametrize("config", [{"auto_full_threshold": 1.5}, {"auto_full_threshold": "high"},
+                                    {"float_recompute_every": -1}, {"float_recompute_every": 2.5}])
+def test_bad_cost_configs_name_the_model_and_the_setting(env, config):
+    env.source("t1", INITIAL["t1"])
+    stream = env.stream("bad_cfg", AGG, **config)
+    with pytest.raises(InvalidConfig, match=f"{stream.model}.*{next(iter(config))}"):
+        stream.refresh()
+
+
+def test_float_aggregates_are_recomputed_every_n_refreshes_when_asked(env):
+    env.source("t1", INITIAL["t1"])
+    stream = env.stream("float_recompute", AGG, float_recompute_every=2)
+    stream.refresh(expect="full")
+    modes = []
+    for i in range(5):
+        env.apply([S.Insert("t1", [S.row(500 + i, i % 3, "a", i, 0.1 * (i + 1), "1.00", None)])])
+        result = stream.refresh()
+        modes.append(result.mode)
+        if result.mode == "full":
+            assert "float_recompute_every=2" in result.reason
+        stream.check()
+    assert modes == ["differential", "differential", "full", "differential", "differential"]
+
+
+def test_float_recompute_does_nothing_without_float_aggregates(env):
+    env.source("t1", INITIAL["t1"])
+    stream = env.stream("no_floats", "SELECT k, SUM(v) AS sv FROM {src}.t1 GROUP BY k", float_recompute_every=1)
+    stream.refresh(expect="full")
+    for i in range(3):
+        env.apply([S.Insert("t1", [S.row(600 + i, 1, "b", i)])])
+        stream.refresh(expect="differential")
+        stream.check()
+
+
+def test_a_source_column_type_change_rebuilds_instead_of_mixing_states(env):
+    env.source("t1", INITIAL["t1"])
+    stream = env.stream("type_change", "SELECT k, SUM(v) AS sv, AVG(v) AS av FROM {src}.t1 GROUP BY k")
+    stream.refresh(expect="full")
+    env.apply([S.Insert("t1", [S.row(700, 1, "a", 4)])])
+    stream.refresh(expect="differential")
+    # v becomes BIGINT: the stored sums were laid out for INT arguments.
+    data = pa.Table.from_pylist(S.read_rows(env.paths["t1"]), schema=S.SCHEMA)
+    data = data.set_column(data.schema.get_field_index("v"), pa.field("v", pa.int64()),
+                           data.column("v").cast(pa.int64()))
+    write_deltalake(env.paths["t1"], data, mode="overwrite", schema_mode="overwrite")
+    result = stream.refresh(expect="full")
+    assert "types of the source columns" in result.reason
+    stream.check()
+    env.apply([S.DeleteRows("t1", [0])])
+    stream.refresh(expect="differential")
+    stream.check()
+
+
+def test_the_view_reads_the_published_links_and_follows_every_refresh(env):
+    sql = SHAPES_BY_NAME["join2"].sql
+    env.source("t1", INITIAL["t1"])
+    env.source("t2", INITIAL["t2"])
+    stream = env.stream("published", sql)
+    stream.refresh(expect="full")
+    text = env.spark.sql(f"SHOW CREATE TABLE {stream.view}").collect()[0][0]
+    root = published_files.published_root(storage_path(env.spark, env.target, "published"))
+    assert f"{root}/current" in text, text
+    for batch in ([S.Insert("t1", [S.row(800, 1, "a", 1)])], [S.DeleteWhere("t2", "k", 0)],
+                  [S.UpdateWhere("t1", "k", 2, {"k": 3})]):
+        env.apply(batch)
+        stream.refresh(expect="differential")
+        stream.check()
+        # The view text did not change: the directory it reads did.
+        assert env.spark.sql(f"SHOW CREATE TABLE {stream.view}").collect()[0][0] == text
+
+
+def test_changes_that_cancel_out_count_as_no_change(env):
+    env.source("t1", INITIAL["t1"])
+    env.source("t2", INITIAL["t2"])
+    stream = env.stream("cancel", SHAPES_BY_NAME["join2"].sql)
+    stream.refresh(expect="full")
+    env.apply([S.UpdateRows("t2", [0, 1], {"x": 9.5})])  # a column the query does not read
+    result = stream.refresh(expect="differential")
+    assert result.rows_changed == 0
+    stream.check()
+
+
+def _jobs_during(spark, group: str, action):
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    try:
+        result = action()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return result, list(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def test_a_refresh_with_no_source_change_runs_no_spark_job(env):
+    env.source("t1", INITIAL["t1"])
+    stream = env.stream("no_job", AGG)
+    stream.refresh(expect="full")
+    result, jobs = _jobs_during(env.spark, f"noop-{env.target}", lambda: stream.refresh(expect="differential"))
+    assert result.skipped and jobs == []
+    # The same probe sees the jobs of a refresh that has work to do (the probe itself works).
+    env.apply([S.Insert("t1", [S.row(900, 1, "a", 1)])])
+    result, jobs = _jobs_during(env.spark, f"work-{env.target}", lambda: stream.refresh(expect="differential"))
+    assert not result.skipped and jobs
+    stream.check()
