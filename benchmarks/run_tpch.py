@@ -249,9 +249,14 @@ def _rate_sweep(bench: Bench, paths: dict, args, queries: list):
             if not bench.same(q):
                 print(f"  !! {q}: differential differs from full at change rate {rate}", file=sys.stderr)
                 return None
+            if diff.rows_changed == 0:
+                print(f"  !! {q}: the change at rate {rate} touched no row of the result; not a measurement",
+                      file=sys.stderr)
+                return None
             rows.append((q, rate, full.seconds, diff.seconds))
             print(f"  rate sweep {q} {rate:.2%} of {total} lineitem rows: full {full.seconds:.2f}s, "
-                  f"differential {diff.seconds:.2f}s ({done['seconds']:.0f}s to change)", flush=True)
+                  f"differential {diff.seconds:.2f}s ({diff.rows_changed} rows changed; {_phases(diff.phases)}; "
+                  f"{done['seconds']:.0f}s to change)", flush=True)
     return rows
 
 

@@ -109,12 +109,14 @@ class ChangeBatches:
 
 def change_fraction(paths: dict, fraction: float, salt: int, schema: str = "tpch") -> dict:
     """Change about `fraction` of lineitem's rows in one go (70% updated, 15% deleted, 15%
-    inserted as copies under new order keys), chosen by order key modulo 100,000 so that large
-    fractions need no key lists. `salt` picks other residues on each call."""
+    inserted as copies under new order keys), chosen by order key modulo a prime so that large
+    fractions need no key lists. (Not modulo a round number: TPC-H order keys use only 8 of
+    every 32 values, and a power-of-two-friendly modulus would pick ranges with no key at all.)
+    `salt` picks other residues on each call."""
     import pyarrow.compute as pc
 
     started = time.perf_counter()
-    modulus = 100_000
+    modulus = 99_991
     path = paths[f"{schema}.lineitem"]
     table = DeltaTable(path)
     n_upd = max(1, round(fraction * 0.70 * modulus))

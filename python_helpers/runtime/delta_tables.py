@@ -6,6 +6,7 @@ change feeds come from delta-rs' CDF reader as Arrow and enter Spark as a DataFr
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import unquote, urlparse
@@ -103,8 +104,27 @@ def spark_type_strings(arrow_schema: pa.Schema) -> dict:
     return {f.name: f.dataType.simpleString() for f in spark_schema(arrow_schema).fields}
 
 
+# (session, path, table id, version, columns) -> DataFrame. A version of a Delta table never
+# changes, so its scan (file listing included) is built once per process: the old snapshot of
+# one refresh is the new snapshot of the previous one, and models share their sources.
+_SNAPSHOTS: "OrderedDict" = OrderedDict()
+_SNAPSHOTS_KEPT = 64
+
+
 def snapshot_frame(spark, state: TableState, version: int, columns: Optional[list] = None):
     """The table at `version` as a Spark DataFrame over its live parquet files."""
+    key = (id(spark), state.path, state.table_id, version, tuple(columns) if columns is not None else None)
+    if key in _SNAPSHOTS:
+        _SNAPSHOTS.move_to_end(key)
+        return _SNAPSHOTS[key]
+    frame = _snapshot_frame(spark, state, version, columns)
+    _SNAPSHOTS[key] = frame
+    while len(_SNAPSHOTS) > _SNAPSHOTS_KEPT:
+        _SNAPSHOTS.popitem(last=False)
+    return frame
+
+
+def _snapshot_frame(spark, state: TableState, version: int, columns: Optional[list] = None):
     table = open_table(state.path, version)
     files = [local_path(u) for u in table.file_uris()]
     schema = spark_schema(state.arrow_schema if version == state.version else _arrow_schema(table))

@@ -10,7 +10,7 @@ from deltalake import DeltaTable
 
 from python_helpers import errors as E
 from tests.support import sources as S
-from tests.support.shapes import INITIAL, SHAPES_BY_NAME, SMOKE_BATCHES
+from tests.support.shapes import INITIAL, SMOKE_BATCHES
 
 pytestmark = pytest.mark.spark
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import pyarrow as pa
