@@ -120,14 +120,16 @@ def main(argv=None) -> int:
     parser.add_argument("--scales", default="0.1,0.3", help="other scale factors for the scale sweep")
     parser.add_argument("--rates", default="0.0001,0.001,0.01,0.1,0.5",
                         help="fractions of lineitem changed at once, for the change-rate sweep")
-    parser.add_argument("--sweep-queries", default="q1,q6", help="queries of the sweeps")
+    parser.add_argument("--scale-queries", default=None, help="queries of the scale sweep (default: --queries)")
+    parser.add_argument("--rate-queries", default="q1,q6", help="queries of the change-rate sweep")
     parser.add_argument("--work", default=None, help="work directory (default: a temp dir, removed after)")
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = parser.parse_args(argv)
 
     work = args.work or tempfile.mkdtemp(prefix="dvm-bench-")
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]
-    sweep_queries = [q.strip() for q in args.sweep_queries.split(",") if q.strip()]
+    scale_queries = [q.strip() for q in (args.scale_queries or args.queries).split(",") if q.strip()]
+    rate_queries = [q.strip() for q in args.rate_queries.split(",") if q.strip()]
     print(f"machine: {machine()}", flush=True)
     spark = spark_session(work)
     memory = PeakMemory(spark)
@@ -172,8 +174,8 @@ def main(argv=None) -> int:
 
     scale_rows, rate_rows = [], []
     if not args.no_sweeps:
-        scale_rows = _scale_sweep(spark, work, args, sweep_queries, results)
-        rate_rows = _rate_sweep(bench, paths, args, sweep_queries)
+        scale_rows = _scale_sweep(spark, work, args, scale_queries, results)
+        rate_rows = _rate_sweep(bench, paths, args, rate_queries)
         if rate_rows is None:
             return 1
 
@@ -233,7 +235,8 @@ def _scale_sweep(spark, work: str, args, queries: list, results: dict) -> list:
             rows.append((q, sf, statistics.median(times[q])))
             print(f"  scale sweep {q} sf={sf:g}: differential {statistics.median(times[q]):.2f}s", flush=True)
     for q in queries:
-        rows.append((q, args.sf, statistics.median(results[q]["differential"])))
+        if q in results:  # the main run's own scale
+            rows.append((q, args.sf, statistics.median(results[q]["differential"])))
     return sorted(rows, key=lambda r: (r[0], r[1]))
 
 
