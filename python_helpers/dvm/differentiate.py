@@ -47,9 +47,6 @@ def delta(node: Node, ctx: Context):
         return linear.project_delta(node, ctx, delta(node.child, ctx))
     if isinstance(node, UnionAll):
         return linear.union_all_delta(node, ctx, [delta(c, ctx) for c in node.inputs])
-    if isinstance(node, Join):
-        return join.delta(node, ctx, delta(node.left, ctx), delta(node.right, ctx),
-                          lambda: plain(node.left, ctx, "new"), lambda: plain(node.right, ctx, "old"))
     if isinstance(node, (Aggregate, Distinct)):
         return keyed_recompute.recompute_delta(
             node, ctx, delta(node.child, ctx),

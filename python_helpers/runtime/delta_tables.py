@@ -178,9 +178,8 @@ def consolidate_arrow(data: pa.Table) -> Optional[pa.Table]:
     keys = [n for n in data.column_names if n != "__dvm_w"]
     if data.num_rows == 0:
         return data
-    try:
-        grouped = data.group_by(keys, use_threads=False).aggregate([("__dvm_w", "sum")]) if keys else \
-            pa.table({"__dvm_w_sum": [pa.compute.sum(data.column("__dvm_w")).as_py() or 0]})
+    try:  # keys is never empty: every source is read for at least one column
+        grouped = data.group_by(keys, use_threads=False).aggregate([("__dvm_w", "sum")])
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
         return None
     grouped = grouped.rename_columns([("__dvm_w" if n == "__dvm_w_sum" else n) for n in grouped.column_names])

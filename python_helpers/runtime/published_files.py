@@ -74,7 +74,3 @@ def _prune(root: str) -> None:
     gens = sorted((g, n) for n in os.listdir(root) if (g := _generation(n)) is not None)
     for _, name in gens[:-KEEP_GENERATIONS]:
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def remove(target: str) -> None:
-    shutil.rmtree(published_root(target), ignore_errors=True)

@@ -41,30 +41,22 @@ def test_auto_refreshes_in_full_when_the_change_is_large_and_says_why(env):
     stream.check()
 
 
-def test_a_large_fraction_of_a_small_table_stays_differential(env):
+@pytest.mark.parametrize("rows, config, ops", [
     # The switch is for large deltas: under AUTO_FULL_MIN_CHANGE_ROWS change rows it never fires.
-    env.source("t1", _many(10))
-    stream = env.stream("small_table", AGG, auto_full_threshold=0.01)
+    (10, {"auto_full_threshold": 0.01},
+     [S.UpdateWhere("t1", "k", 1, {"v": 5}), S.DeleteWhere("t1", "k", 2)]),
+    # differential mode never switches (11,000 change rows).
+    (12_000, {"refresh_mode": "differential", "auto_full_threshold": 0.01},
+     [S.UpdateWhere("t1", "g", "a", {"v": 5}), S.DeleteWhere("t1", "k", 2)]),
+    # threshold 0 disables the switch (~11,000 change rows).
+    (12_000, {"auto_full_threshold": 0},
+     [S.UpdateWhere("t1", "k", 0, {"v": 5}), S.UpdateWhere("t1", "k", 1, {"v": 5})]),
+], ids=["small_table", "differential_mode", "threshold_zero"])
+def test_large_change_stays_differential_when_the_switch_does_not_apply(env, rows, config, ops):
+    env.source("t1", _many(rows))
+    stream = env.stream("stays_diff", AGG, **config)
     stream.refresh(expect="full")
-    env.apply([S.UpdateWhere("t1", "k", 1, {"v": 5}), S.DeleteWhere("t1", "k", 2)])
-    stream.refresh(expect="differential")
-    stream.check()
-
-
-def test_differential_mode_never_switches_to_full_on_a_large_change(env):
-    env.source("t1", _many(12_000))
-    stream = env.stream("large_forced", AGG, refresh_mode="differential", auto_full_threshold=0.01)
-    stream.refresh(expect="full")
-    env.apply([S.UpdateWhere("t1", "g", "a", {"v": 5}), S.DeleteWhere("t1", "k", 2)])  # 11,000 change rows
-    stream.refresh(expect="differential")
-    stream.check()
-
-
-def test_threshold_zero_disables_the_switch(env):
-    env.source("t1", _many(12_000))
-    stream = env.stream("large_off", AGG, auto_full_threshold=0)
-    stream.refresh(expect="full")
-    env.apply([S.UpdateWhere("t1", "k", 0, {"v": 5}), S.UpdateWhere("t1", "k", 1, {"v": 5})])  # ~11,000 change rows
+    env.apply(ops)
     stream.refresh(expect="differential")
     stream.check()
 

@@ -1,15 +1,10 @@
-"""Inner join. Bilinear: Δ(L⋈R) = ΔL ⋈ R_old + L_new ⋈ ΔR.
-
-L_new = L_old + ΔL, so the two terms add up to L_new⋈R_new − L_old⋈R_old exactly, also when
-both sides changed in the same refresh. A term whose delta is empty (its sources did not
-change) is pruned. The weight of a joined row is the weight of its delta side (snapshot rows
-count once).
-"""
+"""Inner join at a pinned version. Its delta rule (bilinear, Δ(L⋈R) = ΔL ⋈ R_old + L_new ⋈ ΔR,
+unrolled over a whole chain of joins and written delta-first) is in join_chain.py."""
 from __future__ import annotations
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, union_all, weight
+from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, weight
 from python_helpers.dvm.tree import Join
 
 
@@ -26,13 +21,3 @@ def _joined(node: Join, ctx: Context, left, right, weight_side: str | None) -> e
 
 def plain(node: Join, ctx: Context, version: str, left_sql, right_sql) -> exp.Select:
     return _joined(node, ctx, left_sql, right_sql, None)
-
-
-def delta(node: Join, ctx: Context, left_delta, right_delta, left_new, right_old):
-    """left_new / right_old are callables so unneeded snapshots are never rendered."""
-    terms = []
-    if left_delta is not None:
-        terms.append(_joined(node, ctx, left_delta, right_old(), "left"))
-    if right_delta is not None:
-        terms.append(_joined(node, ctx, left_new(), right_delta, "right"))
-    return union_all(terms)
