@@ -12,35 +12,18 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
-from python_helpers.dvm.tree import (AggCall, Aggregate, Distinct, Filter, Join, Node, Project, Scan,
-                                     UnionAll)
+from python_helpers.sql.predicates import conjuncts
+from python_helpers.dvm.tree import (AggCall, Aggregate, Distinct, Filter, Join, Node, OuterJoin, Project, Scan,
+                                     SemiJoin, SetOp, UnionAll)
 from python_helpers.sql.parse import relation_name
+from python_helpers.sql.aggregates import ORDER_DEPENDENT_AGGREGATES, is_aggregate
 from python_helpers.sql.support import function_name
-
-# Aggregates sqlglot parses as Anonymous but Spark treats as aggregates.
-SPARK_AGGREGATE_NAMES = {
-    "std", "every", "some", "any", "bool_and", "bool_or", "bit_and", "bit_or", "bit_xor", "count_if",
-    "collect_list", "collect_set", "percentile", "percentile_approx", "approx_percentile", "median",
-    "mode", "kurtosis", "skewness", "any_value", "max_by", "min_by", "corr", "covar_pop", "covar_samp",
-    "regr_avgx", "regr_avgy", "regr_count", "regr_intercept", "regr_r2", "regr_slope", "regr_sxx",
-    "regr_sxy", "regr_syy", "approx_count_distinct", "histogram_numeric", "try_sum", "try_avg",
-    "array_agg", "listagg", "string_agg", "count_min_sketch", "hll_sketch_agg", "hll_union_agg",
-    "percentile_cont", "percentile_disc", "first", "last", "first_value", "last_value",
-}
-# Without an ordering these pick an arbitrary row, so a recompute may disagree with any stored value.
-ORDER_DEPENDENT_AGGREGATES = {"first", "last", "first_value", "last_value", "any_value"}
 
 _ALGEBRAIC_KIND = {
     exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max",
     exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop",
     exp.Variance: "var_samp", exp.VariancePop: "var_pop",
 }
-
-
-def is_aggregate(node: exp.Expression) -> bool:
-    if isinstance(node, exp.AggFunc):
-        return True
-    return isinstance(node, exp.Anonymous) and function_name(node) in SPARK_AGGREGATE_NAMES
 
 
 @dataclass
@@ -76,6 +59,8 @@ class TreeBuilder:
                 ctes[cte.alias_or_name.lower()] = cte.this
         if isinstance(query, exp.Union):
             return self._union(query, ctes)
+        if isinstance(query, (exp.Intersect, exp.Except)):
+            return self._set_op(query, ctes)
         if isinstance(query, exp.Subquery):
             return self.build(query.this, ctes)
         if isinstance(query, exp.Select):
@@ -110,6 +95,15 @@ class TreeBuilder:
             node = Distinct(columns=list(node.columns), child=node)
         return self._set_aliases(node, self.aliases(inputs[0]))
 
+    def _set_op(self, query: exp.Expression, ctes: dict) -> Node:
+        left, right = self.build(query.this, ctes), self.build(query.expression, ctes)
+        if len(left.columns) != len(right.columns):
+            raise UnsupportedSql(self.model, f"{query.key.upper()} branches with different column counts")
+        op = "intersect" if isinstance(query, exp.Intersect) else "except"
+        node = SetOp(columns=list(left.columns), left=left, right=right, op=op,
+                     all=query.args.get("distinct") is False)
+        return self._set_aliases(node, self.aliases(left))
+
     # -- one SELECT block ------------------------------------------------------------------
     def _select(self, select: exp.Select, ctes: dict) -> Node:
         distinct = select.args.get("distinct")
@@ -120,24 +114,17 @@ class TreeBuilder:
             raise UnsupportedSql(self.model, "SELECT without FROM")
         referenced = self._referenced_columns(select)
         names: dict = {}
-        node = self._from_item(from_.this, ctes, referenced, names)
-        for join in select.args.get("joins") or []:
-            side = (join.side or "").upper()
-            kind = (join.kind or "").upper()
-            if side or kind not in ("", "INNER", "CROSS"):
-                raise UnsupportedSql(self.model, f"{' '.join(p for p in (side, kind) if p) or 'this'} JOIN")
-            if join.args.get("using"):
-                raise UnsupportedSql(self.model, "JOIN ... USING that could not be resolved")
-            right = self._from_item(join.this, ctes, referenced, names)
-            on = join.args.get("on")
-            scope = _Scope(names)
-            node = Join(columns=node.columns + right.columns, left=node, right=right,
-                        condition=scope.rewrite(self.model, on) if on is not None else None)
+        first = self._from_item(from_.this, ctes, referenced, names)
+        joined = [(join, self._from_item(join.this, ctes, referenced, names))
+                  for join in select.args.get("joins") or []]
         scope = _Scope(names)
         where = select.args.get("where")
-        if where is not None:
-            node = Filter(columns=list(node.columns), child=node,
-                          predicate=scope.rewrite(self.model, where.this))
+        pending = conjuncts(scope.rewrite(self.model, where.this)) if where is not None else []
+        node = first
+        for join, right in joined:
+            node = self._join(node, right, join, scope, pending)
+        if pending:
+            node = Filter(columns=list(node.columns), child=node, predicate=exp.and_(*pending))
         projections = [scope.rewrite(self.model, p.this if isinstance(p, exp.Alias) else p)
                        for p in select.expressions]
         out_names = [p.alias_or_name for p in select.expressions]
@@ -152,6 +139,41 @@ class TreeBuilder:
         if distinct is not None:
             node = Distinct(columns=list(node.columns), child=node)
         return self._set_aliases(node, out_names)
+
+    def _join(self, node: Node, right: Node, join: exp.Join, scope: _Scope, pending: list) -> Node:
+        """One FROM ... JOIN step (left-deep, in the order written). WHERE conjuncts over the
+        columns joined so far are applied below a LEFT / semi / anti join (equivalent there:
+        those joins keep or drop each left row whole), so inner joins under them keep their
+        predicates and are differentiated as a chain."""
+        side = (join.side or "").upper()
+        kind = (join.kind or "").upper()
+        if join.args.get("using"):
+            raise UnsupportedSql(self.model, "JOIN ... USING that could not be resolved")
+        on = join.args.get("on")
+        on = scope.rewrite(self.model, on) if on is not None else None
+        if kind in ("SEMI", "ANTI") and side in ("", "LEFT"):
+            node = self._push(node, pending)
+            return SemiJoin(columns=list(node.columns), left=node, right=right, condition=on, anti=kind == "ANTI")
+        if kind in ("", "OUTER") and side == "LEFT":
+            node = self._push(node, pending)
+            return OuterJoin(columns=node.columns + right.columns, left=node, right=right, condition=on)
+        if kind in ("", "OUTER") and side == "RIGHT":
+            return OuterJoin(columns=right.columns + node.columns, left=right, right=node, condition=on)
+        if kind in ("", "OUTER") and side == "FULL":
+            return OuterJoin(columns=node.columns + right.columns, left=node, right=right, condition=on, kind="full")
+        if side or kind not in ("", "INNER", "CROSS"):
+            raise UnsupportedSql(self.model, f"{' '.join(p for p in (side, kind) if p)} JOIN")
+        return Join(columns=node.columns + right.columns, left=node, right=right, condition=on)
+
+    @staticmethod
+    def _push(node: Node, pending: list) -> Node:
+        here = set(node.columns)
+        below = [c for c in pending if {x.name for x in c.find_all(exp.Column)} <= here]
+        if not below:
+            return node
+        for c in below:
+            pending.remove(c)
+        return Filter(columns=list(node.columns), child=node, predicate=exp.and_(*below))
 
     def _from_item(self, item: exp.Expression, ctes: dict, referenced: dict, names: dict) -> Node:
         alias = item.alias_or_name.lower()

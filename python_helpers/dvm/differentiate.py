@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from python_helpers.dvm.operators import join, join_chain, keyed_recompute, linear, scan
+from python_helpers.dvm.operators import join, join_chain, key_restricted, keyed_recompute, linear, scan
 from python_helpers.dvm.sqlgen import Context
-from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Join, Node, Project, Scan, UnionAll
+from python_helpers.dvm.tree import (Aggregate, Distinct, Filter, Join, Node, OuterJoin, Project, Scan, SemiJoin,
+                                     SetOp, UnionAll)
 
 
 def plain(node: Node, ctx: Context, version: str) -> exp.Expression:
@@ -23,6 +24,8 @@ def plain(node: Node, ctx: Context, version: str) -> exp.Expression:
         return linear.union_all_plain(node, ctx, version, [plain(c, ctx, version) for c in node.inputs])
     if isinstance(node, Join):
         return join.plain(node, ctx, version, plain(node.left, ctx, version), plain(node.right, ctx, version))
+    if isinstance(node, (OuterJoin, SemiJoin, SetOp)):
+        return key_restricted.plain(node, ctx, plain(node.left, ctx, version), plain(node.right, ctx, version))
     if isinstance(node, Aggregate):
         return keyed_recompute.aggregate_plain(node, ctx, version, plain(node.child, ctx, version))
     if isinstance(node, Distinct):
@@ -47,6 +50,8 @@ def delta(node: Node, ctx: Context):
         return linear.project_delta(node, ctx, delta(node.child, ctx))
     if isinstance(node, UnionAll):
         return linear.union_all_delta(node, ctx, [delta(c, ctx) for c in node.inputs])
+    if isinstance(node, (OuterJoin, SemiJoin, SetOp)):
+        return key_restricted.delta(node, ctx, lambda n: delta(n, ctx), lambda n, v: plain(n, ctx, v))
     if isinstance(node, (Aggregate, Distinct)):
         return keyed_recompute.recompute_delta(
             node, ctx, delta(node.child, ctx),

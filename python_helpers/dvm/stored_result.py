@@ -69,9 +69,15 @@ class StoredResult:
     def storage_columns(self) -> list[str]:
         return [ROW_ID] + self.user_columns + self.hidden_columns()
 
-    def view_sql(self, storage: exp.Expression) -> exp.Select:
+    top_k = None  # sql.top_k.TopK: the view shows only the query's first rows
+
+    def view_sql(self, storage: exp.Expression, types: dict | None = None) -> exp.Select:
         cols = [exp.alias_(col(s), n, quoted=True) if s != n else col(s) for s, n in zip(self.user_columns, self.output_names)]
-        return self._view(select_from(cols, storage))
+        view = self._view(select_from(cols, storage))
+        if self.top_k is None:
+            return view
+        orderable = [not (types or {}).get(u, "").startswith("map") for u in self.user_columns]
+        return self.top_k.apply(view, self.output_names, orderable)
 
 
 class BagResult(StoredResult):
@@ -305,7 +311,13 @@ def null_safe_keys(keys: list[str], left: str, right: str) -> exp.Expression:
     return exp.and_(*conds) if conds else exp.true()
 
 
-def plan_stored_result(model: str, root: Node, output_names: list[str]) -> StoredResult:
+def plan_stored_result(model: str, root: Node, output_names: list[str], top_k=None) -> StoredResult:
+    result = _layout(model, root, output_names)
+    result.top_k = top_k
+    return result
+
+
+def _layout(model: str, root: Node, output_names: list[str]) -> StoredResult:
     users = storage_names(model, output_names)
     if isinstance(root, Project):
         below, having = root.child, None

@@ -77,6 +77,48 @@ class Join(Node):
 
 
 @dataclass
+class OuterJoin(Node):
+    """LEFT or FULL outer join (RIGHT is built as LEFT with the inputs swapped). Output: left
+    columns, then right; a row without a match is padded with NULLs on the other side."""
+
+    left: Node = None
+    right: Node = None
+    condition: Optional[exp.Expression] = None
+    kind: str = "left"  # left | full
+
+    def children(self):
+        return [self.left, self.right]
+
+
+@dataclass
+class SemiJoin(Node):
+    """Rows of `left` with (semi) or without (anti) a row of `right` meeting `condition`.
+    Output: the left columns. EXISTS / IN become semi joins, NOT EXISTS / NOT IN anti joins
+    (python_helpers.sql.rewrites)."""
+
+    left: Node = None
+    right: Node = None
+    condition: Optional[exp.Expression] = None
+    anti: bool = False
+
+    def children(self):
+        return [self.left, self.right]
+
+
+@dataclass
+class SetOp(Node):
+    """INTERSECT / EXCEPT, ALL (bag) or distinct; the right input's columns match by position."""
+
+    left: Node = None
+    right: Node = None
+    op: str = "intersect"  # intersect | except
+    all: bool = False
+
+    def children(self):
+        return [self.left, self.right]
+
+
+@dataclass
 class AggCall:
     name: str  # output column of the Aggregate node
     kind: str  # count_star | count | sum | avg | min | max | var_pop | var_samp | stddev_pop | stddev_samp | other
@@ -136,6 +178,14 @@ def describe(node: Node, indent: int = 0) -> str:
     elif isinstance(node, Join):
         cond = node.condition.sql("spark") if node.condition is not None else "TRUE"
         line = f"{pad}Join ON {cond}"
+    elif isinstance(node, OuterJoin):
+        cond = node.condition.sql("spark") if node.condition is not None else "TRUE"
+        line = f"{pad}{node.kind.capitalize()}OuterJoin ON {cond}"
+    elif isinstance(node, SemiJoin):
+        cond = node.condition.sql("spark") if node.condition is not None else "TRUE"
+        line = f"{pad}{'AntiJoin' if node.anti else 'SemiJoin'} ON {cond}"
+    elif isinstance(node, SetOp):
+        line = f"{pad}{node.op.capitalize()}{' ALL' if node.all else ''}"
     elif isinstance(node, Aggregate):
         aggs = ", ".join(f"{a.expr.sql('spark')} [{a.strategy}]" for a in node.aggs)
         keys = ", ".join(k.sql("spark") for k in node.keys) or "()"

@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 from sqlglot import exp
 
-from python_helpers.dvm.build import build_tree
+from python_helpers.dvm.plan_query import query_tree
 from python_helpers.dvm.stored_result import (ACTION, ROW_ID, RecomputeResult, StoredResult, plan_stored_result,
                                               storage_names)
 from python_helpers.dvm.sqlgen import render
@@ -21,8 +21,7 @@ from python_helpers.runtime.api import ENGINES, REFRESH_MODES, RefreshRequest, R
 from python_helpers.runtime.binding import Bindings
 from python_helpers.runtime.timing import Phases
 from python_helpers.runtime.sources import pin_sources, storage_path
-from python_helpers.sql.parse import fingerprint, parse_query, qualify_query, relation_name, source_relations
-from python_helpers.sql.support import check_supported
+from python_helpers.sql.parse import fingerprint, parse_query, relation_name, source_relations
 
 Log = Callable[[str, str], None]
 
@@ -40,6 +39,7 @@ class Plan:
     tree: Optional[object]  # None when the query is outside the differential set
     unsupported: Optional[UnsupportedSql]
     columns: dict  # relation -> source columns read
+    top_k: Optional[object] = None  # sql.top_k.TopK when the query ends in ORDER BY ... LIMIT
 
 
 def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> RefreshResult:
@@ -148,16 +148,15 @@ def _validate(request: RefreshRequest) -> None:
 
 def _plan(model: str, query: exp.Expression, pinned: dict) -> Plan:
     schemas = {r: s.spark_types for r, s in pinned.items()}
-    tree, unsupported = None, None
+    tree, unsupported, top_k = None, None, None
     try:
-        check_supported(model, query)
-        tree = build_tree(model, qualify_query(model, query, schemas))
+        tree, top_k = query_tree(model, query, schemas)
     except UnsupportedSql as err:
-        unsupported = err
+        unsupported, top_k = err, None
     columns = {r: list(s.spark_types) for r, s in pinned.items()}
     if tree is not None:
         columns = _read_columns(tree, pinned)
-    return Plan(query, pinned, tree, unsupported, columns)
+    return Plan(query, pinned, tree, unsupported, columns, top_k)
 
 
 def _read_columns(tree, pinned: dict) -> dict:
@@ -260,12 +259,12 @@ def _analyzed(spark, request: RefreshRequest, plan: Plan, bindings: Bindings, me
     the ones it saw (no Spark analysis), else analysed anew and checked against the stored layout."""
     cached = meta.get("analysis") or {}
     if cached.get("sources") == _schema_key(plan):
-        result = plan_stored_result(request.model, plan.tree, cached["names"])
+        result = plan_stored_result(request.model, plan.tree, cached["names"], plan.top_k)
         if hasattr(result, "arg_types"):
             result.arg_types = dict(cached.get("arg_types") or {})
         return result
     names = _output_names(spark, request.model, plan, bindings)
-    result = _typed(spark, plan_stored_result(request.model, plan.tree, names), bindings)
+    result = _typed(spark, plan_stored_result(request.model, plan.tree, names, plan.top_k), bindings)
     if cached and (cached.get("names") != list(result.output_names)
                    or (cached.get("arg_types") or {}) != (getattr(result, "arg_types", {}) or {})):
         raise ChangesUnavailable(request.model, "the types of the source columns the query reads changed "
@@ -279,7 +278,7 @@ def _full(spark, request: RefreshRequest, plan: Plan, target: str, print_fp: str
         with phases("analyze"):
             names = _output_names(spark, request.model, plan, bindings)
             if plan.tree is not None:
-                result = _typed(spark, plan_stored_result(request.model, plan.tree, names), bindings)
+                result = _typed(spark, plan_stored_result(request.model, plan.tree, names, plan.top_k), bindings)
                 frame = spark.sql(render(result.full_sql(bindings.context(set()))))
             else:
                 result = RecomputeResult(request.model, names, storage_names(request.model, names))
@@ -403,7 +402,8 @@ def _publish(spark, request: RefreshRequest, plan: Plan, target: str, result: St
     else:
         relation = catalog_views.files_relation(delta_tables.local_path(target), files, types)
     # After a full refresh the column types may differ under the same view text: re-create.
-    catalog_views.replace_view(spark, request.schema, request.identifier, result.view_sql(relation), force=full)
+    catalog_views.replace_view(spark, request.schema, request.identifier, result.view_sql(relation, types),
+                               force=full)
 
 
 def _views_exist(spark, request: RefreshRequest, plan: Plan) -> bool:

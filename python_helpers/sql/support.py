@@ -42,24 +42,13 @@ def check_supported(model: str, query: exp.Expression) -> None:
             raise UnsupportedSql(model, f"window function {node.sql('spark')[:80]}")
         if isinstance(node, exp.Lateral):
             raise UnsupportedSql(model, "LATERAL VIEW / LATERAL subquery")
-        if isinstance(node, (exp.Intersect, exp.Except)):
-            raise UnsupportedSql(model, f"{node.key.upper()} set operation")
-        if isinstance(node, (exp.Exists,)):
-            raise UnsupportedSql(model, "EXISTS subquery")
-        if isinstance(node, exp.In) and node.args.get("query") is not None:
-            raise UnsupportedSql(model, "IN (subquery)")
-        if isinstance(node, exp.Subquery) and not _is_from_item(node):
-            raise UnsupportedSql(model, "scalar subquery in an expression")
         if isinstance(node, (exp.Cube, exp.Rollup, exp.GroupingSets)):
             raise UnsupportedSql(model, "GROUPING SETS / ROLLUP / CUBE")
         if isinstance(node, exp.Limit) or isinstance(node, exp.Offset):
-            raise UnsupportedSql(model, "LIMIT / OFFSET (Top-K)")
+            raise UnsupportedSql(model, "LIMIT / OFFSET below the top level of the query (Top-K is maintained "
+                                        "only as the query's last clause)")
         if isinstance(node, exp.With) and node.args.get("recursive"):
             raise UnsupportedSql(model, "WITH RECURSIVE")
         if isinstance(node, exp.Unnest) or isinstance(node, exp.Explode):
             raise UnsupportedSql(model, f"generator {node.sql('spark')[:60]}")
 
-
-def _is_from_item(node: exp.Subquery) -> bool:
-    parent = node.parent
-    return isinstance(parent, (exp.From, exp.Join)) or isinstance(parent, exp.Union)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from python_helpers.sql.predicates import conjuncts
 from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, union_all, weight
 from python_helpers.dvm.tree import Filter, Join, Node
 
@@ -27,18 +28,6 @@ def flatten(node: Node) -> tuple[list[Node], list[exp.Expression]]:
     left, lconds = flatten(node.left)
     right, rconds = flatten(node.right)
     return left + right, lconds + rconds + conjuncts(node.condition)
-
-
-def conjuncts(predicate) -> list[exp.Expression]:
-    if predicate is None:
-        return []
-    if isinstance(predicate, exp.And):
-        return conjuncts(predicate.this) + conjuncts(predicate.expression)
-    if isinstance(predicate, exp.Paren):
-        return conjuncts(predicate.this)
-    if isinstance(predicate, exp.Boolean) and predicate.this:
-        return []  # TRUE
-    return [predicate]
 
 
 def _owners(condition: exp.Expression, owner_of: dict, n: int) -> frozenset:

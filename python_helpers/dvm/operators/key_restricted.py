@@ -1,0 +1,115 @@
+"""Outer joins, semi / anti joins and INTERSECT / EXCEPT: two-input operators keyed by their
+equality conditions.
+
+Each of these has a *key* on both inputs (the expressions of the condition's equalities that
+pair a left column with a right one; for a set operation, every column) such that the output
+rows of one key value depend only on the input rows with that key value. So
+
+    Δ(L op R) = op(L_new ⋉ K, R_new ⋉ K) − op(L_old ⋉ K, R_old ⋉ K),   K = keys(ΔL) ∪ keys(ΔR)
+
+consolidated: the keys no change touched are not read past the restriction (delta key
+restriction), and a NULL-padded row that appears or disappears as a key's first match comes
+or its last match goes is exactly the difference of the two recomputes. The restriction
+matches keys null-safely, so rows with a NULL key are restricted like any other.
+
+When only the left input of a LEFT outer, semi or anti join changed, the operator is linear in
+that input (each left row's output depends on the unchanged right side only):
+Δ = op(ΔL, R), which needs no restriction at all.
+
+Without an equality between the two sides there is no key: the operator is recomputed at both
+versions in full (correct, and as costly as a rebuild of that operator; documented).
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+
+from python_helpers.sql.predicates import conjuncts
+from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, select_from, sub, union_all, weight
+from python_helpers.dvm.tree import WEIGHT, Node, OuterJoin, SemiJoin, SetOp
+
+_KEY = "__dvm_rk"
+
+
+def plain(node: Node, ctx: Context, left_sql, right_sql, weighted: bool = False) -> exp.Expression:
+    """The operator over two rendered inputs; `weighted` carries the left input's weight."""
+    if isinstance(node, SetOp):
+        return _set_op(node, ctx, left_sql, right_sql)
+    la, ra = ctx.alias("l"), ctx.alias("r")
+    if isinstance(node, SemiJoin):
+        cols = [col(c, la) for c in node.columns]
+        join_type = "LEFT ANTI" if node.anti else "LEFT SEMI"
+    else:
+        cols = [col(c) for c in node.columns]
+        join_type = "FULL OUTER" if node.kind == "full" else "LEFT OUTER"
+    if weighted:
+        cols.append(alias(weight(la), WEIGHT))
+    on = node.condition.copy() if node.condition is not None else exp.true()
+    return select_from(cols, sub(left_sql, la)).join(sub(right_sql, ra), on=on, join_type=join_type, copy=False)
+
+
+def _set_op(node: SetOp, ctx: Context, left_sql, right_sql) -> exp.Expression:
+    left = select_from([col(c) for c in node.columns], sub(left_sql, ctx.alias("sl")))
+    right = select_from([alias(col(c), n) for c, n in zip(node.right.columns, node.columns)],
+                        sub(right_sql, ctx.alias("sr")))
+    cls = exp.Intersect if node.op == "intersect" else exp.Except
+    return cls(this=left, expression=right, distinct=not node.all)
+
+
+def key_pairs(node: Node) -> list[tuple[exp.Expression, exp.Expression]]:
+    """(left expression, right expression) pairs the operator matches on, [] when it has none."""
+    if isinstance(node, SetOp):
+        return [(col(a), col(b)) for a, b in zip(node.left.columns, node.right.columns)]
+    left, right = set(node.left.columns), set(node.right.columns)
+    pairs = []
+    for c in conjuncts(node.condition):
+        if not isinstance(c, (exp.EQ, exp.NullSafeEQ)):
+            continue
+        a, b = c.this, c.expression
+        ca = {x.name for x in a.find_all(exp.Column)}
+        cb = {x.name for x in b.find_all(exp.Column)}
+        if ca and cb and ca <= left and cb <= right:
+            pairs.append((a, b))
+        elif ca and cb and ca <= right and cb <= left:
+            pairs.append((b, a))
+    return pairs
+
+
+def delta(node: Node, ctx: Context, delta_of, plain_of):
+    """Δ of an OuterJoin, SemiJoin or SetOp; `delta_of(n)` / `plain_of(n, version)` render inputs."""
+    dl, dr = delta_of(node.left), delta_of(node.right)
+    if dl is None and dr is None:
+        return None
+    linear = isinstance(node, SemiJoin) or (isinstance(node, OuterJoin) and node.kind == "left")
+    if dr is None and linear:
+        return plain(node, ctx, dl, plain_of(node.right, "old"), weighted=True)
+    pairs = key_pairs(node)
+    keys = _changed_keys(ctx, pairs, dl, dr) if pairs else None
+    sides = []
+    for sign, version in ((1, "new"), (-1, "old")):
+        left, right = plain_of(node.left, version), plain_of(node.right, version)
+        if keys is not None:
+            left = _restrict(ctx, left, [a for a, _ in pairs], keys)
+            right = _restrict(ctx, right, [b for _, b in pairs], keys)
+        out = plain(node, ctx, left, right)
+        sides.append(select_from([col(c) for c in node.columns] + [alias(exp.Literal.number(sign), WEIGHT)],
+                                 sub(out, ctx.alias("v"))))
+    return consolidate(ctx, union_all(sides), node.columns)
+
+
+def _changed_keys(ctx: Context, pairs, dl, dr) -> exp.Expression:
+    parts = []
+    for d, side in ((dl, 0), (dr, 1)):
+        if d is not None:
+            exprs = [alias(p[side].copy(), f"{_KEY}{i}") for i, p in enumerate(pairs)]
+            parts.append(select_from(exprs, sub(d.copy(), ctx.alias("dk"))))
+    return union_all(parts)
+
+
+def _restrict(ctx: Context, query, exprs: list, keys) -> exp.Select:
+    """Rows of `query` whose key (null-safe) is among `keys`."""
+    q, k = ctx.alias("q"), ctx.alias("k")
+    on = exp.and_(*[exp.NullSafeEQ(this=e.copy(), expression=col(f"{_KEY}{i}", k)) for i, e in enumerate(exprs)])
+    step = select_from([exp.Star()], sub(query, q))
+    if ctx.small_delta:
+        step.set("hint", exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[exp.to_identifier(k)])]))
+    return step.join(sub(keys.copy(), k), on=on, join_type="LEFT SEMI", copy=False)

@@ -1,0 +1,54 @@
+"""The rewrite pipeline: qualified query in, an equivalent query the tree builder handles out.
+
+Passes run in this order, each over every SELECT block (inner blocks first), one module each:
+
+1. having_subqueries  -- HAVING with a scalar subquery: move the HAVING into an outer WHERE
+2. scalar_subqueries  -- scalar subqueries in WHERE: hoist to a join with a (grouped) derived table
+3. semi_anti_joins    -- EXISTS / NOT EXISTS / IN / NOT IN in WHERE: semi and anti joins
+
+What no pass removed (a subquery in the SELECT list, inside OR, in a JOIN's ON clause) is
+rejected at the end with the place named. docs/supported-sql.md states each pattern and why
+the rewrite is equivalent.
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+
+from python_helpers.errors import UnsupportedSql
+from python_helpers.sql.rewrites import blocks, having_subqueries, scalar_subqueries, semi_anti_joins
+
+PASSES = (having_subqueries, scalar_subqueries, semi_anti_joins)
+
+
+def rewrite(model: str, query: exp.Expression) -> exp.Expression:
+    fresh = blocks.FreshNames()
+    query = query.copy()
+    for rewrite_pass in PASSES:
+        query = rewrite_pass.rewrite(model, query, fresh)
+    _check_no_sublinks(model, query)
+    return query
+
+
+def _check_no_sublinks(model: str, query: exp.Expression) -> None:
+    for node in query.walk():
+        if isinstance(node, exp.Exists) or (isinstance(node, exp.In) and node.args.get("query") is not None):
+            raise UnsupportedSql(model, f"{'EXISTS' if isinstance(node, exp.Exists) else 'IN (subquery)'} "
+                                        "outside a top-level AND of a WHERE clause")
+        if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation)):
+            place = _place(node)
+            raise UnsupportedSql(model, f"scalar subquery {place} (only WHERE comparisons and HAVING are rewritten "
+                                        "into joins)")
+
+
+def _place(node: exp.Expression) -> str:
+    while node.parent is not None:
+        parent = node.parent
+        if isinstance(parent, exp.Select):
+            for key in ("expressions", "group", "order", "joins"):
+                value = parent.args.get(key)
+                if value is node or (isinstance(value, list) and node in value):
+                    return {"expressions": "in the SELECT list", "group": "in GROUP BY", "order": "in ORDER BY",
+                            "joins": "in a JOIN's ON clause"}[key]
+            return "in this position"
+        node = parent
+    return "in this position"

@@ -1,0 +1,98 @@
+"""What the rewrite passes need to know about one SELECT block of a qualified query: its own
+FROM aliases, which columns of an expression belong to an enclosing block (correlation), and how
+to add a FROM item. Every column is qualified (`alias.column`) by sql.parse.qualify_query."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from sqlglot import exp
+
+from python_helpers.sql.predicates import conjuncts
+
+_SCOPES = (exp.Select, exp.SetOperation, exp.Subquery)
+
+
+class FreshNames:
+    """Aliases for the FROM items the rewrites add, unique within one query."""
+
+    def __init__(self):
+        self._n = 0
+
+    def __call__(self, base: str) -> str:
+        self._n += 1
+        return f"{base}{self._n}"
+
+
+def selects_bottom_up(query: exp.Expression) -> list[exp.Select]:
+    """Every SELECT block, inner blocks before the blocks that contain them."""
+    return list(reversed(list(query.find_all(exp.Select))))
+
+
+def from_items(select: exp.Select) -> list[exp.Expression]:
+    from_ = select.args.get("from_") or select.args.get("from")
+    items = [from_.this] if from_ is not None else []
+    return items + [j.this for j in select.args.get("joins") or []]
+
+
+def aliases(select: exp.Select) -> set[str]:
+    return {item.alias_or_name.lower() for item in from_items(select)}
+
+
+def here(expression: exp.Expression) -> Iterator[exp.Expression]:
+    """The nodes of an expression outside any nested query (a subquery is its own scope)."""
+    stack = [expression]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in node.iter_expressions():
+            if not isinstance(child, _SCOPES):
+                stack.append(child)
+
+
+def columns_here(expression: exp.Expression) -> list[exp.Column]:
+    return [n for n in here(expression) if isinstance(n, exp.Column)]
+
+
+def is_outer(column: exp.Column, local: set[str]) -> bool:
+    return bool(column.table) and column.table.lower() not in local
+
+
+def references_outside(query: exp.Expression) -> bool:
+    """Does a (sub)query read a column of a block around it (is it correlated)?"""
+    defined = {t.alias_or_name.lower() for t in query.find_all(exp.Table)}
+    defined |= {s.alias_or_name.lower() for s in query.find_all(exp.Subquery) if s.alias_or_name}
+    return any(c.table and c.table.lower() not in defined for c in query.find_all(exp.Column))
+
+
+def where_conjuncts(select: exp.Select) -> list[exp.Expression]:
+    where = select.args.get("where")
+    return conjuncts(where.this) if where is not None else []
+
+
+def set_where(select: exp.Select, parts: list[exp.Expression]) -> None:
+    select.set("where", exp.Where(this=exp.and_(*parts)) if parts else None)
+
+
+def add_join(select: exp.Select, query: exp.Expression, alias: str, side: str = "", kind: str = "CROSS",
+             on: exp.Expression | None = None) -> None:
+    """Append `<side> <kind> JOIN (query) alias [ON on]` to the block's FROM (left-deep: it
+    joins everything before it)."""
+    sub = exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+    args = {"this": sub, "kind": kind}
+    if side:
+        args["side"] = side
+    if on is not None:
+        args["on"] = on
+    select.append("joins", exp.Join(**args))
+
+
+def unaliased(projection: exp.Expression) -> exp.Expression:
+    return projection.this if isinstance(projection, exp.Alias) else projection
+
+
+def output_names(query: exp.Expression) -> list[str]:
+    while isinstance(query, exp.SetOperation):
+        query = query.this
+    if isinstance(query, exp.Subquery):
+        return output_names(query.this)
+    return [p.alias_or_name for p in query.expressions]
