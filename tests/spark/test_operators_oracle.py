@@ -111,7 +111,7 @@ def _dup_heavy_batch(tables):
     )
 
 
-@pytest.mark.parametrize("family", ["aggregate", "setop", "join"])
+@pytest.mark.parametrize("family", ["aggregate", "setop", "join", "outer", "semi", "sublink"])
 @given(data=st.data())
 @gen.dvm_settings(gen.examples(3))
 def test_null_heavy_data(spark, family, data):

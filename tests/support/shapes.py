@@ -108,6 +108,10 @@ SHAPES = [
         UNION ALL SELECT k, 'lit' AS g FROM {src}.t1 WHERE v > 0"""),
     Shape("union_all_same_source", "setop", "SELECT k FROM {src}.t1 UNION ALL SELECT v AS k FROM {src}.t1"),
     Shape("union_distinct", "setop", "SELECT k, g FROM {src}.t1 UNION SELECT k, g FROM {src}.t2"),
+    Shape("intersect", "setop", "SELECT k, g FROM {src}.t1 INTERSECT SELECT k, g FROM {src}.t2"),
+    Shape("intersect_all", "setop", "SELECT k FROM {src}.t1 INTERSECT ALL SELECT k FROM {src}.t2"),
+    Shape("except", "setop", "SELECT k, g FROM {src}.t1 EXCEPT SELECT k, g FROM {src}.t3"),
+    Shape("except_all", "setop", "SELECT g FROM {src}.t1 EXCEPT ALL SELECT g FROM {src}.t2"),
     # --- subqueries and CTEs --------------------------------------------------------------------
     Shape("subquery_from", "subquery", """
         SELECT s.k, s.total * 2 AS dbl
@@ -123,6 +127,66 @@ SHAPES = [
     Shape("agg_then_join", "subquery", """
         SELECT a.k, a.n, b.id AS bid, b.v
         FROM (SELECT k, COUNT(*) AS n FROM {src}.t1 GROUP BY k) a JOIN {src}.t2 b ON a.k = b.k"""),
+    # --- outer joins (NULL-padded rows come and go with first / last matches) --------------------
+    Shape("left_join", "outer", """
+        SELECT a.id AS aid, a.k, b.id AS bid, b.v AS bv FROM {src}.t1 a LEFT JOIN {src}.t2 b ON a.k = b.k"""),
+    Shape("left_join_extra_on_where", "outer", """
+        SELECT a.id AS aid, b.id AS bid, b.g AS bg
+        FROM {src}.t1 a LEFT OUTER JOIN {src}.t2 b ON a.k = b.k AND b.v > 0
+        WHERE a.v IS NOT NULL OR b.g = 'a'"""),
+    Shape("right_join", "outer", """
+        SELECT a.id AS aid, b.id AS bid, b.g FROM {src}.t1 a RIGHT JOIN {src}.t2 b ON a.g = b.g AND a.k = b.k"""),
+    Shape("full_join", "outer", """
+        SELECT a.id AS aid, b.id AS bid, COALESCE(a.k, b.k) AS k
+        FROM {src}.t1 a FULL OUTER JOIN {src}.t3 b ON a.k = b.k"""),
+    Shape("left_join_count", "outer", """
+        SELECT a.k, COUNT(b.id) AS n, SUM(b.v) AS s
+        FROM {src}.t1 a LEFT JOIN {src}.t2 b ON a.k = b.k AND a.g = b.g GROUP BY a.k"""),
+    Shape("left_join_theta", "outer", """
+        SELECT a.id AS aid, b.id AS bid FROM {src}.t1 a LEFT JOIN {src}.t3 b ON a.v < b.v"""),
+    Shape("left_join_using_self", "outer", """
+        SELECT k, a.id AS aid, b.id AS bid FROM {src}.t1 a LEFT JOIN {src}.t1 b USING (k)"""),
+    Shape("left_then_inner", "outer", """
+        SELECT a.id AS aid, b.id AS bid, c.id AS cid
+        FROM {src}.t1 a JOIN {src}.t3 c ON a.g = c.g LEFT JOIN {src}.t2 b ON a.k = b.k"""),
+    # --- semi and anti joins ------------------------------------------------------------------------
+    Shape("exists_correlated", "semi", """
+        SELECT id, k, v FROM {src}.t1 a
+        WHERE EXISTS (SELECT 1 FROM {src}.t2 b WHERE b.k = a.k AND b.v > a.v)"""),
+    Shape("not_exists", "semi", """
+        SELECT id, k, g FROM {src}.t1 a
+        WHERE NOT EXISTS (SELECT * FROM {src}.t2 b WHERE b.k = a.k AND b.g = a.g) AND a.id > 0"""),
+    Shape("in_subquery", "semi", "SELECT id, g FROM {src}.t1 WHERE k IN (SELECT k FROM {src}.t2 WHERE v > 0)"),
+    Shape("not_in_with_nulls", "semi", """
+        SELECT id, k FROM {src}.t1 WHERE k NOT IN (SELECT k FROM {src}.t2 WHERE g = 'a' OR g IS NULL)"""),
+    Shape("exists_uncorrelated", "semi", """
+        SELECT id, v FROM {src}.t1 WHERE EXISTS (SELECT 1 FROM {src}.t2 WHERE v > 3) AND k IS NOT NULL"""),
+    Shape("anti_then_aggregate", "semi", """
+        SELECT g, COUNT(*) AS n FROM {src}.t1 a
+        WHERE NOT EXISTS (SELECT 1 FROM {src}.t3 c WHERE c.k = a.k) GROUP BY g"""),
+    Shape("in_tuple_and_join", "semi", """
+        SELECT a.id AS aid, c.id AS cid FROM {src}.t1 a JOIN {src}.t3 c ON a.k = c.k
+        WHERE (a.k, a.g) IN (SELECT k, g FROM {src}.t2)"""),
+    # --- scalar subqueries ------------------------------------------------------------------------
+    Shape("scalar_uncorrelated", "sublink", "SELECT id, v FROM {src}.t1 WHERE v > (SELECT AVG(v) FROM {src}.t2)"),
+    Shape("scalar_correlated", "sublink", """
+        SELECT id, k, v FROM {src}.t1 a WHERE a.v >= (SELECT MAX(b.v) FROM {src}.t2 b WHERE b.k = a.k)"""),
+    Shape("scalar_correlated_two_keys", "sublink", """
+        SELECT id, x FROM {src}.t1 a
+        WHERE a.x < (SELECT 2 * AVG(b.x) FROM {src}.t2 b WHERE b.k = a.k AND b.g = a.g AND b.v IS NOT NULL)"""),
+    Shape("having_scalar", "sublink", """
+        SELECT k, SUM(v) AS s FROM {src}.t1 GROUP BY k HAVING SUM(v) > (SELECT AVG(v) FROM {src}.t2)"""),
+    Shape("cte_twice_max", "sublink", """
+        WITH c AS (SELECT k, SUM(v) AS s FROM {src}.t1 GROUP BY k)
+        SELECT c.k, c.s FROM c WHERE c.s = (SELECT MAX(s) FROM c)"""),
+    # --- Top-K (orders total up to identical rows, so every answer is the same multiset) ---------
+    Shape("topk_groups", "topk", """
+        SELECT k, SUM(v) AS s, COUNT(*) AS n FROM {src}.t1 GROUP BY k ORDER BY s DESC, k LIMIT 2"""),
+    Shape("topk_rows_offset", "topk", """
+        SELECT id, k, g, v FROM {src}.t1 ORDER BY v DESC, id, k, g LIMIT 3 OFFSET 1"""),
+    Shape("topk_join", "topk", """
+        SELECT a.id AS aid, b.id AS bid, a.v + b.v AS vv FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k
+        ORDER BY vv, aid, bid LIMIT 4"""),
     # --- SQL spellings the front end must resolve ---------------------------------------------
     Shape("syntax_group_ordinal", "syntax", "SELECT k, COUNT(*) AS n, MAX(g) AS mg FROM {src}.t1 GROUP BY 1"),
     Shape("syntax_group_alias", "syntax", "SELECT year(dt) AS yr, SUM(v) AS sv FROM {src}.t1 GROUP BY yr"),

@@ -1,0 +1,122 @@
+"""Each rewrite pass, shown as input SQL -> output SQL (python_helpers.sql.rewrites), plus the
+Top-K split. The Spark oracle tests (tests/support/shapes.py: families semi, sublink, topk)
+prove the rewritten queries equal the originals on data; these pin the shapes."""
+from __future__ import annotations
+
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from python_helpers.errors import UnsupportedSql
+from python_helpers.sql import rewrites
+from python_helpers.sql.parse import parse_query, qualify_query
+from python_helpers.sql.rewrites import blocks, having_subqueries, scalar_subqueries, semi_anti_joins
+from python_helpers.sql.top_k import split_top_k
+
+SCHEMAS = {
+    "s.o": {"ok": "bigint", "ck": "bigint", "amt": "double", "st": "string"},
+    "s.l": {"ok": "bigint", "qty": "int", "a": "date", "b": "date"},
+    "s.c": {"ck": "bigint", "seg": "string"},
+}
+
+
+def qualified(sql: str) -> exp.Expression:
+    return qualify_query("m", parse_query("m", sql), SCHEMAS)
+
+
+def run(pass_module, sql: str) -> str:
+    return pass_module.rewrite("m", qualified(sql), blocks.FreshNames()).sql("spark")
+
+
+def same(a: str, b: str) -> bool:
+    return sqlglot.parse_one(a, read="spark").sql("spark") == sqlglot.parse_one(b, read="spark").sql("spark")
+
+
+def test_correlated_exists_becomes_a_semi_join_on_the_correlated_conjuncts():
+    out = run(semi_anti_joins, "select o.ok from s.o o where o.amt > 0 and exists "
+                               "(select * from s.l l where l.ok = o.ok and l.a < l.b)")
+    assert same(out, "SELECT o.ok AS ok FROM s.o AS o LEFT SEMI JOIN (SELECT l.ok AS __dvm_c0 FROM s.l AS l "
+                     "WHERE l.a < l.b) AS __dvm_ex1 ON __dvm_ex1.__dvm_c0 = o.ok WHERE o.amt > 0"), out
+
+
+def test_not_exists_becomes_an_anti_join():
+    out = run(semi_anti_joins, "select c.ck from s.c c where not exists (select 1 from s.o o where o.ck = c.ck)")
+    assert same(out, "SELECT c.ck AS ck FROM s.c AS c LEFT ANTI JOIN (SELECT o.ck AS __dvm_c0 FROM s.o AS o) "
+                     "AS __dvm_ex1 ON __dvm_ex1.__dvm_c0 = c.ck"), out
+
+
+def test_uncorrelated_exists_becomes_a_one_row_flag():
+    out = run(semi_anti_joins, "select c.ck from s.c c where exists (select 1 from s.o o where o.amt > 9)")
+    assert same(out, "SELECT c.ck AS ck FROM s.c AS c CROSS JOIN (SELECT MAX(1) AS __dvm_e FROM "
+                     "(SELECT 1 AS `1` FROM s.o AS o WHERE o.amt > 9) AS __dvm_x2) AS __dvm_ex1 "
+                     "WHERE NOT __dvm_ex1.__dvm_e IS NULL"), out
+
+
+def test_in_becomes_a_semi_join_and_not_in_keeps_sql_null_rules():
+    out = run(semi_anti_joins, "select o.ok from s.o o where o.ck in (select c.ck from s.c c where c.seg = 'x')")
+    assert same(out, "SELECT o.ok AS ok FROM s.o AS o LEFT SEMI JOIN (SELECT c.ck AS ck FROM s.c AS c "
+                     "WHERE c.seg = 'x') AS __dvm_in1 ON o.ck = __dvm_in1.ck"), out
+    out = run(semi_anti_joins, "select o.ok from s.o o where o.ck not in (select c.ck from s.c c)")
+    assert same(out, "SELECT o.ok AS ok FROM s.o AS o "
+                     "LEFT ANTI JOIN (SELECT c.ck AS ck FROM s.c AS c) AS __dvm_in1 ON o.ck = __dvm_in1.ck "
+                     "CROSS JOIN (SELECT MAX(CASE WHEN __dvm_x3.ck IS NULL THEN 1 ELSE 0 END) AS __dvm_m "
+                     "FROM (SELECT c.ck AS ck FROM s.c AS c) AS __dvm_x3) AS __dvm_nn2 "
+                     "WHERE __dvm_nn2.__dvm_m IS NULL OR (__dvm_nn2.__dvm_m = 0 AND NOT o.ck IS NULL)"), out
+
+
+def test_correlated_scalar_subquery_becomes_a_grouped_join():
+    out = run(scalar_subqueries, "select o.ok from s.o o where o.amt < "
+                                 "(select 0.2 * avg(l.qty) from s.l l where l.ok = o.ok and l.qty > 1)")
+    assert same(out, "SELECT o.ok AS ok FROM s.o AS o CROSS JOIN (SELECT l.ok AS __dvm_k0, 0.2 * AVG(l.qty) "
+                     "AS __dvm_v FROM s.l AS l WHERE l.qty > 1 GROUP BY l.ok) AS __dvm_sq1 "
+                     "WHERE o.ok = __dvm_sq1.__dvm_k0 AND o.amt < __dvm_sq1.__dvm_v"), out
+
+
+def test_uncorrelated_scalar_subquery_becomes_a_cross_join():
+    out = run(scalar_subqueries, "select o.ok from s.o o where o.amt > (select avg(o2.amt) from s.o o2)")
+    assert same(out, "SELECT o.ok AS ok FROM s.o AS o CROSS JOIN (SELECT AVG(o2.amt) AS __dvm_v FROM s.o AS o2) "
+                     "AS __dvm_sq1 WHERE o.amt > __dvm_sq1.__dvm_v"), out
+
+
+def test_having_with_a_subquery_moves_to_an_outer_where():
+    out = run(having_subqueries, "select o.ck, sum(o.amt) as t from s.o o group by o.ck "
+                                 "having sum(o.amt) > (select avg(o2.amt) from s.o o2)")
+    assert same(out, "SELECT __dvm_h1.__dvm_o0 AS ck, __dvm_h1.__dvm_o1 AS t FROM (SELECT o.ck AS __dvm_o0, "
+                     "SUM(o.amt) AS __dvm_o1, SUM(o.amt) AS __dvm_h0 FROM s.o AS o GROUP BY o.ck) AS __dvm_h1 "
+                     "WHERE __dvm_h1.__dvm_h0 > (SELECT AVG(o2.amt) AS _col_0 FROM s.o AS o2)"), out
+
+
+def test_the_pipeline_runs_the_passes_in_order_and_leaves_no_subquery_expression():
+    out = rewrites.rewrite("m", qualified(
+        "select c.ck from s.c c where c.ck in (select o.ck from s.o o where o.amt > "
+        "(select avg(o3.amt) from s.o o3)) and not exists (select 1 from s.o o2 where o2.ck = c.ck and o2.st = 'x')"))
+    assert not any(isinstance(n, (exp.Exists, exp.In)) for n in out.walk())
+    kinds = [f"{j.side} {j.kind}".strip() for j in out.args["joins"]]
+    assert kinds == ["LEFT SEMI", "LEFT ANTI"]
+    inner = out.args["joins"][0].this.this
+    assert [j.kind for j in inner.args["joins"]] == ["CROSS"]  # the nested scalar subquery, hoisted
+
+
+@pytest.mark.parametrize("sql, reason", [
+    ("select o.ok from s.o o where o.amt > 0 or o.ck in (select c.ck from s.c c)", "inside OR"),
+    ("select o.ok from s.o o where o.amt > (select count(*) from s.l l where l.ok = o.ok)", "NULL on no rows"),
+    ("select o.ok from s.o o where coalesce((select max(l.qty) from s.l l where l.ok = o.ok), 0) = 0",
+     "outside a comparison"),
+    ("select o.ok from s.o o where o.amt > (select l.qty from s.l l)", "not one aggregate"),
+    ("select o.ck, sum(o.amt) from s.o o group by o.ck having sum(o.amt) > "
+     "(select max(l.qty) from s.l l where l.ok = o.ck)", "correlated scalar subquery in HAVING"),
+])
+def test_forms_that_cannot_be_rewritten_are_named(sql, reason):
+    with pytest.raises(UnsupportedSql) as err:
+        rewrites.rewrite("m", qualified(sql))
+    assert reason.lower() in err.value.construct.lower(), err.value.construct
+
+
+def test_top_k_is_split_off_and_mapped_to_output_columns():
+    body, top = split_top_k("m", parse_query("m", "select ck, sum(amt) as t from s.o group by ck "
+                                                   "order by t desc, 1 limit 5 offset 2"))
+    assert body.args.get("limit") is None and body.args.get("order") is None
+    assert [pos for pos, _ in top.order] == [1, 0] and top.limit == 5 and top.offset == 2
+    view = top.apply(exp.select("*").from_("base"), ["ck", "t"], [True, True]).sql("spark")
+    assert view == "SELECT * FROM (SELECT * FROM base) AS __dvm_top ORDER BY `t` DESC, `ck` LIMIT 5 OFFSET 2"
+    assert split_top_k("m", parse_query("m", "select ck from s.o order by ck"))[1] is None  # no LIMIT: no Top-K
