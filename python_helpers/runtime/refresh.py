@@ -21,7 +21,8 @@ from python_helpers.runtime.api import ENGINES, REFRESH_MODES, RefreshRequest, R
 from python_helpers.runtime.binding import Bindings
 from python_helpers.runtime.timing import Phases
 from python_helpers.runtime.sources import pin_sources, storage_path
-from python_helpers.sql.parse import fingerprint, parse_query, relation_name, source_relations
+from python_helpers.runtime.view_inlining import inline_views
+from python_helpers.sql.parse import DIALECT, fingerprint, parse_query, relation_name, source_relations
 
 Log = Callable[[str, str], None]
 
@@ -40,6 +41,7 @@ class Plan:
     unsupported: Optional[UnsupportedSql]
     columns: dict  # relation -> source columns read
     top_k: Optional[object] = None  # sql.top_k.TopK when the query ends in ORDER BY ... LIMIT
+    definition: str = ""  # the SQL the stored result is defined by (views inlined): fingerprinted
 
 
 def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> RefreshResult:
@@ -56,13 +58,11 @@ def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> Re
                              phases=dict(phases.seconds), **extra)
 
     with phases("plan"):
-        query = parse_query(model, request.sql)
-        overrides = {k.lower(): v for k, v in (request.sources or {}).items()}
-        pinned = pin_sources(spark, model, source_relations(query), overrides)
-        plan = _plan(model, query, pinned)
+        plan = _plan_request(spark, request)
+        pinned = plan.pinned
         target = storage_path(spark, request.schema, request.identifier)
         meta = storage.read_metadata(target)
-        print_fp = fingerprint(request.sql, request.shaping_config, storage.FORMAT_VERSION)
+        print_fp = fingerprint(plan.definition, request.shaping_config, storage.FORMAT_VERSION)
         reason = _full_reason(request, plan, meta, print_fp)
         if reason is None:
             reason = _source_reason(model, request, plan, meta)
@@ -146,11 +146,25 @@ def _validate(request: RefreshRequest) -> None:
                             "use engine: embedded (or auto) in the profile")
 
 
-def _plan(model: str, query: exp.Expression, pinned: dict) -> Plan:
+def _plan_request(spark, request: RefreshRequest) -> "Plan":
+    """Parse, inline views, pin the Delta sources and plan the tree."""
+    model = request.model
+    query = parse_query(model, request.sql)
+    overrides = {k.lower(): v for k, v in (request.sources or {}).items()}
+    inlined = inline_views(spark, model, query, overrides)
+    relations = [r for r in source_relations(inlined.query) if r not in inlined.kept]
+    pinned = pin_sources(spark, model, relations, overrides)
+    plan = _plan(model, inlined.query, pinned, inlined.unsupported)
+    plan.definition = request.sql if not inlined.views else f"{request.sql}\n-- views inlined:\n{inlined.query.sql(DIALECT)}"
+    return plan
+
+
+def _plan(model: str, query: exp.Expression, pinned: dict, unsupported: Optional[UnsupportedSql] = None) -> Plan:
     schemas = {r: s.spark_types for r, s in pinned.items()}
-    tree, unsupported, top_k = None, None, None
+    tree, top_k = None, None
     try:
-        tree, top_k = query_tree(model, query, schemas)
+        if unsupported is None:
+            tree, top_k = query_tree(model, query, schemas)
     except UnsupportedSql as err:
         unsupported, top_k = err, None
     columns = {r: list(s.spark_types) for r, s in pinned.items()}
@@ -416,10 +430,7 @@ def _views_exist(spark, request: RefreshRequest, plan: Plan) -> bool:
 
 def explain(spark, request: RefreshRequest) -> str:
     """The operator tree and the mode a refresh would choose (no data read)."""
-    query = parse_query(request.model, request.sql)
-    pinned = pin_sources(spark, request.model, source_relations(query),
-                         {k.lower(): v for k, v in (request.sources or {}).items()})
-    plan = _plan(request.model, query, pinned)
+    plan = _plan_request(spark, request)
     if plan.tree is None:
         return f"{request.model}: full refresh only ({plan.unsupported.construct})"
     return f"{request.model}: differential\n{describe(plan.tree)}"

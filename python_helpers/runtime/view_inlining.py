@@ -1,0 +1,130 @@
+"""View inlining: a stream table that reads a Spark view (a dbt `view` model, say) is maintained
+over the view's base Delta tables.
+
+Each table reference that is not a Delta source but a view in the catalog is replaced by the
+view's query as a derived table under the same alias (views over views too). Unqualified table
+names inside the view are resolved in the namespace the view was created in, as Spark does.
+The inlined text is part of the stream table's fingerprint, so redefining the view rebuilds it.
+
+A view of another stream table is not inlined: stream tables over stream tables are not
+maintained differentially yet, so such a model refreshes in full (`auto`) with that reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import sqlglot
+from sqlglot import exp
+
+from python_helpers.errors import UnsupportedSql
+from python_helpers.runtime.delta_tables import open_table
+from python_helpers.runtime.sources import STORAGE_DIR, source_path
+from python_helpers.sql.parse import DIALECT, relation_name, source_relations
+
+MAX_DEPTH = 10
+
+
+@dataclass
+class Inlined:
+    query: exp.Expression
+    views: list = field(default_factory=list)  # relations inlined
+    kept: set = field(default_factory=set)  # views left as they are (read by name in a full refresh)
+    unsupported: Optional[UnsupportedSql] = None
+
+
+def inline_views(spark, model: str, query: exp.Expression, overrides: dict) -> Inlined:
+    out = Inlined(query)
+    try:
+        out.query = _inline(spark, model, query, overrides, out, depth=0)
+    except UnsupportedSql as err:
+        # Nothing inlined: every view is read by name by a full refresh, and only the Delta
+        # sources are pinned.
+        out.query, out.views, out.unsupported = query, [], err
+        out.kept = {r for r in source_relations(query)
+                    if r not in overrides and len(r.split(".")) > 1 and not _is_delta(spark, r, overrides)
+                    and _view(spark, r) is not None}
+    return out
+
+
+def _inline(spark, model: str, query: exp.Expression, overrides: dict, out: Inlined, depth: int) -> exp.Expression:
+    ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+
+    def swap(node):
+        if not isinstance(node, exp.Table) or not node.name or (not node.db and node.name.lower() in ctes):
+            return node
+        relation = relation_name(node)
+        if relation in overrides or len(relation.split(".")) < 2 or _is_delta(spark, relation, overrides):
+            return node
+        view = _view(spark, relation)
+        if view is None:
+            return node  # not a view either: pinning reports the missing source
+        text, namespace, names = view
+        if STORAGE_DIR in text:
+            out.kept.add(relation)
+            raise UnsupportedSql(model, f"reads the stream table {relation}: stream tables over stream tables are "
+                                        "not maintained differentially yet")
+        if depth >= MAX_DEPTH:
+            raise UnsupportedSql(model, f"views nested more than {MAX_DEPTH} deep ({relation})")
+        try:
+            inner = sqlglot.parse_one(text, read=DIALECT)
+        except sqlglot.errors.ParseError:
+            out.kept.add(relation)
+            raise UnsupportedSql(model, f"the text of view {relation} does not parse as Spark SQL") from None
+        _qualify_tables(inner, namespace)
+        inner = _inline(spark, model, inner, overrides, out, depth + 1)
+        inner = _renamed(inner, names)
+        out.views.append(relation)
+        return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(node.alias_or_name)))
+
+    return query.copy().transform(swap)
+
+
+def _is_delta(spark, relation: str, overrides: dict) -> bool:
+    return open_table(source_path(spark, relation, overrides)) is not None
+
+
+def _view(spark, relation: str):
+    """(view text, namespace, column names) when `relation` is a persistent view, else None."""
+    try:
+        if not spark.catalog.tableExists(relation) or spark.catalog.getTable(relation).tableType != "VIEW":
+            return None
+        rows = spark.sql(f"DESCRIBE TABLE EXTENDED {'.'.join(f'`{p}`' for p in relation.split('.'))}").collect()
+    except Exception:  # noqa: BLE001 - not resolvable: treat as not a view
+        return None
+    names, info, in_columns = [], {}, True
+    for r in rows:
+        if in_columns:
+            if not r.col_name:
+                in_columns = False
+            elif not r.col_name.startswith("#"):
+                names.append(r.col_name)
+            continue
+        info[r.col_name] = r.data_type
+    text = info.get("View Text")
+    if not text:
+        return None
+    namespace = (info.get("View Catalog and Namespace") or "").split(".")[-1] or "default"
+    return text, namespace, names
+
+
+def _qualify_tables(query: exp.Expression, namespace: str) -> None:
+    ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+    for table in query.find_all(exp.Table):
+        if table.name and not table.db and table.name.lower() not in ctes:
+            table.set("db", exp.to_identifier(namespace))
+
+
+def _renamed(query: exp.Expression, names: list) -> exp.Expression:
+    """The view's own column names, when it declared a column list that differs from its query's."""
+    select = query
+    while isinstance(select, exp.SetOperation):
+        select = select.this
+    if not isinstance(select, exp.Select) or any(isinstance(p, exp.Star) for p in select.expressions):
+        return query
+    outputs = [p.alias_or_name for p in select.expressions]
+    if not names or [o.lower() for o in outputs] == [n.lower() for n in names] or len(outputs) != len(names):
+        return query
+    return exp.Select(expressions=[exp.alias_(exp.column(o, table="__dvm_view", quoted=True), n, quoted=True)
+                                   for o, n in zip(outputs, names)]).from_(
+        exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier("__dvm_view"))), copy=False)

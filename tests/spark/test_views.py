@@ -1,0 +1,74 @@
+"""Stream tables over Spark views (view inlining) and over other stream tables, against the oracle."""
+from __future__ import annotations
+
+import pytest
+
+from python_helpers.errors import UnsupportedSql
+from tests.support import sources as S
+from tests.support.harness import run_cycles
+from tests.support.shapes import INITIAL, SMOKE_BATCHES
+
+pytestmark = pytest.mark.spark
+
+
+def _sources_with_views(env):
+    for t in ("t1", "t2", "t3"):  # the smoke batches change t3 too
+        env.source(t, INITIAL[t])
+    # dbt creates a view model only when what it reads resolves: publish the source views first.
+    warm = env.stream("warm", "SELECT k FROM {src}.t1 UNION ALL SELECT k FROM {src}.t2")
+    warm.refresh(expect="full")
+    spark = env.spark
+    spark.sql(f"CREATE VIEW {env.target}.v_pos AS SELECT k, v, g FROM {env.src}.t1 WHERE v > 0")
+    spark.sql(f"USE {env.target}")
+    try:  # unqualified names in a view resolve in the namespace it was created in
+        spark.sql(f"CREATE VIEW {env.target}.v_sum (key, total) AS SELECT k, SUM(v) AS s FROM v_pos GROUP BY k")
+    finally:
+        spark.sql("USE default")
+
+
+def test_a_stream_table_over_views_is_maintained_over_their_base_tables(env):
+    _sources_with_views(env)
+    stream = env.stream("over_views", """
+        SELECT a.key, a.total, b.g, b.id AS bid FROM {target}.v_sum a JOIN {src}.t2 b ON a.key = b.k"""
+                        .replace("{target}", env.target), oracle_sql="""
+        SELECT a.key, a.total, b.g, b.id AS bid
+        FROM (SELECT k AS key, s AS total
+              FROM (SELECT k, SUM(v) AS s FROM (SELECT k, v, g FROM {src}.t1 WHERE v > 0) p GROUP BY k) x) a
+        JOIN {src}.t2 b ON a.key = b.k""")
+    run_cycles(env, [stream], SMOKE_BATCHES, keep_going=False)
+    assert [r.mode for r in stream.results] == ["full"] + ["differential"] * len(SMOKE_BATCHES)
+    assert set(stream.results[-1].source_versions) == {f"{env.src}.t1", f"{env.src}.t2"}  # the base tables
+
+
+def test_redefining_a_view_rebuilds_the_stream_table(env):
+    _sources_with_views(env)
+    stream = env.stream("over_view", f"SELECT k, COUNT(*) AS n FROM {env.target}.v_pos GROUP BY k",
+                        oracle_sql="SELECT k, COUNT(*) AS n FROM {src}.t1 WHERE v > 0 GROUP BY k")
+    stream.refresh(expect="full")
+    stream.check()
+    env.spark.sql(f"CREATE OR REPLACE VIEW {env.target}.v_pos AS SELECT k, v, g FROM {env.src}.t1 WHERE v >= 0")
+    stream.oracle_sql = env.sql("SELECT k, COUNT(*) AS n FROM {src}.t1 WHERE v >= 0 GROUP BY k")
+    result = stream.refresh(expect="full")
+    assert "changed" in result.reason
+    stream.check()
+    env.apply([S.Insert("t1", [S.row(None, 9, "z", 0, None, None, None)])])
+    stream.refresh(expect="differential")
+    stream.check()
+
+
+def test_a_stream_table_over_a_stream_table_refreshes_in_full_and_says_why(env):
+    env.source("t1", INITIAL["t1"])
+    upstream = env.stream("up", "SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {src}.t1 GROUP BY k")
+    upstream.refresh(expect="full")
+    down = env.stream("down", f"SELECT k, n FROM {env.target}.up WHERE n > 1", oracle_sql="""
+        SELECT k, n FROM (SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {src}.t1 GROUP BY k) up WHERE n > 1""")
+    result = down.refresh(expect="full")
+    assert "stream tables over stream tables" in result.reason
+    down.check()
+    env.apply([S.InsertDuplicates("t1", [0, 1, 2])])
+    upstream.refresh(expect="differential")
+    down.refresh(expect="full")
+    down.check()
+    with pytest.raises(UnsupportedSql) as err:
+        down.refresh(refresh_mode="differential")
+    assert f"{env.target}.up" in str(err.value) and "down" in str(err.value)
