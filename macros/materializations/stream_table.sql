@@ -60,14 +60,16 @@
 
 
 {#-
-  Explicit Delta locations of the model's sources, keyed the way the compiled SQL names them
+  Explicit Delta locations of the project's sources, keyed the way compiled SQL names them
   (lower-case `schema.table`). A source table sets `meta: {delta_path: ...}`; a source may
   instead set `meta: {delta_root: ...}` for `<delta_root>/<table identifier>`. Sources with
-  neither are looked up at Spark's managed-table path by the engine.
+  neither are looked up at Spark's managed-table path by the engine. Every source of the
+  project is listed, not only the model's own: a view the model reads (inlined by the engine)
+  may read other sources.
 -#}
 {% macro spark_stream__source_delta_paths(node) %}
   {%- set paths = {} -%}
-  {%- for dep in node['depends_on']['nodes'] if dep.startswith('source.') -%}
+  {%- for dep in graph.sources -%}
     {%- set src = graph.sources.get(dep) -%}
     {%- if src -%}
       {%- set meta = src.get('meta') or {} -%}

@@ -8,15 +8,26 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.dvm.build import build_tree
-from python_helpers.dvm.tree import Node
+from python_helpers.dvm.tree import Node, Scan
 from python_helpers.sql import rewrites
 from python_helpers.sql.parse import qualify_query
 from python_helpers.sql.support import check_supported
 from python_helpers.sql.top_k import TopK, split_top_k
 
 
-def query_tree(model: str, query: exp.Query, schemas: dict) -> tuple[Node, TopK | None]:
-    """Raises UnsupportedSql (naming the construct) when the query is outside the differential set."""
+def query_tree(model: str, query: exp.Query, schemas: dict, weights: dict | None = None) -> tuple[Node, TopK | None]:
+    """Raises UnsupportedSql (naming the construct) when the query is outside the differential set.
+    `weights`: relation -> the column holding each row's multiplicity (upstream bag stream tables)."""
     body, top_k = split_top_k(model, query)
     check_supported(model, body)
-    return build_tree(model, rewrites.rewrite(model, qualify_query(model, body, schemas))), top_k
+    tree = build_tree(model, rewrites.rewrite(model, qualify_query(model, body, schemas)))
+    for node in _scans(tree):
+        node.weight_column = (weights or {}).get(node.relation)
+    return tree, top_k
+
+
+def _scans(node: Node):
+    if isinstance(node, Scan):
+        yield node
+    for child in node.children():
+        yield from _scans(child)

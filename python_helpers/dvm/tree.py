@@ -41,6 +41,9 @@ class Scan(Node):
 
     relation: str = ""
     source_columns: list[Optional[str]] = field(default_factory=list)
+    # A column holding each row's multiplicity (an upstream bag stream table stores a tuple
+    # once with its count): the relation holds every row that many times.
+    weight_column: Optional[str] = None
 
     def relations(self) -> set[str]:
         return {self.relation}

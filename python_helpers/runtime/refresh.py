@@ -21,7 +21,7 @@ from python_helpers.runtime.api import ENGINES, REFRESH_MODES, RefreshRequest, R
 from python_helpers.runtime.binding import Bindings
 from python_helpers.runtime.timing import Phases
 from python_helpers.runtime.sources import pin_sources, storage_path
-from python_helpers.runtime.view_inlining import inline_views
+from python_helpers.runtime.view_inlining import inline_views, is_stored_table
 from python_helpers.sql.parse import DIALECT, fingerprint, parse_query, relation_name, source_relations
 
 Log = Callable[[str, str], None]
@@ -153,18 +153,19 @@ def _plan_request(spark, request: RefreshRequest) -> "Plan":
     overrides = {k.lower(): v for k, v in (request.sources or {}).items()}
     inlined = inline_views(spark, model, query, overrides)
     relations = [r for r in source_relations(inlined.query) if r not in inlined.kept]
-    pinned = pin_sources(spark, model, relations, overrides)
-    plan = _plan(model, inlined.query, pinned, inlined.unsupported)
+    pinned = pin_sources(spark, model, relations, {**overrides, **inlined.overrides}, inlined.versions)
+    plan = _plan(model, inlined.query, pinned, inlined.unsupported, inlined.weights)
     plan.definition = request.sql if not inlined.views else f"{request.sql}\n-- views inlined:\n{inlined.query.sql(DIALECT)}"
     return plan
 
 
-def _plan(model: str, query: exp.Expression, pinned: dict, unsupported: Optional[UnsupportedSql] = None) -> Plan:
+def _plan(model: str, query: exp.Expression, pinned: dict, unsupported: Optional[UnsupportedSql] = None,
+          weights: Optional[dict] = None) -> Plan:
     schemas = {r: s.spark_types for r, s in pinned.items()}
     tree, top_k = None, None
     try:
         if unsupported is None:
-            tree, top_k = query_tree(model, query, schemas)
+            tree, top_k = query_tree(model, query, schemas, weights)
     except UnsupportedSql as err:
         unsupported, top_k = err, None
     columns = {r: list(s.spark_types) for r, s in pinned.items()}
@@ -182,7 +183,7 @@ def _read_columns(tree, pinned: dict) -> dict:
         stack.extend(node.children())
         if isinstance(node, Scan):
             names = {n.lower(): n for n in pinned[node.relation].spark_types}
-            for c in node.source_columns:
+            for c in node.source_columns + [node.weight_column]:
                 if c is not None and names[c.lower()] not in wanted[node.relation]:
                     wanted[node.relation].append(names[c.lower()])
     for r, cols in wanted.items():
@@ -399,6 +400,9 @@ def storage_schema(table):
 def _publish(spark, request: RefreshRequest, plan: Plan, target: str, result: StoredResult, full: bool) -> None:
     """(Re)create the views: the stream table over its live files, each source at its pinned version."""
     for relation, src in plan.pinned.items():
+        if is_stored_table(relation):
+            continue  # an upstream stream table's stored table: its own view is the published one
+
         def source_query(src=src):
             root = delta_tables.local_path(src.path)
             files = [delta_tables.local_path(u)
@@ -421,7 +425,8 @@ def _publish(spark, request: RefreshRequest, plan: Plan, target: str, result: St
 
 
 def _views_exist(spark, request: RefreshRequest, plan: Plan) -> bool:
-    names = [(request.schema, request.identifier)] + [tuple(r.split(".")[-2:]) for r in plan.pinned]
+    names = [(request.schema, request.identifier)] + [tuple(r.split(".")[-2:]) for r in plan.pinned
+                                                      if not is_stored_table(r)]
     if all(spark.catalog.tableExists(f"{s}.{n}") for s, n in names):
         return True
     catalog_views.forget(spark)  # someone dropped one: the next publish re-creates, not skips

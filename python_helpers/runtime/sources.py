@@ -51,8 +51,9 @@ def source_path(spark, relation: str, overrides: dict) -> str:
     return managed_path(spark, parts[-2], parts[-1])
 
 
-def pin_sources(spark, model: str, relations: list, overrides: dict) -> dict:
-    """Pin every source at its latest version, all at once at the start of the refresh."""
+def pin_sources(spark, model: str, relations: list, overrides: dict, versions: dict | None = None) -> dict:
+    """Pin every source at its latest version, all at once at the start of the refresh (or at
+    `versions[relation]`: the version an upstream stream table read it at)."""
     pinned = {}
     for relation in relations:
         try:
@@ -61,6 +62,8 @@ def pin_sources(spark, model: str, relations: list, overrides: dict) -> dict:
             raise SourceMissing(model, f"table reference '{relation}' has no schema",
                                 "reference sources as schema.table (dbt: {{ source('shop', 'orders') }})") from None
         table = open_table(path)
+        if table is not None and (versions or {}).get(relation) is not None:
+            table = open_table(path, versions[relation])
         if table is None:
             raise SourceMissing(
                 model, f"source {relation} is not a Delta table at {path}",

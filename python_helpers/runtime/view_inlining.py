@@ -6,8 +6,13 @@ view's query as a derived table under the same alias (views over views too). Unq
 names inside the view are resolved in the namespace the view was created in, as Spark does.
 The inlined text is part of the stream table's fingerprint, so redefining the view rebuilds it.
 
-A view of another stream table is not inlined: stream tables over stream tables are not
-maintained differentially yet, so such a model refreshes in full (`auto`) with that reason.
+A stream table's view is inlined over its stored Delta table, which has a change feed like any
+source (stream tables over stream tables): the view's filter on the HAVING flag and its renaming
+are linear, and a bag result's repetition of each stored row `__dvm_count` times becomes the
+scan's multiplicity (`weights`: a change row weighs its weight times that count). The upstream
+is read at its newest version, and every source the upstream also reads is pinned at the
+version the upstream was refreshed to (`versions`), so both sides see the same state. A Top-K
+stream table is not a linear function of its stored rows and is not inlined (full refresh).
 """
 from __future__ import annotations
 
@@ -18,11 +23,14 @@ import sqlglot
 from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
+from python_helpers.runtime import storage
 from python_helpers.runtime.delta_tables import open_table
-from python_helpers.runtime.sources import STORAGE_DIR, source_path
+from python_helpers.runtime.sources import source_path, storage_path
 from python_helpers.sql.parse import DIALECT, relation_name, source_relations
 
 MAX_DEPTH = 10
+STORED_PREFIX = "__dvm_stored__"  # relation name of an upstream stream table's stored table
+COUNT_COLUMN = "__dvm_count"
 
 
 @dataclass
@@ -31,6 +39,9 @@ class Inlined:
     views: list = field(default_factory=list)  # relations inlined
     kept: set = field(default_factory=set)  # views left as they are (read by name in a full refresh)
     unsupported: Optional[UnsupportedSql] = None
+    overrides: dict = field(default_factory=dict)  # relation -> path of upstream stored tables
+    weights: dict = field(default_factory=dict)  # relation -> multiplicity column (bag upstreams)
+    versions: dict = field(default_factory=dict)  # relation -> version to pin (an upstream's offsets)
 
 
 def inline_views(spark, model: str, query: exp.Expression, overrides: dict) -> Inlined:
@@ -41,6 +52,7 @@ def inline_views(spark, model: str, query: exp.Expression, overrides: dict) -> I
         # Nothing inlined: every view is read by name by a full refresh, and only the Delta
         # sources are pinned.
         out.query, out.views, out.unsupported = query, [], err
+        out.overrides, out.weights, out.versions = {}, {}, {}
         out.kept = {r for r in source_relations(query)
                     if r not in overrides and len(r.split(".")) > 1 and not _is_delta(spark, r, overrides)
                     and _view(spark, r) is not None}
@@ -60,10 +72,6 @@ def _inline(spark, model: str, query: exp.Expression, overrides: dict, out: Inli
         if view is None:
             return node  # not a view either: pinning reports the missing source
         text, namespace, names = view
-        if STORAGE_DIR in text:
-            out.kept.add(relation)
-            raise UnsupportedSql(model, f"reads the stream table {relation}: stream tables over stream tables are "
-                                        "not maintained differentially yet")
         if depth >= MAX_DEPTH:
             raise UnsupportedSql(model, f"views nested more than {MAX_DEPTH} deep ({relation})")
         try:
@@ -71,13 +79,49 @@ def _inline(spark, model: str, query: exp.Expression, overrides: dict, out: Inli
         except sqlglot.errors.ParseError:
             out.kept.add(relation)
             raise UnsupportedSql(model, f"the text of view {relation} does not parse as Spark SQL") from None
-        _qualify_tables(inner, namespace)
-        inner = _inline(spark, model, inner, overrides, out, depth + 1)
+        if _is_stream_table(spark, relation):
+            inner = _upstream(spark, model, relation, inner, out)
+        else:
+            _qualify_tables(inner, namespace)
+            inner = _inline(spark, model, inner, overrides, out, depth + 1)
         inner = _renamed(inner, names)
         out.views.append(relation)
         return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(node.alias_or_name)))
 
     return query.copy().transform(swap)
+
+
+def _upstream(spark, model: str, relation: str, view: exp.Expression, out: Inlined) -> exp.Expression:
+    """The view of an upstream stream table, reading its stored table as a source."""
+    schema, name = relation.split(".")[-2:]
+    path = storage_path(spark, schema, name)
+    meta = storage.read_metadata(path)
+    if meta is None or not isinstance(view, exp.Select) or view.args.get("limit") is not None:
+        out.kept.add(relation)
+        raise UnsupportedSql(model, f"reads the stream table {relation}, whose rows are not a linear function of "
+                                    "its stored table (Top-K, or not built yet)")
+    stored = f"{schema}.{STORED_PREFIX}{name}".lower()
+    out.overrides[stored] = path
+    for lateral in list(view.args.get("laterals") or []):
+        lateral.pop()  # LATERAL VIEW explode(sequence(1, __dvm_count)): the scan's multiplicity
+        out.weights[stored] = COUNT_COLUMN
+    from_ = view.args.get("from_") or view.args.get("from")
+    from_.set("this", exp.Table(this=exp.to_identifier(f"{STORED_PREFIX}{name}".lower()),
+                                db=exp.to_identifier(schema.lower()), alias=exp.TableAlias(
+                                    this=exp.to_identifier("__dvm_stored"))))
+    for upstream_source, offset in (meta.get("offsets") or {}).items():
+        out.versions[upstream_source] = offset["version"]
+    return view
+
+
+def _is_stream_table(spark, relation: str) -> bool:
+    # Not from the view text: a stream table's view names its stored files, or none when empty.
+    schema, name = relation.split(".")[-2:]
+    return open_table(storage_path(spark, schema, name)) is not None
+
+
+def is_stored_table(relation: str) -> bool:
+    return relation.split(".")[-1].startswith(STORED_PREFIX)
 
 
 def _is_delta(spark, relation: str, overrides: dict) -> bool:

@@ -49,6 +49,9 @@ def split_top_k(model: str, query: exp.Query) -> tuple[exp.Query, Optional[TopK]
     limit, offset = query.args.get("limit"), query.args.get("offset")
     if limit is None and offset is None:
         return query, None
+    if query.args.get("order") is None:
+        raise UnsupportedSql(model, "LIMIT / OFFSET without ORDER BY (which rows it keeps is not a function of "
+                                    "the data)")
     stripped = query.copy()
     for key in ("order", "limit", "offset"):
         stripped.set(key, None)

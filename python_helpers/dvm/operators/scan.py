@@ -17,13 +17,21 @@ def _columns(node: Scan):
 
 
 def plain(node: Scan, ctx: Context, version: str) -> exp.Select:
-    return select_from(_columns(node), ctx.snapshot(node.relation, version))
+    query = select_from(_columns(node), ctx.snapshot(node.relation, version))
+    if node.weight_column is None:
+        return query
+    repeat = exp.Explode(this=exp.Anonymous(this="sequence", expressions=[
+        exp.Literal.number(1), col(node.weight_column)]))
+    return query.lateral(exp.Lateral(this=repeat, view=True, alias=exp.TableAlias(
+        this=exp.to_identifier(ctx.alias("rep")), columns=[exp.to_identifier("__dvm_n")])), copy=False)
 
 
 def delta(node: Scan, ctx: Context):
     if node.relation not in ctx.changed:
         return None
-    raw = select_from(_columns(node) + [weight()], ctx.changes(node.relation))
+    w = weight() if node.weight_column is None else alias(
+        exp.Mul(this=weight(), expression=col(node.weight_column)), "__dvm_w")
+    raw = select_from(_columns(node) + [w], ctx.changes(node.relation))
     if node.relation in ctx.consolidated:
         # Already consolidated over every column the query reads from this source; a scan that
         # reads fewer may keep a cancelling pair, which the delta rules above tolerate (linear).

@@ -1,3 +1,0 @@
-{{ config(refresh_mode='differential') }}
--- Must fail: ORDER BY ... LIMIT cannot be refreshed differentially.
-{{ top_customers_sql() }}

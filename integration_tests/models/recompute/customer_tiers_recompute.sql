@@ -1,0 +1,1 @@
+{{ customer_tiers_sql(ref('customer_totals_recompute')) }}

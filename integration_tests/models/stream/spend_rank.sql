@@ -1,0 +1,2 @@
+{{ config(refresh_mode='auto') }}
+{{ spend_rank_sql() }}
