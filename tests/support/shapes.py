@@ -146,6 +146,8 @@ SHAPES = [
         SELECT a.id AS aid, b.id AS bid FROM {src}.t1 a LEFT JOIN {src}.t3 b ON a.v < b.v"""),
     Shape("left_join_using_self", "outer", """
         SELECT k, a.id AS aid, b.id AS bid FROM {src}.t1 a LEFT JOIN {src}.t1 b USING (k)"""),
+    Shape("natural_left_join", "outer", """
+        SELECT k, a.v, b.g FROM (SELECT k, v FROM {src}.t1) a NATURAL LEFT JOIN (SELECT k, g FROM {src}.t2) b"""),
     Shape("left_then_inner", "outer", """
         SELECT a.id AS aid, b.id AS bid, c.id AS cid
         FROM {src}.t1 a JOIN {src}.t3 c ON a.g = c.g LEFT JOIN {src}.t2 b ON a.k = b.k"""),
@@ -174,6 +176,14 @@ SHAPES = [
     Shape("scalar_correlated_two_keys", "sublink", """
         SELECT id, x FROM {src}.t1 a
         WHERE a.x < (SELECT 2 * AVG(b.x) FROM {src}.t2 b WHERE b.k = a.k AND b.g = a.g AND b.v IS NOT NULL)"""),
+    Shape("scalar_in_select", "sublink", """
+        SELECT id, k, (SELECT MAX(b.v) FROM {src}.t2 b WHERE b.k = a.k) AS mb,
+               v - (SELECT AVG(c.v) FROM {src}.t3 c) AS dv
+        FROM {src}.t1 a"""),
+    Shape("scalar_count_and_coalesce", "sublink", """
+        SELECT id, g FROM {src}.t1 a
+        WHERE (SELECT COUNT(*) FROM {src}.t2 b WHERE b.k = a.k AND b.g = a.g) = 0
+           OR COALESCE((SELECT SUM(b.v) FROM {src}.t2 b WHERE b.k = a.k), 0) > 1"""),
     Shape("having_scalar", "sublink", """
         SELECT k, SUM(v) AS s FROM {src}.t1 GROUP BY k HAVING SUM(v) > (SELECT AVG(v) FROM {src}.t2)"""),
     Shape("cte_twice_max", "sublink", """

@@ -65,9 +65,10 @@ def test_fingerprint_ignores_formatting_but_not_meaning():
     ("select id, current_timestamp() from shop.orders", "non-deterministic"),
     ("select id from shop.orders o where o.amount > 0 or exists (select 1 from shop.customers c "
      "where c.id = o.customer_id)", "inside OR"),
-    ("select id, (select max(amount) from shop.orders) m from shop.customers", "in the SELECT list"),
-    ("select id from shop.customers c where 0 < (select count(*) from shop.orders o where o.customer_id = c.id)",
-     "NULL on no rows"),
+    ("select region, (select max(amount) from shop.orders) m, count(*) n from shop.customers group by region",
+     "in the SELECT list"),
+    ("select id from shop.customers c where 0 < (select collect_set(o.status) from shop.orders o "
+     "where o.customer_id = c.id)", "no rows"),
     ("select id from shop.customers c where 1 < (select max(o.amount) from shop.orders o "
      "where o.customer_id > c.id)", "only equalities"),
     ("select id from shop.orders where (id, amount) not in (select id, id from shop.customers)", "several columns"),

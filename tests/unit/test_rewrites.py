@@ -72,6 +72,19 @@ def test_correlated_scalar_subquery_becomes_a_grouped_join():
                      "WHERE o.ok = __dvm_sq1.__dvm_k0 AND o.amt < __dvm_sq1.__dvm_v"), out
 
 
+def test_correlated_count_or_a_subquery_outside_a_comparison_becomes_a_left_join():
+    out = run(scalar_subqueries, "select o.ok from s.o o where o.amt > "
+                                 "(select count(*) from s.l l where l.ok = o.ok)")
+    assert same(out, "SELECT o.ok AS ok FROM s.o AS o LEFT JOIN (SELECT l.ok AS __dvm_k0, COUNT(*) AS __dvm_v, "
+                     "1 AS __dvm_m FROM s.l AS l GROUP BY l.ok) AS __dvm_sq1 ON o.ok = __dvm_sq1.__dvm_k0 "
+                     "WHERE o.amt > CASE WHEN __dvm_sq1.__dvm_m IS NULL THEN 0 ELSE __dvm_sq1.__dvm_v END"), out
+    out = run(scalar_subqueries, "select o.ok, (select max(l.qty) from s.l l where l.ok = o.ok) as top "
+                                 "from s.o o")
+    assert same(out, "SELECT o.ok AS ok, __dvm_sq1.__dvm_v AS top FROM s.o AS o LEFT JOIN (SELECT l.ok AS "
+                     "__dvm_k0, MAX(l.qty) AS __dvm_v, 1 AS __dvm_m FROM s.l AS l GROUP BY l.ok) AS __dvm_sq1 "
+                     "ON o.ok = __dvm_sq1.__dvm_k0"), out
+
+
 def test_uncorrelated_scalar_subquery_becomes_a_cross_join():
     out = run(scalar_subqueries, "select o.ok from s.o o where o.amt > (select avg(o2.amt) from s.o o2)")
     assert same(out, "SELECT o.ok AS ok FROM s.o AS o CROSS JOIN (SELECT AVG(o2.amt) AS __dvm_v FROM s.o AS o2) "
@@ -99,9 +112,10 @@ def test_the_pipeline_runs_the_passes_in_order_and_leaves_no_subquery_expression
 
 @pytest.mark.parametrize("sql, reason", [
     ("select o.ok from s.o o where o.amt > 0 or o.ck in (select c.ck from s.c c)", "inside OR"),
-    ("select o.ok from s.o o where o.amt > (select count(*) from s.l l where l.ok = o.ok)", "NULL on no rows"),
-    ("select o.ok from s.o o where coalesce((select max(l.qty) from s.l l where l.ok = o.ok), 0) = 0",
-     "outside a comparison"),
+    ("select o.ok from s.o o where size((select collect_list(l.qty) from s.l l where l.ok = o.ok)) = 0",
+     "known value on no rows"),
+    ("select o.ck, (select max(l.qty) from s.l l) as m, count(*) as n from s.o o group by o.ck",
+     "in the SELECT list"),
     ("select o.ok from s.o o where o.amt > (select l.qty from s.l l)", "not one aggregate"),
     ("select o.ck, sum(o.amt) from s.o o group by o.ck having sum(o.amt) > "
      "(select max(l.qty) from s.l l where l.ok = o.ck)", "correlated scalar subquery in HAVING"),

@@ -67,11 +67,22 @@ def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.
             parts.append(conj)
         if select.args.get("where") is not None:
             blocks.set_where(select, parts)
+        if not _grouped(select):
+            for projection in select.expressions:
+                for sq in scalar_subqueries(projection):
+                    _hoist(model, select, sq, None, fresh)
     return query
 
 
-def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj: exp.Expression,
-           fresh: blocks.FreshNames) -> tuple[list, exp.Expression]:
+def _grouped(select: exp.Select) -> bool:
+    """An aggregate block: a subquery in its SELECT list would be evaluated per group (not rewritten)."""
+    return bool(select.args.get("group") or select.args.get("having")) or any(
+        is_aggregate(n) for p in select.expressions for n in blocks.here(p))
+
+
+def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj, fresh: blocks.FreshNames) -> tuple[list, exp.Expression]:
+    """Replace `sq` by a column of a joined derived table; returns (conjuncts to add to WHERE, the
+    replacement). `conj` is the WHERE conjunct holding it (None: the SELECT list)."""
     inner = sq.this
     if not isinstance(inner, exp.Select):
         raise UnsupportedSql(model, "scalar subquery over a set operation")
@@ -88,21 +99,31 @@ def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj: exp.Expressio
     _check_no_other_correlation(model, inner, local_aliases)
     pairs = [_equality(model, c, local_aliases) for c in correlated]
     value = blocks.unaliased(inner.expressions[0]).copy()
-    if pairs:
-        _check_null_rejecting(model, sq, conj)
-        _check_null_on_empty(model, value)
+    empty = _empty_value(model, value) if pairs else None
+    inner_join = not pairs or (_null_rejecting(sq, conj) and isinstance(empty, exp.Null))
     alias = fresh("__dvm_sq")
     derived = inner.copy()
     blocks.set_where(derived, [c.copy() for c in local])
     derived.set("expressions", [exp.alias_(i.copy(), f"__dvm_k{n}") for n, (_, i) in enumerate(pairs)]
-                + [exp.alias_(value, "__dvm_v")])
+                + [exp.alias_(value, "__dvm_v")] + ([] if inner_join else [exp.alias_(exp.Literal.number(1), "__dvm_m")]))
     if pairs:
         derived = derived.group_by(*[i.copy() for _, i in pairs], copy=False)
-    blocks.add_join(select, derived, alias)
-    value_ref = exp.column("__dvm_v", table=alias)
-    sq.replace(value_ref)
-    return [exp.EQ(this=o.copy(), expression=exp.column(f"__dvm_k{n}", table=alias))
-            for n, (o, _) in enumerate(pairs)], value_ref
+    matches = [exp.EQ(this=o.copy(), expression=exp.column(f"__dvm_k{n}", table=alias)) for n, (o, _) in enumerate(pairs)]
+    replacement = exp.column("__dvm_v", table=alias)
+    if inner_join:
+        # Uncorrelated: exactly one row. Correlated in a comparison that NULL fails: a missing
+        # group drops the row either way, so an inner join (its equalities in WHERE) is exact.
+        blocks.add_join(select, derived, alias)
+        sq.replace(replacement)
+        return matches, replacement
+    # Elsewhere a missing group must give the aggregate's value on no rows: LEFT JOIN, and that
+    # value (NULL, or 0 for COUNT) where nothing matched.
+    blocks.add_join(select, derived, alias, side="LEFT", kind="", on=exp.and_(*matches))
+    if not isinstance(empty, exp.Null):
+        unmatched = exp.Is(this=exp.column("__dvm_m", table=alias), expression=exp.Null())
+        replacement = exp.Case(ifs=[exp.If(this=unmatched, true=empty)], default=replacement)
+    sq.replace(replacement)
+    return [], replacement
 
 
 def _check_no_other_correlation(model: str, inner: exp.Select, local_aliases: set) -> None:
@@ -128,31 +149,47 @@ def _equality(model: str, conj: exp.Expression, local_aliases: set) -> tuple:
                                 "between an outer and an inner expression can be turned into a join)")
 
 
-def _check_null_rejecting(model: str, sq: exp.Subquery, conj: exp.Expression) -> None:
+def _null_rejecting(sq: exp.Subquery, conj) -> bool:
+    """Is `sq` in a comparison (through arithmetic only) that is the WHERE conjunct itself?"""
+    if conj is None:
+        return False
     node = sq
     while node is not conj:
         parent = node.parent
         if parent is conj:
-            if isinstance(conj, _COMPARISONS):
-                return
-            break
+            return isinstance(conj, _COMPARISONS)
         if not isinstance(parent, _ARITHMETIC):
-            break
+            return False
         node = parent
-    raise UnsupportedSql(model, "correlated scalar subquery outside a comparison in a WHERE conjunct "
-                                "(a missing group would not drop the row)")
+    return False
 
 
-def _check_null_on_empty(model: str, value: exp.Expression) -> None:
-    stack = [value]
-    while stack:
-        node = stack.pop()
+def _empty_value(model: str, value: exp.Expression) -> exp.Expression:
+    """The subquery's value over no rows: COUNT gives 0, SUM/AVG/MIN/MAX/variance NULL, and the
+    arithmetic around them follows (NULL when any operand is NULL)."""
+    def replace(node):
+        if isinstance(node, exp.Count) or (isinstance(node, exp.Anonymous) and node.name.lower() == "count_if"):
+            return exp.Literal.number(0)
         if is_aggregate(node):
-            if not isinstance(node, _NULL_ON_EMPTY) or isinstance(node.this, exp.Distinct):
-                raise UnsupportedSql(model, f"correlated scalar subquery over {node.sql('spark')[:60]} "
-                                            "(only SUM/AVG/MIN/MAX/variance, which are NULL on no rows)")
-            continue
-        if not isinstance(node, _ARITHMETIC + (exp.Literal,)):
+            if isinstance(node, _NULL_ON_EMPTY):
+                return exp.Null()
+            raise UnsupportedSql(model, f"correlated scalar subquery over {node.sql('spark')[:60]} "
+                                        "(only COUNT, SUM, AVG, MIN, MAX and the variance family have a known "
+                                        "value on no rows)")
+        if not isinstance(node, _ARITHMETIC + (exp.Literal, exp.Null)):
             raise UnsupportedSql(model, f"correlated scalar subquery value {value.sql('spark')[:60]} "
                                         "(only arithmetic over aggregates)")
-        stack.extend(node.iter_expressions())
+        return node
+
+    empty = _transform_down(value.copy(), replace)
+    return exp.Null() if any(isinstance(n, exp.Null) for n in empty.walk()) else empty
+
+
+def _transform_down(node: exp.Expression, fn) -> exp.Expression:
+    new = fn(node)
+    if new is not node:
+        return new
+    for key, child in list(node.args.items()):
+        if isinstance(child, exp.Expression):
+            node.set(key, _transform_down(child, fn))
+    return node
