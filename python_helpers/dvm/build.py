@@ -14,7 +14,7 @@ from sqlglot import exp
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql.predicates import conjuncts
 from python_helpers.dvm.tree import (AggCall, Aggregate, Distinct, Filter, Join, Node, OuterJoin, Project, Scan,
-                                     SemiJoin, SetOp, UnionAll)
+                                     SemiJoin, SetOp, UnionAll, Window)
 from python_helpers.sql.parse import relation_name
 from python_helpers.sql.aggregates import ORDER_DEPENDENT_AGGREGATES, is_aggregate
 from python_helpers.sql.support import function_name
@@ -24,6 +24,31 @@ _ALGEBRAIC_KIND = {
     exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop",
     exp.Variance: "var_samp", exp.VariancePop: "var_pop",
 }
+
+
+def _window_function(node: exp.Expression) -> bool:
+    """The function a window applies (SUM in SUM(x) OVER (...)), as opposed to a group aggregate."""
+    return isinstance(node.parent, exp.Window) and node.arg_key == "this"
+
+
+def group_aggregates(expression: exp.Expression) -> list:
+    return [n for n in expression.walk() if is_aggregate(n) and not _window_function(n)]
+
+
+def inline_named_windows(select: exp.Select) -> None:
+    """`OVER w ... WINDOW w AS (...)`: copy each named definition into the calls that use it."""
+    defs = {w.name.lower(): w for w in select.args.get("windows") or []}
+    if not defs:
+        return
+    for call in select.find_all(exp.Window):
+        ref = call.args.get("alias")
+        if ref is not None and ref.name.lower() in defs:
+            spec = defs[ref.name.lower()]
+            for key in ("partition_by", "order", "spec"):
+                if not call.args.get(key) and spec.args.get(key):
+                    call.set(key, spec.args[key].copy())
+            call.set("alias", None)
+    select.set("windows", None)
 
 
 @dataclass
@@ -112,6 +137,7 @@ class TreeBuilder:
         from_ = (select.args.get("from_") or select.args.get("from"))
         if from_ is None:
             raise UnsupportedSql(self.model, "SELECT without FROM")
+        inline_named_windows(select)
         referenced = self._referenced_columns(select)
         names: dict = {}
         first = self._from_item(from_.this, ctes, referenced, names)
@@ -130,10 +156,12 @@ class TreeBuilder:
         out_names = [p.alias_or_name for p in select.expressions]
         group = select.args.get("group")
         having = select.args.get("having")
-        if group is not None or having is not None or any(is_aggregate(n) for p in projections for n in p.walk()):
+        if group is not None or having is not None or any(group_aggregates(p) for p in projections):
             node, projections, having_pred = self._aggregate(node, scope, group, having, projections)
             if having_pred is not None:
                 node = Filter(columns=list(node.columns), child=node, predicate=having_pred)
+        if any(isinstance(n, exp.Window) for p in projections for n in p.walk()):
+            node, projections = self._window(node, projections)
         unique = self._unique_output_names(out_names)
         node = Project(columns=unique, child=node, exprs=projections)
         if distinct is not None:
@@ -174,6 +202,32 @@ class TreeBuilder:
         for c in below:
             pending.remove(c)
         return Filter(columns=list(node.columns), child=node, predicate=exp.and_(*below))
+
+    def _window(self, child: Node, projections: list) -> tuple[Node, list]:
+        """Window calls become columns of a Window node; the SELECT expressions around them
+        (CASE WHEN rank() OVER (...) <= 3, COALESCE(LAG(x) OVER (...), 0)) stay in the Project
+        above it: the inner / outer split."""
+        calls: dict = {}
+        for p in projections:
+            for n in p.walk():
+                if isinstance(n, exp.Window) and n.sql("spark") not in calls:
+                    if any(isinstance(m, exp.Window) for m in n.walk() if m is not n):
+                        raise UnsupportedSql(self.model, "window function inside a window function")
+                    calls[n.sql("spark")] = (self._fresh(f"__dvm_win_{len(calls)}"), n.copy())
+        common = None
+        for _, call in calls.values():
+            keys = {k.sql("spark"): k for k in call.args.get("partition_by") or []}
+            common = keys if common is None else {t: k for t, k in common.items() if t in keys}
+        node = Window(columns=child.columns + [n for n, _ in calls.values()], child=child,
+                      calls=[c for _, c in calls.values()], names=[n for n, _ in calls.values()],
+                      partition_keys=[k.copy() for k in (common or {}).values()])
+
+        def swap(n):
+            if isinstance(n, exp.Window) and n.sql("spark") in calls:
+                return exp.column(calls[n.sql("spark")][0])
+            return n
+
+        return node, [p.copy().transform(swap) for p in projections]
 
     def _from_item(self, item: exp.Expression, ctes: dict, referenced: dict, names: dict) -> Node:
         alias = item.alias_or_name.lower()
@@ -220,7 +274,7 @@ class TreeBuilder:
                 target = node
                 if isinstance(node, exp.Filter) and is_aggregate(node.this):
                     target = node
-                elif not is_aggregate(node) or isinstance(node.parent, exp.Filter):
+                elif not is_aggregate(node) or isinstance(node.parent, exp.Filter) or _window_function(node):
                     continue
                 key = target.sql("spark")
                 if key not in calls:
@@ -238,7 +292,7 @@ class TreeBuilder:
 
             def swap(node):
                 text = node.sql("spark") if isinstance(node, exp.Expression) else None
-                if text in calls and (is_aggregate(node) or isinstance(node, exp.Filter)):
+                if text in calls and (is_aggregate(node) or isinstance(node, exp.Filter)) and not _window_function(node):
                     return exp.column(calls[text])
                 if text in key_sql and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
                     return exp.column(key_sql[text])

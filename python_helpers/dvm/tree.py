@@ -122,6 +122,20 @@ class SetOp(Node):
 
 
 @dataclass
+class Window(Node):
+    """Window functions over `child`. Output: the child's columns, then one per call. The calls
+    share `partition_keys` (the PARTITION BY expressions common to all of them; [] if none)."""
+
+    child: Node = None
+    calls: list[exp.Expression] = field(default_factory=list)  # exp.Window over child columns
+    names: list[str] = field(default_factory=list)
+    partition_keys: list[exp.Expression] = field(default_factory=list)
+
+    def children(self):
+        return [self.child]
+
+
+@dataclass
 class AggCall:
     name: str  # output column of the Aggregate node
     kind: str  # count_star | count | sum | avg | min | max | var_pop | var_samp | stddev_pop | stddev_samp | other
@@ -187,6 +201,9 @@ def describe(node: Node, indent: int = 0) -> str:
     elif isinstance(node, SemiJoin):
         cond = node.condition.sql("spark") if node.condition is not None else "TRUE"
         line = f"{pad}{'AntiJoin' if node.anti else 'SemiJoin'} ON {cond}"
+    elif isinstance(node, Window):
+        keys = ", ".join(k.sql("spark") for k in node.partition_keys) or "() - whole input"
+        line = f"{pad}Window BY {keys}: {', '.join(c.sql('spark') for c in node.calls)}"
     elif isinstance(node, SetOp):
         line = f"{pad}{node.op.capitalize()}{' ALL' if node.all else ''}"
     elif isinstance(node, Aggregate):

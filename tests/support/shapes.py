@@ -197,6 +197,28 @@ SHAPES = [
     Shape("topk_join", "topk", """
         SELECT a.id AS aid, b.id AS bid, a.v + b.v AS vv FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k
         ORDER BY vv, aid, bid LIMIT 4"""),
+    # --- window functions (orders total up to rows the output cannot tell apart) ---------------
+    Shape("window_partitioned", "window", """
+        SELECT id, k, v, RANK() OVER (PARTITION BY k ORDER BY v) AS r, SUM(v) OVER (PARTITION BY k) AS sk,
+               ROW_NUMBER() OVER (PARTITION BY k ORDER BY v, id) AS rn
+        FROM {src}.t1"""),
+    Shape("window_common_key_frames", "window", """
+        SELECT id, g, k, v, DENSE_RANK() OVER (PARTITION BY g ORDER BY v DESC) AS dr,
+               COUNT(*) OVER (PARTITION BY g, k) AS n,
+               SUM(v) OVER (PARTITION BY g ORDER BY v RANGE BETWEEN 1 PRECEDING AND CURRENT ROW) AS near
+        FROM {src}.t1"""),
+    Shape("window_whole_input", "window", """
+        SELECT id, v, SUM(v) OVER () AS tot, RANK() OVER (ORDER BY v) AS r, CUME_DIST() OVER (ORDER BY v) AS cd
+        FROM {src}.t1"""),
+    Shape("window_over_aggregate", "window", """
+        SELECT k, SUM(v) AS s, RANK() OVER (ORDER BY SUM(v) DESC) AS r FROM {src}.t1 GROUP BY k"""),
+    Shape("window_top_n_per_group", "window", """
+        SELECT x.k, x.v, x.r FROM (SELECT id, k, v, RANK() OVER (PARTITION BY k ORDER BY v DESC) AS r FROM {src}.t1) x
+        WHERE x.r <= 2"""),
+    Shape("window_in_expressions_named", "window", """
+        SELECT id, CASE WHEN RANK() OVER w <= 1 THEN 'top' ELSE 'rest' END AS band,
+               COALESCE(LAG(v) OVER w, 0) AS prev, LEAD(v, 1) OVER w AS nxt
+        FROM {src}.t1 WINDOW w AS (PARTITION BY g ORDER BY v, id)"""),
     # --- SQL spellings the front end must resolve ---------------------------------------------
     Shape("syntax_group_ordinal", "syntax", "SELECT k, COUNT(*) AS n, MAX(g) AS mg FROM {src}.t1 GROUP BY 1"),
     Shape("syntax_group_alias", "syntax", "SELECT year(dt) AS yr, SUM(v) AS sv FROM {src}.t1 GROUP BY yr"),

@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from python_helpers.sql.predicates import conjuncts
 from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, select_from, sub, union_all, weight
-from python_helpers.dvm.tree import WEIGHT, Node, OuterJoin, SemiJoin, SetOp
+from python_helpers.dvm.tree import WEIGHT, Node, OuterJoin, SemiJoin, SetOp, Window
 
 _KEY = "__dvm_rk"
 
@@ -113,3 +113,31 @@ def _restrict(ctx: Context, query, exprs: list, keys) -> exp.Select:
     if ctx.small_delta:
         step.set("hint", exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[exp.to_identifier(k)])]))
     return step.join(sub(keys.copy(), k), on=on, join_type="LEFT SEMI", copy=False)
+
+
+# -- window functions: one input, keyed by the PARTITION BY expressions all calls share --------
+
+def window_plain(node: Window, ctx: Context, child_sql) -> exp.Select:
+    cols = [col(c) for c in node.child.columns] + [alias(c.copy(), n) for c, n in zip(node.calls, node.names)]
+    return select_from(cols, sub(child_sql, ctx.alias("w")))
+
+
+def window_delta(node: Window, ctx: Context, delta_of, plain_of):
+    """Δ(W(R)) = W(R_new ⋉ K) − W(R_old ⋉ K), K = the partitions present in ΔR: only touched
+    partitions are recomputed. Without a common PARTITION BY the whole input is (documented)."""
+    d = delta_of(node.child)
+    if d is None:
+        return None
+    keys = None
+    if node.partition_keys:
+        keys = select_from([alias(k.copy(), f"{_KEY}{i}") for i, k in enumerate(node.partition_keys)],
+                           sub(d.copy(), ctx.alias("dk")))
+    sides = []
+    for sign, version in ((1, "new"), (-1, "old")):
+        rows = plain_of(node.child, version)
+        if keys is not None:
+            rows = _restrict(ctx, rows, node.partition_keys, keys)
+        out = window_plain(node, ctx, rows)
+        sides.append(select_from([col(c) for c in node.columns] + [alias(exp.Literal.number(sign), WEIGHT)],
+                                 sub(out, ctx.alias("v"))))
+    return consolidate(ctx, union_all(sides), node.columns)

@@ -1,0 +1,3 @@
+{{ config(refresh_mode='differential') }}
+-- Must fail: ROLLUP cannot be refreshed differentially yet.
+{{ status_rollup_sql() }}
