@@ -14,7 +14,7 @@ from sqlglot import exp
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql.predicates import conjuncts
 from python_helpers.dvm.tree import (AggCall, Aggregate, Distinct, Filter, Join, Node, OuterJoin, Project, Scan,
-                                     SemiJoin, SetOp, UnionAll, Window)
+                                     SemiJoin, SetOp, UnionAll, Window, Generate)
 from python_helpers.sql.parse import relation_name
 from python_helpers.sql.aggregates import ORDER_DEPENDENT_AGGREGATES, is_aggregate
 from python_helpers.sql.support import function_name
@@ -143,12 +143,17 @@ class TreeBuilder:
         first = self._from_item(from_.this, ctes, referenced, names)
         joined = [(join, self._from_item(join.this, ctes, referenced, names))
                   for join in select.args.get("joins") or []]
+        laterals = [self._lateral_names(lateral, names) for lateral in select.args.get("laterals") or []]
         scope = _Scope(names)
         where = select.args.get("where")
         pending = conjuncts(scope.rewrite(self.model, where.this)) if where is not None else []
         node = first
         for join, right in joined:
             node = self._join(node, right, join, scope, pending)
+        for lateral, out in laterals:  # after the joins, before WHERE (as Spark applies them)
+            node = self._push(node, pending)
+            node = Generate(columns=node.columns + out, child=node, generator=scope.rewrite(self.model, lateral.this),
+                            outer=bool(lateral.args.get("outer")), names=out)
         if pending:
             node = Filter(columns=list(node.columns), child=node, predicate=exp.and_(*pending))
         projections = [scope.rewrite(self.model, p.this if isinstance(p, exp.Alias) else p)
@@ -192,6 +197,12 @@ class TreeBuilder:
         if side or kind not in ("", "INNER", "CROSS"):
             raise UnsupportedSql(self.model, f"{' '.join(p for p in (side, kind) if p)} JOIN")
         return Join(columns=node.columns + right.columns, left=node, right=right, condition=on)
+
+    def _lateral_names(self, lateral: exp.Lateral, names: dict) -> tuple:
+        alias = lateral.args.get("alias")
+        if not lateral.args.get("view") or alias is None or not alias.columns:
+            raise UnsupportedSql(self.model, "LATERAL subquery, or LATERAL VIEW without column names")
+        return lateral, [self._name(alias.name.lower(), c.name.lower(), names) for c in alias.columns]
 
     @staticmethod
     def _push(node: Node, pending: list) -> Node:
@@ -350,6 +361,7 @@ class TreeBuilder:
         for join in select.args.get("joins") or []:
             if join.args.get("on") is not None:
                 parts.append(join.args["on"])
+        parts.extend(lateral.this for lateral in select.args.get("laterals") or [])
         for part in parts:
             for col in part.find_all(exp.Column):
                 if col.table:

@@ -10,7 +10,7 @@ from sqlglot import exp
 from python_helpers.dvm.operators import join, join_chain, key_restricted, keyed_recompute, linear, scan
 from python_helpers.dvm.sqlgen import Context
 from python_helpers.dvm.tree import (Aggregate, Distinct, Filter, Join, Node, OuterJoin, Project, Scan, SemiJoin,
-                                     SetOp, UnionAll, Window)
+                                     SetOp, UnionAll, Window, Generate)
 
 
 def plain(node: Node, ctx: Context, version: str) -> exp.Expression:
@@ -26,6 +26,8 @@ def plain(node: Node, ctx: Context, version: str) -> exp.Expression:
         return join.plain(node, ctx, version, plain(node.left, ctx, version), plain(node.right, ctx, version))
     if isinstance(node, (OuterJoin, SemiJoin, SetOp)):
         return key_restricted.plain(node, ctx, plain(node.left, ctx, version), plain(node.right, ctx, version))
+    if isinstance(node, Generate):
+        return linear.generate_plain(node, ctx, version, plain(node.child, ctx, version))
     if isinstance(node, Window):
         return key_restricted.window_plain(node, ctx, plain(node.child, ctx, version))
     if isinstance(node, Aggregate):
@@ -54,6 +56,8 @@ def delta(node: Node, ctx: Context):
         return linear.union_all_delta(node, ctx, [delta(c, ctx) for c in node.inputs])
     if isinstance(node, (OuterJoin, SemiJoin, SetOp)):
         return key_restricted.delta(node, ctx, lambda n: delta(n, ctx), lambda n, v: plain(n, ctx, v))
+    if isinstance(node, Generate):
+        return linear.generate_delta(node, ctx, delta(node.child, ctx))
     if isinstance(node, Window):
         return key_restricted.window_delta(node, ctx, lambda n: delta(n, ctx), lambda n, v: plain(n, ctx, v))
     if isinstance(node, (Aggregate, Distinct)):

@@ -136,6 +136,20 @@ class Window(Node):
 
 
 @dataclass
+class Generate(Node):
+    """LATERAL VIEW [OUTER] <generator>: each input row once per generated row (OUTER: once
+    with NULLs when the generator yields none). Output: the child's columns, then `names`."""
+
+    child: Node = None
+    generator: exp.Expression = None  # over the child's columns
+    outer: bool = False
+    names: list[str] = field(default_factory=list)
+
+    def children(self):
+        return [self.child]
+
+
+@dataclass
 class AggCall:
     name: str  # output column of the Aggregate node
     kind: str  # count_star | count | sum | avg | min | max | var_pop | var_samp | stddev_pop | stddev_samp | other
@@ -201,6 +215,8 @@ def describe(node: Node, indent: int = 0) -> str:
     elif isinstance(node, SemiJoin):
         cond = node.condition.sql("spark") if node.condition is not None else "TRUE"
         line = f"{pad}{'AntiJoin' if node.anti else 'SemiJoin'} ON {cond}"
+    elif isinstance(node, Generate):
+        line = f"{pad}Generate{' OUTER' if node.outer else ''} {node.generator.sql('spark')} AS {', '.join(node.names)}"
     elif isinstance(node, Window):
         keys = ", ".join(k.sql("spark") for k in node.partition_keys) or "() - whole input"
         line = f"{pad}Window BY {keys}: {', '.join(c.sql('spark') for c in node.calls)}"

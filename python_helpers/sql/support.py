@@ -38,8 +38,8 @@ def check_supported(model: str, query: exp.Expression) -> None:
     """Constructs outside this release's differential set, each named for the error message."""
     check_deterministic(model, query)
     for node in query.walk():
-        if isinstance(node, exp.Lateral):
-            raise UnsupportedSql(model, "LATERAL VIEW / LATERAL subquery")
+        if isinstance(node, exp.Lateral) and not node.args.get("view"):
+            raise UnsupportedSql(model, "LATERAL subquery")
         if isinstance(node, (exp.Cube, exp.Rollup, exp.GroupingSets)):
             raise UnsupportedSql(model, "GROUPING SETS / ROLLUP / CUBE")
         if isinstance(node, exp.Limit) or isinstance(node, exp.Offset):
@@ -47,6 +47,7 @@ def check_supported(model: str, query: exp.Expression) -> None:
                                         "only as the query's last clause)")
         if isinstance(node, exp.With) and node.args.get("recursive"):
             raise UnsupportedSql(model, "WITH RECURSIVE")
-        if isinstance(node, exp.Unnest) or isinstance(node, exp.Explode):
-            raise UnsupportedSql(model, f"generator {node.sql('spark')[:60]}")
+        if isinstance(node, (exp.Unnest, exp.Explode, exp.Posexplode)) and not isinstance(node.parent, exp.Lateral):
+            raise UnsupportedSql(model, f"generator {node.sql('spark')[:60]} outside LATERAL VIEW (write it as "
+                                        "FROM t LATERAL VIEW explode(...) x AS col)")
 

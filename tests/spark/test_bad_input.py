@@ -128,7 +128,8 @@ def test_sql_that_does_not_parse(env, sql):
 
 # Constructs that can never be differential (DESIGN.md section 7) or are outside the supported set.
 UNSUPPORTED = [
-    ("SELECT id, e FROM {src}.t1 LATERAL VIEW explode(array(k, v)) x AS e", "lateral"),
+    ("WITH RECURSIVE r AS (SELECT id, k FROM {src}.t1 UNION ALL SELECT r.id, r.k + 1 FROM r WHERE r.k < 3) "
+     "SELECT id, k FROM r", "recursive"),
     ("SELECT id, k FROM {src}.t1 LIMIT 3", "limit"),
     ("SELECT id, rand() AS r FROM {src}.t1", "rand"),
     ("SELECT id, current_timestamp() AS ts FROM {src}.t1", "current_timestamp"),
@@ -152,7 +153,8 @@ def test_unsupported_sql_under_differential_names_the_construct(env, sql, constr
 
 # The deterministic ones of those, which auto refreshes in full (the rest cannot match a recompute).
 DETERMINISTIC_UNSUPPORTED = [
-    ("SELECT id, e FROM {src}.t1 LATERAL VIEW explode(array(k, v)) x AS e", "lateral"),
+    ("WITH RECURSIVE r AS (SELECT id, k FROM {src}.t1 UNION ALL SELECT r.id, r.k + 1 FROM r WHERE r.k < 3) "
+     "SELECT id, k FROM r", "recursive"),
     ("SELECT k, COUNT(*) AS n FROM {src}.t1 GROUP BY ROLLUP(k)", "rollup"),
     ("SELECT a.id FROM {src}.t1 a WHERE a.v > 3 OR EXISTS (SELECT 1 FROM {src}.t1 b WHERE b.k = a.v)", "inside or"),
 ]

@@ -219,6 +219,18 @@ SHAPES = [
         SELECT id, CASE WHEN RANK() OVER w <= 1 THEN 'top' ELSE 'rest' END AS band,
                COALESCE(LAG(v) OVER w, 0) AS prev, LEAD(v, 1) OVER w AS nxt
         FROM {src}.t1 WINDOW w AS (PARTITION BY g ORDER BY v, id)"""),
+    # --- generators -------------------------------------------------------------------------------
+    Shape("lateral_explode", "generator", """
+        SELECT t.id, t.g, e FROM {src}.t1 t LATERAL VIEW explode(array(t.k, t.v)) x AS e WHERE e IS NOT NULL"""),
+    Shape("lateral_outer_posexplode", "generator", """
+        SELECT id, p, e FROM {src}.t1 LATERAL VIEW OUTER posexplode(sequence(0, k)) x AS p, e"""),
+    Shape("lateral_after_join_then_aggregate", "generator", """
+        SELECT e, COUNT(*) AS n, SUM(b.v) AS s
+        FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k LATERAL VIEW explode(array(a.g, b.g)) x AS e
+        GROUP BY e"""),
+    Shape("lateral_inline_structs", "generator", """
+        SELECT id, f1, f2 FROM {src}.t2
+        LATERAL VIEW inline(array(named_struct('f1', k, 'f2', g), named_struct('f1', v, 'f2', 'z'))) s AS f1, f2"""),
     # --- SQL spellings the front end must resolve ---------------------------------------------
     Shape("syntax_group_ordinal", "syntax", "SELECT k, COUNT(*) AS n, MAX(g) AS mg FROM {src}.t1 GROUP BY 1"),
     Shape("syntax_group_alias", "syntax", "SELECT year(dt) AS yr, SUM(v) AS sv FROM {src}.t1 GROUP BY yr"),

@@ -1,4 +1,4 @@
-"""Filter, Project and UnionAll: linear operators, applied row by row to the weighted delta.
+"""Filter, Project, Generate and UnionAll: linear operators, applied row by row to the weighted delta.
 
 Filter and Project need deterministic expressions (checked by sql.support), so applying them to
 a -1 row removes exactly what applying them to the original row once added.
@@ -8,7 +8,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, union_all, weight
-from python_helpers.dvm.tree import Filter, Project, UnionAll
+from python_helpers.dvm.tree import Filter, Generate, Project, UnionAll
 
 
 def filter_plain(node: Filter, ctx: Context, version: str, child_sql) -> exp.Select:
@@ -52,3 +52,23 @@ def union_all_plain(node: UnionAll, ctx: Context, version: str, child_sqls) -> e
 def union_all_delta(node: UnionAll, ctx: Context, child_deltas):
     return union_all([_renamed(node, c, q, ctx, True)
                       for c, q in zip(node.inputs, child_deltas) if q is not None])
+
+
+def _generate(node: Generate, source, ctx: Context, weighted: bool) -> exp.Select:
+    g = ctx.alias("g")
+    cols = [col(c) for c in node.child.columns] + [col(n, g) for n in node.names]
+    if weighted:
+        cols.append(weight())  # a generated row weighs what its input row weighs
+    lateral = exp.Lateral(this=node.generator.copy(), view=True, outer=node.outer, alias=exp.TableAlias(
+        this=exp.to_identifier(g), columns=[exp.to_identifier(n) for n in node.names]))
+    return select_from(cols, sub(source, ctx.alias("p"))).lateral(lateral, copy=False)
+
+
+def generate_plain(node: Generate, ctx: Context, version: str, child_sql) -> exp.Select:
+    return _generate(node, child_sql, ctx, weighted=False)
+
+
+def generate_delta(node: Generate, ctx: Context, child_delta):
+    if child_delta is None:
+        return None
+    return _generate(node, child_delta, ctx, weighted=True)
