@@ -40,8 +40,6 @@ def check_supported(model: str, query: exp.Expression) -> None:
     for node in query.walk():
         if isinstance(node, exp.Lateral) and not node.args.get("view"):
             raise UnsupportedSql(model, "LATERAL subquery")
-        if isinstance(node, (exp.Cube, exp.Rollup, exp.GroupingSets)):
-            raise UnsupportedSql(model, "GROUPING SETS / ROLLUP / CUBE")
         if isinstance(node, exp.Limit) or isinstance(node, exp.Offset):
             raise UnsupportedSql(model, "LIMIT / OFFSET below the top level of the query (Top-K is maintained "
                                         "only as the query's last clause)")

@@ -26,7 +26,7 @@ import shop_data  # noqa: E402
 pytestmark = pytest.mark.dbt
 
 STREAM_TABLES = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
-FULL_ONLY = {"status_rollup"}  # ROLLUP: refresh_mode auto falls back to full
+FULL_ONLY = {"lapsed_or_north"}  # EXISTS inside OR: refresh_mode auto falls back to full
 # Session settings dbt-spark changes on the shared session; restored for the tests after us.
 TOUCHED_CONF = ("spark.sql.ansi.enabled", "spark.sql.shuffle.partitions", "spark.sql.session.timeZone")
 
@@ -125,20 +125,20 @@ def test_full_refresh_flag_rebuilds_in_full(project):
 
 
 def test_auto_mode_falls_back_to_full_and_says_why(project):
-    info = project.first_run["status_rollup"]
+    info = project.first_run["lapsed_or_north"]
     assert info["mode"] == "full"
-    assert "ROLLUP" in info["reason"], info
+    assert "inside OR" in info["reason"], info
 
 
 def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(project):
     result = project.dbt(
-        "run", "--select", "status_rollup_strict", "--vars", "{include_failing_models: true}"
+        "run", "--select", "lapsed_or_north_strict", "--vars", "{include_failing_models: true}"
     )
     assert not result.success
-    refresh = run_results.refreshes(run_results.load(project.path))["status_rollup_strict"]
+    refresh = run_results.refreshes(run_results.load(project.path))["lapsed_or_north_strict"]
     assert refresh["status"] == "error"
     message = refresh["message"]
-    assert "status_rollup_strict" in message and "ROLLUP" in message, message
+    assert "lapsed_or_north_strict" in message and "inside OR" in message, message
     assert "differential" in message, message
 
 

@@ -93,6 +93,12 @@ SHAPES = [
         SELECT k, COUNT(*) FILTER (WHERE v > 0) AS npos, SUM(v) FILTER (WHERE g = 'a') AS sa,
                count_if(x > 0) AS nx
         FROM {src}.t1 GROUP BY k"""),
+    Shape("grouping_rollup", "aggregate", """
+        SELECT k, g, COUNT(*) AS n, SUM(v) AS sv, GROUPING(g) AS gg, GROUPING_ID() AS gid
+        FROM {src}.t1 GROUP BY ROLLUP(k, g) HAVING COUNT(*) > 0"""),
+    Shape("grouping_sets_cube", "aggregate", """
+        SELECT k, g, MAX(v) AS mv, COUNT(x) AS nx FROM {src}.t1 GROUP BY GROUPING SETS ((k), (g), ())"""),
+    Shape("grouping_cube", "aggregate", "SELECT k, g, SUM(d) AS sd FROM {src}.t1 GROUP BY CUBE(k, g)"),
     Shape("agg_global", "aggregate", """
         SELECT COUNT(*) AS n, COUNT(v) AS nv, SUM(v) AS sv, SUM(d) AS sd, AVG(x) AS ax,
                MIN(v) AS mn, MAX(d) AS mx, STDDEV_SAMP(x) AS sx

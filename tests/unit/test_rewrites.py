@@ -10,7 +10,7 @@ from sqlglot import exp
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql import rewrites
 from python_helpers.sql.parse import parse_query, qualify_query
-from python_helpers.sql.rewrites import blocks, having_subqueries, scalar_subqueries, semi_anti_joins
+from python_helpers.sql.rewrites import blocks, grouping_sets, having_subqueries, scalar_subqueries, semi_anti_joins
 from python_helpers.sql.top_k import split_top_k
 
 SCHEMAS = {
@@ -30,6 +30,18 @@ def run(pass_module, sql: str) -> str:
 
 def same(a: str, b: str) -> bool:
     return sqlglot.parse_one(a, read="spark").sql("spark") == sqlglot.parse_one(b, read="spark").sql("spark")
+
+
+def test_rollup_becomes_one_group_by_branch_per_grouping_set():
+    out = run(grouping_sets, "select o.ck, o.st, sum(o.amt) as t, grouping(o.st) as g, grouping_id() as gid "
+                             "from s.o o group by rollup(o.ck, o.st)")
+    assert same(out, "SELECT o.ck AS ck, o.st AS st, SUM(o.amt) AS t, CAST(0 AS TINYINT) AS g, CAST(0 AS BIGINT) "
+                     "AS gid FROM s.o AS o GROUP BY o.ck, o.st UNION ALL SELECT o.ck AS ck, NULL AS st, SUM(o.amt) "
+                     "AS t, CAST(1 AS TINYINT) AS g, CAST(1 AS BIGINT) AS gid FROM s.o AS o GROUP BY o.ck UNION ALL "
+                     "SELECT NULL AS ck, NULL AS st, SUM(o.amt) AS t, CAST(1 AS TINYINT) AS g, CAST(3 AS BIGINT) "
+                     "AS gid FROM s.o AS o GROUP BY TRUE"), out
+    cube = run(grouping_sets, "select o.ck, count(*) as n from s.o o group by cube(o.ck, o.st)")
+    assert cube.count("UNION ALL") == 3
 
 
 def test_correlated_exists_becomes_a_semi_join_on_the_correlated_conjuncts():

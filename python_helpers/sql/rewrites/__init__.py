@@ -2,8 +2,10 @@
 
 Passes run in this order, each over every SELECT block (inner blocks first), one module each:
 
+0. grouping_sets      -- GROUPING SETS / ROLLUP / CUBE: a UNION ALL of plain GROUP BY branches
 1. having_subqueries  -- HAVING with a scalar subquery: move the HAVING into an outer WHERE
-2. scalar_subqueries  -- scalar subqueries in WHERE: hoist to a join with a (grouped) derived table
+2. scalar_subqueries  -- scalar subqueries in WHERE and SELECT: hoist to a join with a (grouped)
+                         derived table
 3. semi_anti_joins    -- EXISTS / NOT EXISTS / IN / NOT IN in WHERE: semi and anti joins
 
 What no pass removed (a subquery in the SELECT list, inside OR, in a JOIN's ON clause) is
@@ -15,9 +17,10 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
-from python_helpers.sql.rewrites import blocks, having_subqueries, scalar_subqueries, semi_anti_joins
+from python_helpers.sql.rewrites import (blocks, grouping_sets, having_subqueries, scalar_subqueries,
+                                        semi_anti_joins)
 
-PASSES = (having_subqueries, scalar_subqueries, semi_anti_joins)
+PASSES = (grouping_sets, having_subqueries, scalar_subqueries, semi_anti_joins)
 
 
 def rewrite(model: str, query: exp.Expression) -> exp.Expression:

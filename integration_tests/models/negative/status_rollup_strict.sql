@@ -1,3 +1,0 @@
-{{ config(refresh_mode='differential') }}
--- Must fail: ROLLUP cannot be refreshed differentially yet.
-{{ status_rollup_sql() }}

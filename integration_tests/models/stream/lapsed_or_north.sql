@@ -1,0 +1,2 @@
+{{ config(refresh_mode='auto') }}
+{{ lapsed_or_north_sql() }}
