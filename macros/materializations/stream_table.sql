@@ -12,6 +12,18 @@
   {%- set target_relation = api.Relation.create(
         database=database, schema=schema, identifier=identifier, type='view') -%}
 
+  {#- dbt run --vars '{stream_table_explain: true}': say what the refresh would do and show the
+      operator tree, without refreshing anything. -#}
+  {%- if var('stream_table_explain', false) | as_bool -%}
+    {%- set response = adapter.stream_table_explain(
+          model=model['name'], schema=schema, identifier=identifier, sql=sql, refresh_mode=refresh_mode,
+          full_refresh=should_full_refresh(), sources=spark_stream__source_delta_paths(model),
+          auto_full_threshold=config.get('auto_full_threshold'),
+          float_recompute_every=config.get('float_recompute_every')) -%}
+    {%- do store_result('main', response=response) -%}
+    {{ return({'relations': [target_relation]}) }}
+  {%- endif -%}
+
   {#- The engine publishes the model's name as a view over the stored result. A table of that
       name (e.g. the model was materialized='table' before) is not ours: drop it first, as
       dbt's own materializations replace a relation of another type. An existing view is
@@ -22,6 +34,7 @@
            ~ existing_relation ~ " (not a stream table)", info=True) }}
     {%- do adapter.drop_relation(existing_relation) -%}
   {%- endif -%}
+
 
   {{ run_hooks(pre_hooks) }}
 

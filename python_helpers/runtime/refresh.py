@@ -434,8 +434,34 @@ def _views_exist(spark, request: RefreshRequest, plan: Plan) -> bool:
 
 
 def explain(spark, request: RefreshRequest) -> str:
-    """The operator tree and the mode a refresh would choose (no data read)."""
+    """What the next refresh would do and why, and the operator tree (reads no data, writes
+    nothing): the answer of `dbt run --vars '{stream_table_explain: true}'`."""
+    model = request.model
+    _validate(request)
     plan = _plan_request(spark, request)
+    meta = storage.read_metadata(storage_path(spark, request.schema, request.identifier))
+    print_fp = fingerprint(plan.definition, request.shaping_config, storage.FORMAT_VERSION)
+    try:
+        reason = _full_reason(request, plan, meta, print_fp)
+        if reason is None:
+            reason = _source_reason(model, request, plan, meta)
+    except StreamTableError as err:
+        reason = f"!it fails: {err}"
+    if reason is None:
+        moved = [r for r, s in plan.pinned.items() if meta["offsets"][r]["version"] != s.state.version]
+        mode = ("differential" + (f" (changes in {', '.join(moved)})" if moved else " (no source moved: nothing to do)"))
+    else:
+        mode = f"full ({reason.lstrip('!')})"
+    lines = [f"stream table {model}", f"  next refresh: {mode}",
+             "  sources: " + ", ".join(f"{r}@v{s.state.version}" for r, s in plan.pinned.items())]
     if plan.tree is None:
-        return f"{request.model}: full refresh only ({plan.unsupported.construct})"
-    return f"{request.model}: differential\n{describe(plan.tree)}"
+        lines.append(f"  not differentiable: {plan.unsupported.construct}")
+        return "\n".join(lines)
+    if plan.definition != request.sql:
+        lines.append("  views inlined: the tree reads their base tables")
+    if plan.top_k is not None:
+        lines.append(f"  Top-K: the view shows rows {plan.top_k.offset + 1}..{plan.top_k.offset + (plan.top_k.limit or 0)} "
+                     "of the stored result in the query's order")
+    lines.append("  operator tree (strategy per operator: docs/supported-sql.md):")
+    lines.extend("    " + line for line in describe(plan.tree).splitlines())
+    return "\n".join(lines)

@@ -26,7 +26,7 @@ import shop_data  # noqa: E402
 pytestmark = pytest.mark.dbt
 
 STREAM_TABLES = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
-FULL_ONLY = {"lapsed_or_north"}  # EXISTS inside OR: refresh_mode auto falls back to full
+FULL_ONLY = {"status_share"}  # a subquery in a grouped SELECT list: refresh_mode auto falls back to full
 # Session settings dbt-spark changes on the shared session; restored for the tests after us.
 TOUCHED_CONF = ("spark.sql.ansi.enabled", "spark.sql.shuffle.partitions", "spark.sql.session.timeZone")
 
@@ -125,20 +125,20 @@ def test_full_refresh_flag_rebuilds_in_full(project):
 
 
 def test_auto_mode_falls_back_to_full_and_says_why(project):
-    info = project.first_run["lapsed_or_north"]
+    info = project.first_run["status_share"]
     assert info["mode"] == "full"
-    assert "inside OR" in info["reason"], info
+    assert "in the SELECT list" in info["reason"], info
 
 
 def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(project):
     result = project.dbt(
-        "run", "--select", "lapsed_or_north_strict", "--vars", "{include_failing_models: true}"
+        "run", "--select", "status_share_strict", "--vars", "{include_failing_models: true}"
     )
     assert not result.success
-    refresh = run_results.refreshes(run_results.load(project.path))["lapsed_or_north_strict"]
+    refresh = run_results.refreshes(run_results.load(project.path))["status_share_strict"]
     assert refresh["status"] == "error"
     message = refresh["message"]
-    assert "lapsed_or_north_strict" in message and "inside OR" in message, message
+    assert "status_share_strict" in message and "in the SELECT list" in message, message
     assert "differential" in message, message
 
 
@@ -149,3 +149,21 @@ def test_unknown_refresh_mode_is_a_compilation_error(project):
     assert refresh["status"] == "error"
     assert "bad_refresh_mode" in refresh["message"], refresh
     assert "refresh_mode must be one of auto, differential, full" in refresh["message"], refresh
+
+
+def test_explain_says_what_the_next_refresh_would_do_and_changes_nothing(project):
+    project.run()  # catch up with anything an earlier test left
+    shop_data.mutate(31)
+    result = project.dbt("run", "--select", "customer_totals status_share",
+                         "--vars", "{stream_table_explain: true}")
+    assert result.success, result.exception
+    explained = {r["unique_id"].split(".")[-1]: {"message": r.get("message") or ""}
+                 for r in run_results.load(project.path)["results"]}
+    assert explained["customer_totals"]["message"].startswith(
+        "explained, nothing refreshed: next refresh: differential (changes in shop.orders"), explained
+    assert "next refresh: full (not differentiable: scalar subquery in the SELECT list" in \
+        explained["status_share"]["message"], explained
+    # Nothing was refreshed: the changes are still there for the next run.
+    after = project.run()
+    assert after["customer_totals"]["mode"] == "differential" and after["customer_totals"]["rows_changed"] > 0
+    project.test()

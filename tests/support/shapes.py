@@ -172,6 +172,16 @@ SHAPES = [
     Shape("anti_then_aggregate", "semi", """
         SELECT g, COUNT(*) AS n FROM {src}.t1 a
         WHERE NOT EXISTS (SELECT 1 FROM {src}.t3 c WHERE c.k = a.k) GROUP BY g"""),
+    Shape("or_exists", "semi", """
+        SELECT id, k FROM {src}.t1 a
+        WHERE a.v > 3 OR EXISTS (SELECT 1 FROM {src}.t2 b WHERE b.k = a.k AND b.g = a.g)"""),
+    Shape("not_and_in_grouped", "semi", """
+        SELECT g, COUNT(*) AS n, SUM(v) AS s FROM {src}.t1 a
+        WHERE NOT (a.v > 0 AND a.k IN (SELECT k FROM {src}.t2)) GROUP BY g"""),
+    Shape("or_not_in_nulls", "semi", """
+        SELECT id, k FROM {src}.t1 a
+        WHERE a.k NOT IN (SELECT k FROM {src}.t2 WHERE v > 0)
+           OR (a.g = 'a' AND EXISTS (SELECT 1 FROM {src}.t3 c WHERE c.k = a.k))"""),
     Shape("in_tuple_and_join", "semi", """
         SELECT a.id AS aid, c.id AS cid FROM {src}.t1 a JOIN {src}.t3 c ON a.k = c.k
         WHERE (a.k, a.g) IN (SELECT k, g FROM {src}.t2)"""),

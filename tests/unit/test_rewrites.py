@@ -10,7 +10,8 @@ from sqlglot import exp
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql import rewrites
 from python_helpers.sql.parse import parse_query, qualify_query
-from python_helpers.sql.rewrites import blocks, grouping_sets, having_subqueries, scalar_subqueries, semi_anti_joins
+from python_helpers.sql.rewrites import (blocks, grouping_sets, having_subqueries, scalar_subqueries,
+                                        semi_anti_joins, sublinks_in_or)
 from python_helpers.sql.top_k import split_top_k
 
 SCHEMAS = {
@@ -42,6 +43,21 @@ def test_rollup_becomes_one_group_by_branch_per_grouping_set():
                      "AS gid FROM s.o AS o GROUP BY TRUE"), out
     cube = run(grouping_sets, "select o.ck, count(*) as n from s.o o group by cube(o.ck, o.st)")
     assert cube.count("UNION ALL") == 3
+
+
+def test_exists_inside_or_becomes_disjoint_union_branches():
+    out = run(sublinks_in_or, "select c.ck from s.c c where c.seg = 'x' or exists "
+                              "(select 1 from s.o o where o.ck = c.ck)")
+    assert same(out, "SELECT c.ck AS ck FROM s.c AS c WHERE c.seg = 'x' UNION ALL SELECT c.ck AS ck FROM s.c AS c "
+                     "WHERE EXISTS(SELECT 1 AS `1` FROM s.o AS o WHERE o.ck = c.ck) "
+                     "AND NOT COALESCE((c.seg = 'x'), FALSE)"), out
+    # NOT pushed inward (De Morgan); a grouped block is split below its GROUP BY.
+    out = run(sublinks_in_or, "select c.seg, count(*) as n from s.c c where not (c.seg = 'x' and exists "
+                              "(select 1 from s.o o where o.ck = c.ck)) group by c.seg")
+    assert same(out, "SELECT __dvm_or1.c__seg AS seg, COUNT(*) AS n FROM (SELECT c.seg AS c__seg FROM s.c AS c "
+                     "WHERE NOT c.seg = 'x' UNION ALL SELECT c.seg AS c__seg FROM s.c AS c WHERE NOT EXISTS("
+                     "SELECT 1 AS `1` FROM s.o AS o WHERE o.ck = c.ck) AND NOT COALESCE((NOT c.seg = 'x'), FALSE)) "
+                     "AS __dvm_or1 GROUP BY __dvm_or1.c__seg"), out
 
 
 def test_correlated_exists_becomes_a_semi_join_on_the_correlated_conjuncts():
@@ -123,7 +139,8 @@ def test_the_pipeline_runs_the_passes_in_order_and_leaves_no_subquery_expression
 
 
 @pytest.mark.parametrize("sql, reason", [
-    ("select o.ok from s.o o where o.amt > 0 or o.ck in (select c.ck from s.c c)", "inside OR"),
+    ("select o.ok, case when exists (select 1 from s.c c where c.ck = o.ck) then 1 end as e from s.o o",
+     "outside a top-level AND"),
     ("select o.ok from s.o o where size((select collect_list(l.qty) from s.l l where l.ok = o.ok)) = 0",
      "known value on no rows"),
     ("select o.ck, (select max(l.qty) from s.l l) as m, count(*) as n from s.o o group by o.ck",

@@ -62,34 +62,11 @@ class SparkStreamAdapter(SparkAdapter):
         float_recompute_every: Optional[int] = None,
     ) -> StreamTableResponse:
         """Create or refresh one stream table; called by the `stream_table` materialization."""
-        connection = self.connections.get_thread_connection()
-        credentials = connection.credentials
-        require_session_method(credentials, model)
-        _ = connection.handle  # opens the connection if dbt has not yet (it is lazy)
-        spark = get_spark_session(credentials)
+        spark, request = self._request(model, schema, identifier, sql, refresh_mode, full_refresh, sources,
+                                       shaping_config, auto_full_threshold, float_recompute_every)
+        from python_helpers.errors import InvalidConfig, SqlParseError, StreamTableError, UnsupportedSql
+        from python_helpers.runtime.api import refresh_stream_table
 
-        try:
-            from python_helpers.errors import InvalidConfig, SqlParseError, StreamTableError, UnsupportedSql
-            from python_helpers.runtime.api import RefreshRequest, refresh_stream_table
-        except ImportError as exc:  # a broken install should say so, not show a traceback
-            raise DbtRuntimeError(f"stream table '{model}': cannot load the refresh engine: {exc}") from exc
-
-        request = RefreshRequest(
-            model=model,
-            schema=schema,
-            identifier=identifier,
-            sql=sql,
-            refresh_mode=refresh_mode,
-            full_refresh=bool(full_refresh),
-            sources={str(k).lower(): self._resolve_path(str(v)) for k, v in (sources or {}).items()},
-            engine=credentials.engine,
-            shaping_config=dict(shaping_config or {}),
-        )
-        # Unset configs keep the engine's defaults; set ones are validated by the engine.
-        if auto_full_threshold is not None:
-            request.auto_full_threshold = auto_full_threshold
-        if float_recompute_every is not None:
-            request.float_recompute_every = float_recompute_every
         logger.debug(f"stream table {model}: refresh request {request}")
         try:
             result = refresh_stream_table(spark, request, log=_engine_log)
@@ -109,6 +86,64 @@ class SparkStreamAdapter(SparkAdapter):
         response = StreamTableResponse.from_result(result)
         logger.debug(f"stream table {model}: {response}")
         return response
+
+    def _request(self, model, schema, identifier, sql, refresh_mode, full_refresh, sources, shaping_config,
+                 auto_full_threshold, float_recompute_every):
+        """(the Spark session, the engine's RefreshRequest) for one model."""
+        connection = self.connections.get_thread_connection()
+        credentials = connection.credentials
+        require_session_method(credentials, model)
+        _ = connection.handle  # opens the connection if dbt has not yet (it is lazy)
+        spark = get_spark_session(credentials)
+        try:
+            from python_helpers.runtime.api import RefreshRequest
+        except ImportError as exc:  # a broken install should say so, not show a traceback
+            raise DbtRuntimeError(f"stream table '{model}': cannot load the refresh engine: {exc}") from exc
+        request = RefreshRequest(
+            model=model,
+            schema=schema,
+            identifier=identifier,
+            sql=sql,
+            refresh_mode=refresh_mode,
+            full_refresh=bool(full_refresh),
+            sources={str(k).lower(): self._resolve_path(str(v)) for k, v in (sources or {}).items()},
+            engine=credentials.engine,
+            shaping_config=dict(shaping_config or {}),
+        )
+        # Unset configs keep the engine's defaults; set ones are validated by the engine.
+        if auto_full_threshold is not None:
+            request.auto_full_threshold = auto_full_threshold
+        if float_recompute_every is not None:
+            request.float_recompute_every = float_recompute_every
+        return spark, request
+
+    @available
+    def stream_table_explain(
+        self,
+        model: str,
+        schema: str,
+        identifier: str,
+        sql: str,
+        refresh_mode: str = "auto",
+        full_refresh: bool = False,
+        sources: Optional[Dict[str, str]] = None,
+        auto_full_threshold: Optional[float] = None,
+        float_recompute_every: Optional[int] = None,
+    ) -> StreamTableResponse:
+        """What the next refresh of a stream table would do and its operator tree; changes nothing."""
+        spark, request = self._request(model, schema, identifier, sql, refresh_mode, full_refresh, sources, None,
+                                       auto_full_threshold, float_recompute_every)
+        from python_helpers.errors import StreamTableError
+        from python_helpers.runtime.refresh import explain
+
+        try:
+            text = explain(spark, request)
+        except StreamTableError as exc:
+            raise DbtRuntimeError(str(exc)) from exc
+        logger.info(text)
+        first = text.splitlines()[1].strip() if len(text.splitlines()) > 1 else text
+        return StreamTableResponse(_message=f"explained, nothing refreshed: {first}", code="explain",
+                                   rows_affected=0)
 
     def _resolve_path(self, path: str) -> str:
         """A relative `delta_path` is relative to the dbt project, not to wherever dbt was started."""

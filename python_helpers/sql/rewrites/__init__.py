@@ -6,9 +6,10 @@ Passes run in this order, each over every SELECT block (inner blocks first), one
 1. having_subqueries  -- HAVING with a scalar subquery: move the HAVING into an outer WHERE
 2. scalar_subqueries  -- scalar subqueries in WHERE and SELECT: hoist to a join with a (grouped)
                          derived table
-3. semi_anti_joins    -- EXISTS / NOT EXISTS / IN / NOT IN in WHERE: semi and anti joins
+3. sublinks_in_or     -- EXISTS / IN inside OR or NOT: disjoint UNION ALL branches (to a fixed point)
+4. semi_anti_joins    -- EXISTS / NOT EXISTS / IN / NOT IN in WHERE: semi and anti joins
 
-What no pass removed (a subquery in the SELECT list, inside OR, in a JOIN's ON clause) is
+What no pass removed (a subquery in an aggregate's SELECT list, in CASE, in a JOIN's ON clause) is
 rejected at the end with the place named. docs/supported-sql.md states each pattern and why
 the rewrite is equivalent.
 """
@@ -18,9 +19,9 @@ from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql.rewrites import (blocks, grouping_sets, having_subqueries, scalar_subqueries,
-                                        semi_anti_joins)
+                                        semi_anti_joins, sublinks_in_or)
 
-PASSES = (grouping_sets, having_subqueries, scalar_subqueries, semi_anti_joins)
+PASSES = (grouping_sets, having_subqueries, scalar_subqueries, sublinks_in_or, semi_anti_joins)
 
 
 def rewrite(model: str, query: exp.Expression) -> exp.Expression:
@@ -39,8 +40,8 @@ def _check_no_sublinks(model: str, query: exp.Expression) -> None:
                                         "outside a top-level AND of a WHERE clause")
         if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation)):
             place = _place(node)
-            raise UnsupportedSql(model, f"scalar subquery {place} (only WHERE comparisons and HAVING are rewritten "
-                                        "into joins)")
+            raise UnsupportedSql(model, f"scalar subquery {place} (rewritten into joins only in WHERE, HAVING and the SELECT list of a "
+                                        "block without GROUP BY)")
 
 
 def _place(node: exp.Expression) -> str:

@@ -1,0 +1,2 @@
+{{ config(refresh_mode='auto') }}
+{{ status_share_sql() }}
