@@ -89,6 +89,11 @@ SHAPES = [
         SELECT k, sort_array(collect_set(g)) AS gs, sort_array(collect_list(v)) AS vs,
                max_by(v, id) AS last_v, min_by(g, id) AS first_g, percentile(v, 0.5) AS med
         FROM {src}.t1 GROUP BY k"""),
+    Shape("agg_rescan_catalogue", "aggregate", """
+        SELECT g, bool_and(v > 0) AS all_pos, bool_or(v > 3) AS any_big, bit_and(v) AS ba, bit_or(v) AS bo,
+               bit_xor(k) AS bx, covar_pop(x, v) AS cp, regr_count(x, v) AS rc,
+               median(v) AS md, approx_count_distinct(k) AS acd, count_if(v IS NULL) AS nnull
+        FROM {src}.t1 GROUP BY g"""),
     Shape("agg_filter_clause", "aggregate", """
         SELECT k, COUNT(*) FILTER (WHERE v > 0) AS npos, SUM(v) FILTER (WHERE g = 'a') AS sa,
                count_if(x > 0) AS nx
