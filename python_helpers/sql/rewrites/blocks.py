@@ -96,3 +96,22 @@ def output_names(query: exp.Expression) -> list[str]:
     if isinstance(query, exp.Subquery):
         return output_names(query.this)
     return [p.alias_or_name for p in query.expressions]
+
+
+def replace_block(query: exp.Expression, block: exp.Expression, new: exp.Expression) -> exp.Expression:
+    """Put `new` where `block` was; returns the (possibly new) whole query."""
+    if block is query:
+        return new
+    block.replace(new)
+    return query
+
+
+def union_of(branches: list, like: exp.Select) -> exp.Expression:
+    """The branches as one UNION ALL (UNION when `like` is SELECT DISTINCT), keeping its WITH."""
+    out = branches[0]
+    for b in branches[1:]:
+        out = exp.Union(this=out, expression=b, distinct=bool(like.args.get("distinct")))
+    for key in ("with_", "with"):
+        if like.args.get(key) is not None:
+            out.set(key, like.args[key].copy())
+    return out

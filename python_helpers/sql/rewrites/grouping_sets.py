@@ -29,11 +29,7 @@ def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.
         group = select.args.get("group")
         if group is None or not _has_sets(group):
             continue
-        union = _expand(model, select)
-        if select is query:
-            query = union
-        else:
-            select.replace(union)
+        query = blocks.replace_block(query, select, _expand(model, select))
     return query
 
 
@@ -122,13 +118,7 @@ def _expand(model: str, select: exp.Select) -> exp.Expression:
         if select.args.get("having") is not None:
             branch.set("having", exp.Having(this=select.args["having"].this.copy().transform(fill)))
         branches.append(branch)
-    out = branches[0]
-    for b in branches[1:]:
-        out = exp.Union(this=out, expression=b, distinct=bool(select.args.get("distinct")))
-    for key in ("with_", "with"):
-        if select.args.get(key) is not None:
-            out.set(key, select.args[key].copy())
-    return out
+    return blocks.union_of(branches, select)
 
 
 def _keep_alias(original: exp.Expression, new: exp.Expression) -> exp.Expression:

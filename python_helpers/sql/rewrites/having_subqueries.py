@@ -28,11 +28,7 @@ def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.
         for sq in scalar_subqueries(having.this):
             if blocks.references_outside(sq.this):
                 raise UnsupportedSql(model, "correlated scalar subquery in HAVING")
-        wrapped = _wrap(select, fresh)
-        if select is query:
-            query = wrapped
-        else:
-            select.replace(wrapped)
+        query = blocks.replace_block(query, select, _wrap(select, fresh))
     return query
 
 

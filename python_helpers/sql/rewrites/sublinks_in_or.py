@@ -47,11 +47,7 @@ def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.
                        if any(_nested_sublinks(c) for c in blocks.where_conjuncts(s))), None)
         if target is None:
             return query
-        replacement = _split(model, target, fresh)
-        if target is query:
-            query = replacement
-        else:
-            target.replace(replacement)
+        query = blocks.replace_block(query, target, _split(model, target, fresh))
     raise UnsupportedSql(model, f"subqueries in OR need more than {MAX_BRANCHES} UNION branches to rewrite")
 
 
@@ -80,13 +76,7 @@ def _split(model: str, select: exp.Select, fresh: blocks.FreshNames) -> exp.Expr
         branches.append(branch)
     if len(branches) > MAX_BRANCHES:
         raise UnsupportedSql(model, f"subqueries in OR need more than {MAX_BRANCHES} UNION branches to rewrite")
-    out = branches[0]
-    for b in branches[1:]:
-        out = exp.Union(this=out, expression=b, distinct=bool(select.args.get("distinct")))
-    for key in ("with_", "with"):
-        if select.args.get(key) is not None:
-            out.set(key, select.args[key].copy())
-    return out
+    return blocks.union_of(branches, select)
 
 
 def _disjuncts(e: exp.Expression) -> list:
