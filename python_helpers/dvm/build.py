@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql.predicates import conjuncts
+from python_helpers.sql.rewrites.blocks import here
 from python_helpers.dvm.tree import (AggCall, Aggregate, Distinct, Filter, Join, Node, OuterJoin, Project, Scan,
                                      SemiJoin, SetOp, UnionAll, Window, Generate)
 from python_helpers.sql.parse import relation_name
@@ -40,7 +41,9 @@ def inline_named_windows(select: exp.Select) -> None:
     defs = {w.name.lower(): w for w in select.args.get("windows") or []}
     if not defs:
         return
-    for call in select.find_all(exp.Window):
+    # Only this block's own calls: a subquery's `OVER w` names its own WINDOW clause.
+    own = [n for p in select.expressions for n in here(p) if isinstance(n, exp.Window)]
+    for call in own:
         ref = call.args.get("alias")
         if ref is not None and ref.name.lower() in defs:
             spec = defs[ref.name.lower()]
@@ -148,8 +151,11 @@ class TreeBuilder:
         where = select.args.get("where")
         pending = conjuncts(scope.rewrite(self.model, where.this)) if where is not None else []
         node = first
-        for join, right in joined:
-            node = self._join(node, right, join, scope, pending)
+        for i, (join, right) in enumerate(joined):
+            # A later RIGHT / FULL join pads the rows joined so far with NULLs: a WHERE conjunct
+            # over them must then stay above it, not be pushed below this join.
+            pads_later = any((j.side or "").upper() in ("RIGHT", "FULL") for j, _ in joined[i + 1:])
+            node = self._join(node, right, join, scope, [] if pads_later else pending)
         for lateral, out in laterals:  # after the joins, before WHERE (as Spark applies them)
             node = self._push(node, pending)
             node = Generate(columns=node.columns + out, child=node, generator=scope.rewrite(self.model, lateral.this),

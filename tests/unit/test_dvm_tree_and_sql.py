@@ -200,3 +200,27 @@ def test_merge_sql_reads_stored_state_and_marks_deletes():
     assert "'D'" in text and "'U'" in text
     assert "GREATEST" in text  # MAX merges inserted values without a rescan
     assert "new_shop_orders" in tables_in(text)  # ... and rescans groups whose max was deleted
+
+
+def test_where_stays_above_a_later_right_join_that_pads_with_nulls():
+    from python_helpers.dvm.tree import OuterJoin
+
+    tree = tree_of("select o.id from shop.orders o left join shop.customers c on o.customer_id = c.id "
+                   "right join shop.customers c2 on c.region = c2.region where o.amount > 1")
+    below = tree.child
+    assert isinstance(below, Filter) and isinstance(below.child, OuterJoin), describe(tree)
+    assert not any(isinstance(n, Filter) for n in _walk(below.child)), describe(tree)
+
+
+def test_a_named_window_of_a_subquery_is_its_own():
+    tree = tree_of("select t.id, t.rk from (select o.id, rank() over w as rk from shop.orders o "
+                   "window w as (partition by o.status order by o.amount)) t window w as (partition by t.id)")
+    window = next(n for n in _walk(tree) if type(n).__name__ == "Window")
+    assert [k.sql("spark") for k in window.partition_keys] == [window.child.columns[1]], describe(tree)
+    assert "ORDER BY" in window.calls[0].sql("spark"), describe(tree)
+
+
+def _walk(node):
+    yield node
+    for c in node.children():
+        yield from _walk(c)

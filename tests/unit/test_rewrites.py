@@ -163,3 +163,26 @@ def test_top_k_is_split_off_and_mapped_to_output_columns():
     view = top.apply(exp.select("*").from_("base"), ["ck", "t"], [True, True]).sql("spark")
     assert view == "SELECT * FROM (SELECT * FROM base) AS __dvm_top ORDER BY `t` DESC, `ck` LIMIT 5 OFFSET 2"
     assert split_top_k("m", parse_query("m", "select ck from s.o order by ck"))[1] is None  # no LIMIT: no Top-K
+
+
+# -- found in review: forms that must not be rewritten into something else ----------------------
+@pytest.mark.parametrize("sql, reason", [
+    ("select o.ck, o.st, count(*) as n from s.o o group by o.ck, o.st grouping sets ((o.ck), (o.st))",
+     "GROUP BY a, b GROUPING SETS"),
+    ("select o.ck, sum(o.amt) as t, rank() over (order by sum(o.amt)) as r from s.o o group by rollup(o.ck)",
+     "window functions over GROUPING SETS"),
+    ("select o.ck, sum(o.amt) as t, rank() over (order by sum(o.amt)) as r from s.o o group by o.ck "
+     "having sum(o.amt) > (select avg(o2.amt) from s.o o2)", "windows apply after HAVING"),
+    ("select c.ck from s.c c where not exists (select count(*) from s.o o where o.ck = c.ck)",
+     "aggregated"),
+])
+def test_forms_whose_rewrite_would_change_the_result_are_refused(sql, reason):
+    with pytest.raises(UnsupportedSql) as err:
+        rewrites.rewrite("m", rewrites_input(sql))
+    assert reason.lower() in err.value.construct.lower(), err.value.construct
+
+
+def rewrites_input(sql: str) -> exp.Expression:
+    from python_helpers.sql.top_k import split_top_k as _split
+
+    return qualified(_split("m", parse_query("m", sql))[0].sql("spark"))

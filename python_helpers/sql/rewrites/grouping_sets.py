@@ -91,6 +91,11 @@ def _sets_of(model: str, group: exp.Group) -> tuple[list, list]:
 
 
 def _expand(model: str, select: exp.Select) -> exp.Expression:
+    if select.args["group"].args.get("grouping_sets"):
+        raise UnsupportedSql(model, "GROUP BY a, b GROUPING SETS (...) (write GROUP BY GROUPING SETS (...))")
+    if any(isinstance(n, exp.Window) for p in select.expressions for n in blocks.here(p)):
+        raise UnsupportedSql(model, "window functions over GROUPING SETS / ROLLUP / CUBE (they rank across all "
+                                    "grouping sets together)")
     columns, sets = _sets_of(model, select.args["group"])
     texts = [c.sql("spark") for c in columns]
     branches = []

@@ -28,6 +28,8 @@ def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.
         for sq in scalar_subqueries(having.this):
             if blocks.references_outside(sq.this):
                 raise UnsupportedSql(model, "correlated scalar subquery in HAVING")
+        if any(isinstance(n, exp.Window) for p in select.expressions for n in blocks.here(p)):
+            raise UnsupportedSql(model, "window functions with a subquery in HAVING (windows apply after HAVING)")
         query = blocks.replace_block(query, select, _wrap(select, fresh))
     return query
 

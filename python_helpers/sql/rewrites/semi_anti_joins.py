@@ -30,6 +30,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
+from python_helpers.sql.aggregates import is_aggregate
 from python_helpers.sql.rewrites import blocks
 
 
@@ -74,8 +75,9 @@ def _exists(model: str, select: exp.Select, inner: exp.Expression, anti: bool, f
     for c in blocks.where_conjuncts(inner):
         (correlated if any(blocks.is_outer(col, local_aliases) for col in blocks.columns_here(c))
          else local).append(c)
-    if any(inner.args.get(k) for k in ("group", "having", "limit", "offset")):
-        raise UnsupportedSql(model, "correlated EXISTS over a grouped or limited subquery")
+    if any(inner.args.get(k) for k in ("group", "having", "limit", "offset")) or any(
+            is_aggregate(n) for p in inner.expressions for n in blocks.here(p)):
+        raise UnsupportedSql(model, "correlated EXISTS over a grouped, aggregated or limited subquery")
     joins_on = [j.args["on"] for j in inner.args.get("joins") or [] if j.args.get("on") is not None]
     if not correlated or any(blocks.is_outer(c, local_aliases) for on in joins_on for c in blocks.columns_here(on)):
         raise UnsupportedSql(model, "EXISTS subquery correlated outside the top-level AND of its WHERE clause")
