@@ -39,6 +39,13 @@ def local_path(uri: str) -> str:
     return uri
 
 
+def is_delta_table(path: str) -> bool:
+    """Is there a Delta table at `path`? (Locally, without reading its log.)"""
+    if "://" in path:
+        return open_table(path) is not None
+    return os.path.isdir(os.path.join(local_path(path), "_delta_log"))
+
+
 def open_table(path: str, version: Optional[int] = None) -> Optional[DeltaTable]:
     """The Delta table at `path` (optionally at `version`), or None when there is none."""
     if not os.path.isdir(os.path.join(local_path(path), "_delta_log")) and "://" not in path:

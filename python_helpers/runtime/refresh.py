@@ -63,12 +63,7 @@ def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> Re
         target = storage_path(spark, request.schema, request.identifier)
         meta = storage.read_metadata(target)
         print_fp = fingerprint(plan.definition, request.shaping_config, storage.FORMAT_VERSION)
-        reason = _full_reason(request, plan, meta, print_fp)
-        if reason is None:
-            reason = _source_reason(model, request, plan, meta)
-        if reason is None and _float_recompute_due(request, meta):
-            reason = (f"periodic recompute of floating-point aggregates (float_recompute_every="
-                      f"{request.float_recompute_every})")
+        reason = _mode_reason(request, plan, meta, print_fp)
     if (reason is None and all(meta["offsets"][r]["version"] == s.state.version for r, s in pinned.items())
             and _views_exist(spark, request, plan)):
         # Nothing moved: no Spark job, no commit.
@@ -90,6 +85,17 @@ def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> Re
         log("info", f"{model}: full refresh ({reason})")
     rows = _full(spark, request, plan, target, print_fp, phases)
     return result("full", rows, reason=reason)
+
+
+def _mode_reason(request: RefreshRequest, plan: "Plan", meta: Optional[dict], print_fp: str) -> Optional[str]:
+    """Why the refresh must run in full (a leading '!' marks a warning), or None: differential."""
+    reason = _full_reason(request, plan, meta, print_fp)
+    if reason is None:
+        reason = _source_reason(request.model, request, plan, meta)
+    if reason is None and _float_recompute_due(request, meta):
+        reason = (f"periodic recompute of floating-point aggregates (float_recompute_every="
+                  f"{request.float_recompute_every})")
+    return reason
 
 
 class FullIsCheaper(Exception):
@@ -442,9 +448,7 @@ def explain(spark, request: RefreshRequest) -> str:
     meta = storage.read_metadata(storage_path(spark, request.schema, request.identifier))
     print_fp = fingerprint(plan.definition, request.shaping_config, storage.FORMAT_VERSION)
     try:
-        reason = _full_reason(request, plan, meta, print_fp)
-        if reason is None:
-            reason = _source_reason(model, request, plan, meta)
+        reason = _mode_reason(request, plan, meta, print_fp)
     except StreamTableError as err:
         reason = f"!it fails: {err}"
     if reason is None:

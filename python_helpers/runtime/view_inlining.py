@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
 from python_helpers.runtime import storage
-from python_helpers.runtime.delta_tables import open_table
+from python_helpers.runtime.delta_tables import is_delta_table
 from python_helpers.runtime.sources import source_path, storage_path
 from python_helpers.sql.parse import DIALECT, relation_name, source_relations
 
@@ -117,7 +117,7 @@ def _upstream(spark, model: str, relation: str, view: exp.Expression, out: Inlin
 def _is_stream_table(spark, relation: str) -> bool:
     # Not from the view text: a stream table's view names its stored files, or none when empty.
     schema, name = relation.split(".")[-2:]
-    return open_table(storage_path(spark, schema, name)) is not None
+    return is_delta_table(storage_path(spark, schema, name))
 
 
 def is_stored_table(relation: str) -> bool:
@@ -125,7 +125,7 @@ def is_stored_table(relation: str) -> bool:
 
 
 def _is_delta(spark, relation: str, overrides: dict) -> bool:
-    return open_table(source_path(spark, relation, overrides)) is not None
+    return is_delta_table(source_path(spark, relation, overrides))
 
 
 def _view(spark, relation: str):

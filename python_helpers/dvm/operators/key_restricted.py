@@ -84,16 +84,23 @@ def delta(node: Node, ctx: Context, delta_of, plain_of):
         return plain(node, ctx, dl, plain_of(node.right, "old"), weighted=True)
     pairs = key_pairs(node)
     keys = _changed_keys(ctx, pairs, dl, dr) if pairs else None
-    sides = []
-    for sign, version in ((1, "new"), (-1, "old")):
+
+    def at(version):
         left, right = plain_of(node.left, version), plain_of(node.right, version)
         if keys is not None:
             left = _restrict(ctx, left, [a for a, _ in pairs], keys)
             right = _restrict(ctx, right, [b for _, b in pairs], keys)
-        out = plain(node, ctx, left, right)
-        sides.append(select_from([col(c) for c in node.columns] + [alias(exp.Literal.number(sign), WEIGHT)],
-                                 sub(out, ctx.alias("v"))))
-    return consolidate(ctx, union_all(sides), node.columns)
+        return plain(node, ctx, left, right)
+
+    return _new_minus_old(ctx, node.columns, at)
+
+
+def _new_minus_old(ctx: Context, columns: list, at) -> exp.Select:
+    """`at(version)` (the operator over its restricted inputs) at new minus at old, consolidated."""
+    sides = [select_from([col(c) for c in columns] + [alias(exp.Literal.number(sign), WEIGHT)],
+                         sub(at(version), ctx.alias("v")))
+             for sign, version in ((1, "new"), (-1, "old"))]
+    return consolidate(ctx, union_all(sides), columns)
 
 
 def _changed_keys(ctx: Context, pairs, dl, dr) -> exp.Expression:
@@ -132,12 +139,9 @@ def window_delta(node: Window, ctx: Context, delta_of, plain_of):
     if node.partition_keys:
         keys = select_from([alias(k.copy(), f"{_KEY}{i}") for i, k in enumerate(node.partition_keys)],
                            sub(d.copy(), ctx.alias("dk")))
-    sides = []
-    for sign, version in ((1, "new"), (-1, "old")):
+
+    def at(version):
         rows = plain_of(node.child, version)
-        if keys is not None:
-            rows = _restrict(ctx, rows, node.partition_keys, keys)
-        out = window_plain(node, ctx, rows)
-        sides.append(select_from([col(c) for c in node.columns] + [alias(exp.Literal.number(sign), WEIGHT)],
-                                 sub(out, ctx.alias("v"))))
-    return consolidate(ctx, union_all(sides), node.columns)
+        return window_plain(node, ctx, _restrict(ctx, rows, node.partition_keys, keys) if keys is not None else rows)
+
+    return _new_minus_old(ctx, node.columns, at)

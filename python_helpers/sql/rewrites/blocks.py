@@ -115,3 +115,16 @@ def union_of(branches: list, like: exp.Select) -> exp.Expression:
         if like.args.get(key) is not None:
             out.set(key, like.args[key].copy())
     return out
+
+
+def transform_here(expression: exp.Expression, fn) -> exp.Expression:
+    """Apply fn top-down outside nested queries; a node fn replaced is not descended into."""
+    new = fn(expression)
+    if new is not expression or isinstance(expression, _SCOPES):
+        return new
+    for key, child in list(expression.args.items()):
+        if isinstance(child, exp.Expression):
+            expression.set(key, transform_here(child, fn))
+        elif isinstance(child, list):
+            expression.set(key, [transform_here(c, fn) if isinstance(c, exp.Expression) else c for c in child])
+    return expression

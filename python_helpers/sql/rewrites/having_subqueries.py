@@ -54,7 +54,7 @@ def _wrap(select: exp.Select, fresh: blocks.FreshNames) -> exp.Select:
             return exp.column(name, table=alias)
         return node
 
-    predicate = _transform_here(select.args["having"].this.copy(), lift)
+    predicate = blocks.transform_here(select.args["having"].this.copy(), lift)
     inner.set("expressions", inner.expressions + extra)
     outer = exp.Select(expressions=[exp.alias_(exp.column(f"__dvm_o{i}", table=alias), n, quoted=None)
                                     for i, n in enumerate(names)])
@@ -65,15 +65,3 @@ def _wrap(select: exp.Select, fresh: blocks.FreshNames) -> exp.Select:
             outer.set(key, select.args[key].copy())
     return outer
 
-
-def _transform_here(expression: exp.Expression, fn) -> exp.Expression:
-    """Apply fn top-down outside nested queries; a replaced node is not descended into."""
-    new = fn(expression)
-    if new is not expression or isinstance(expression, (exp.Select, exp.Subquery)):
-        return new
-    for key, child in list(expression.args.items()):
-        if isinstance(child, exp.Expression):
-            expression.set(key, _transform_here(child, fn))
-        elif isinstance(child, list):
-            expression.set(key, [_transform_here(c, fn) if isinstance(c, exp.Expression) else c for c in child])
-    return expression

@@ -181,15 +181,6 @@ def _empty_value(model: str, value: exp.Expression) -> exp.Expression:
                                         "(only arithmetic over aggregates)")
         return node
 
-    empty = _transform_down(value.copy(), replace)
+    empty = blocks.transform_here(value.copy(), replace)
     return exp.Null() if any(isinstance(n, exp.Null) for n in empty.walk()) else empty
 
-
-def _transform_down(node: exp.Expression, fn) -> exp.Expression:
-    new = fn(node)
-    if new is not node:
-        return new
-    for key, child in list(node.args.items()):
-        if isinstance(child, exp.Expression):
-            node.set(key, _transform_down(child, fn))
-    return node
