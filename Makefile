@@ -22,6 +22,10 @@ install: $(STAMP)
 demo: install
 	$(PY) integration_tests/scripts/demo.py
 
+# The slow property suites run with a few examples, as in CI (about 25 min on 2 cores);
+# DVM_HYPOTHESIS_SLOW_EXAMPLES=40 make test is the long run.
+export DVM_HYPOTHESIS_SLOW_EXAMPLES ?= 3
+
 # pytest exits 5 when it collected no test: that fails here too, never passes silently.
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
