@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 from sqlglot import exp
 
@@ -15,7 +16,7 @@ from python_helpers.errors import UnsupportedSql
 from python_helpers.sql.predicates import conjuncts
 from python_helpers.sql.rewrites.blocks import here
 from python_helpers.dvm.tree import (AggCall, Aggregate, Distinct, Filter, Join, Node, OuterJoin, Project, Scan,
-                                     SemiJoin, SetOp, UnionAll, Window, Generate)
+                                     SemiJoin, SetOp, UnionAll, Window, Generate, Recursive)
 from python_helpers.sql.parse import relation_name
 from python_helpers.sql.aggregates import ORDER_DEPENDENT_AGGREGATES, is_aggregate
 from python_helpers.sql.support import function_name
@@ -55,6 +56,42 @@ def inline_named_windows(select: exp.Select) -> None:
 
 
 @dataclass
+class _RecursiveCte:
+    """A CTE of WITH RECURSIVE that reads itself; `ref` is set while its steps are built, so a
+    reference from inside them becomes a Scan of the working table."""
+
+    cte: exp.CTE
+    ref: Optional[str] = None
+
+
+def _reads(query: exp.Expression, name: str) -> bool:
+    return any(not t.db and t.name.lower() == name for t in query.find_all(exp.Table))
+
+
+# Operators through which a step may read the working table: each maps a sum of inputs to the
+# sum of outputs (given its other inputs), so the step is linear in the working table. For the
+# two-input ones, only on the side whose delta rule is linear when the other side is fixed.
+_LINEAR_ANY_SIDE = (Filter, Project, Generate, UnionAll, Join)
+
+
+def _references(node: Node, ref: str) -> int:
+    """How often `node` reads the working table `ref`; raises where a read is not linear."""
+    if isinstance(node, Scan):
+        return int(node.relation == ref)
+    counts = [_references(c, ref) for c in node.children()]
+    if not any(counts) or isinstance(node, _LINEAR_ANY_SIDE):
+        return sum(counts)
+    if isinstance(node, SemiJoin) or (isinstance(node, OuterJoin) and node.kind == "left"):
+        if counts[1] == 0:
+            return counts[0]
+    raise _NotLinear(type(node).__name__)
+
+
+class _NotLinear(Exception):
+    pass
+
+
+@dataclass
 class _Scope:
     """Column names visible in one query block: (alias, column) -> unique name."""
 
@@ -83,8 +120,10 @@ class TreeBuilder:
         ctes = dict(ctes or {})
         with_ = query.args.get("with_") or query.args.get("with")
         if with_ is not None:
+            recursive = bool(with_.args.get("recursive"))
             for cte in with_.expressions:
-                ctes[cte.alias_or_name.lower()] = cte.this
+                name = cte.alias_or_name.lower()
+                ctes[name] = _RecursiveCte(cte) if recursive and _reads(cte.this, name) else cte.this
         if isinstance(query, exp.Union):
             return self._union(query, ctes)
         if isinstance(query, (exp.Intersect, exp.Except)):
@@ -250,7 +289,11 @@ class TreeBuilder:
         alias = item.alias_or_name.lower()
         wanted = referenced.get(alias, [])
         if isinstance(item, exp.Table) and not item.db and item.name.lower() in ctes:
-            child = self.build(ctes[item.name.lower()], ctes)
+            target = ctes[item.name.lower()]
+            if isinstance(target, _RecursiveCte) and target.ref is not None:  # the working table
+                columns = [self._name(alias, c, names) for c in wanted] or [self._fresh(f"{alias}__unit")]
+                return Scan(columns=columns, relation=target.ref, source_columns=list(wanted) or [None])
+            child = self._recursive(target, ctes) if isinstance(target, _RecursiveCte) else self.build(target, ctes)
             return self._rename(child, alias, wanted, names)
         if isinstance(item, exp.Table):
             if not item.name or item.args.get("version") is not None:
@@ -261,6 +304,56 @@ class TreeBuilder:
             child = self.build(item.this, ctes)
             return self._rename(child, alias, wanted, names)
         raise UnsupportedSql(self.model, f"FROM item {item.sql('spark')[:60]}")
+
+    def _recursive(self, target: _RecursiveCte, ctes: dict) -> Node:
+        """WITH RECURSIVE r AS (anchors UNION ALL steps): a Recursive node (operators/recursive.py)."""
+        cte = target.cte
+        name = cte.alias_or_name.lower()
+        branches: list = []
+
+        def split(query):
+            if isinstance(query, exp.Union) and not (query.args.get("with_") or query.args.get("with")):
+                if query.args.get("distinct"):
+                    raise UnsupportedSql(self.model, f"WITH RECURSIVE {name} with UNION (distinct): Spark runs "
+                                                     "recursion only with UNION ALL")
+                split(query.this)
+                split(query.expression)
+            else:
+                branches.append(query)
+
+        split(cte.this)
+        anchors = [b for b in branches if not _reads(b, name)]
+        steps = [b for b in branches if _reads(b, name)]
+        if not anchors or not steps:
+            raise UnsupportedSql(self.model, f"WITH RECURSIVE {name} without both a base branch and a "
+                                             "recursive branch joined by UNION ALL")
+        bases = [self.build(b, ctes) for b in anchors]
+        base = bases[0] if len(bases) == 1 else UnionAll(columns=list(bases[0].columns), inputs=bases)
+        alias = cte.args.get("alias")
+        labels = [c.name.lower() for c in alias.columns] if alias is not None and alias.columns else \
+            [a.lower() for a in self.aliases(bases[0])]
+        ref = self._fresh(f"__dvm_rec_{name}")
+        target.ref = ref
+        try:
+            built = [self.build(b, ctes) for b in steps]
+        finally:
+            target.ref = None
+        for b in [*bases, *built]:
+            if len(b.columns) != len(labels):
+                raise UnsupportedSql(self.model, f"WITH RECURSIVE {name}: branches with different column counts")
+        for step in built:
+            try:
+                count = _references(step, ref)
+            except _NotLinear as err:
+                raise UnsupportedSql(self.model, f"WITH RECURSIVE {name} reads itself under {err} (only through "
+                                                 "filters, projections, inner joins, generators and the "
+                                                 "preserved side of LEFT / semi / anti joins)") from None
+            if count != 1:
+                raise UnsupportedSql(self.model, f"WITH RECURSIVE {name}: a recursive branch reads {name} "
+                                                 f"{count} times (only linear recursion: once per branch)")
+        node = Recursive(columns=[self._fresh(f"{name}__{c}") for c in labels], base=base, steps=built,
+                         ref=ref, names=labels)
+        return self._set_aliases(node, labels)
 
     def _rename(self, child: Node, alias: str, wanted: list, names: dict) -> Node:
         """Expose a derived table's columns under this block's unique names."""

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from python_helpers.dvm.operators import join, join_chain, key_restricted, keyed_recompute, linear, scan
+from python_helpers.dvm.operators import join, join_chain, key_restricted, keyed_recompute, linear, recursive, scan
 from python_helpers.dvm.sqlgen import Context
 from python_helpers.dvm.tree import (Aggregate, Distinct, Filter, Join, Node, OuterJoin, Project, Scan, SemiJoin,
-                                     SetOp, UnionAll, Window, Generate)
+                                     SetOp, UnionAll, Window, Generate, Recursive)
 
 
 def plain(node: Node, ctx: Context, version: str) -> exp.Expression:
@@ -30,6 +30,8 @@ def plain(node: Node, ctx: Context, version: str) -> exp.Expression:
         return linear.generate_plain(node, ctx, version, plain(node.child, ctx, version))
     if isinstance(node, Window):
         return key_restricted.window_plain(node, ctx, plain(node.child, ctx, version))
+    if isinstance(node, Recursive):
+        return recursive.plain(node, ctx, version, lambda n, v: plain(n, ctx, v))
     if isinstance(node, Aggregate):
         return keyed_recompute.aggregate_plain(node, ctx, version, plain(node.child, ctx, version))
     if isinstance(node, Distinct):
@@ -60,6 +62,9 @@ def delta(node: Node, ctx: Context):
         return linear.generate_delta(node, ctx, delta(node.child, ctx))
     if isinstance(node, Window):
         return key_restricted.window_delta(node, ctx, lambda n: delta(n, ctx), lambda n, v: plain(n, ctx, v))
+    if isinstance(node, Recursive):
+        return recursive.delta(node, ctx, lambda n: delta(n, ctx), lambda n, v: plain(n, ctx, v),
+                               lambda n: changed(n, ctx))
     if isinstance(node, (Aggregate, Distinct)):
         return keyed_recompute.recompute_delta(
             node, ctx, delta(node.child, ctx),

@@ -6,6 +6,8 @@ from typing import Callable, Optional
 
 from sqlglot import exp
 
+from python_helpers.sql.dialect import spark_sql
+
 from python_helpers.dvm.tree import WEIGHT
 
 
@@ -128,4 +130,4 @@ def parenthesize(expression: exp.Expression) -> exp.Expression:
 
 def render(expression: exp.Expression) -> str:
     """The Spark SQL text of a generated query."""
-    return parenthesize(expression).sql("spark")
+    return spark_sql(parenthesize(expression))

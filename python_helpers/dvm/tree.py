@@ -150,6 +150,25 @@ class Generate(Node):
 
 
 @dataclass
+class Recursive(Node):
+    """WITH RECURSIVE name(names) AS (base UNION ALL step_1 UNION ALL ...): the bag fixpoint
+    R = base + F(R), F = the sum of the steps. Each step reads the working table once, as the
+    Scan of relation `ref` (columns `names`), through linear operators only (checked by the
+    builder), so F is linear in R. Output: `columns`, matched by position to `names`."""
+
+    base: Node = None
+    steps: list[Node] = field(default_factory=list)
+    ref: str = ""
+    names: list[str] = field(default_factory=list)
+
+    def children(self):
+        return [self.base] + list(self.steps)
+
+    def relations(self) -> set[str]:
+        return super().relations() - {self.ref}
+
+
+@dataclass
 class AggCall:
     name: str  # output column of the Aggregate node
     kind: str  # count_star | count | sum | avg | min | max | var_pop | var_samp | stddev_pop | stddev_samp | other
@@ -220,6 +239,8 @@ def describe(node: Node, indent: int = 0) -> str:
     elif isinstance(node, Window):
         keys = ", ".join(k.sql("spark") for k in node.partition_keys) or "() - whole input"
         line = f"{pad}Window BY {keys}: {', '.join(c.sql('spark') for c in node.calls)}"
+    elif isinstance(node, Recursive):
+        line = f"{pad}Recursive {node.ref}({', '.join(node.names)}): base, then {len(node.steps)} step(s)"
     elif isinstance(node, SetOp):
         line = f"{pad}{node.op.capitalize()}{' ALL' if node.all else ''}"
     elif isinstance(node, Aggregate):

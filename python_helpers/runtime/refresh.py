@@ -9,6 +9,8 @@ from typing import Callable, Optional
 
 from sqlglot import exp
 
+from python_helpers.sql.dialect import spark_sql
+
 from python_helpers.dvm.plan_query import query_tree
 from python_helpers.dvm.stored_result import (ACTION, ROW_ID, RecomputeResult, StoredResult, plan_stored_result,
                                               storage_names)
@@ -187,7 +189,7 @@ def _read_columns(tree, pinned: dict) -> dict:
     while stack:
         node = stack.pop()
         stack.extend(node.children())
-        if isinstance(node, Scan):
+        if isinstance(node, Scan) and node.relation in pinned:  # not a recursive CTE's working table
             names = {n.lower(): n for n in pinned[node.relation].spark_types}
             for c in node.source_columns + [node.weight_column]:
                 if c is not None and names[c.lower()] not in wanted[node.relation]:
@@ -303,7 +305,7 @@ def _full(spark, request: RefreshRequest, plan: Plan, target: str, print_fp: str
                 frame = spark.sql(render(result.full_sql(bindings.context(set()))))
             else:
                 result = RecomputeResult(request.model, names, storage_names(request.model, names))
-                frame = spark.sql(_bind_plain_query(plan, bindings).sql("spark"))
+                frame = spark.sql(spark_sql(_bind_plain_query(plan, bindings)))
             frame = frame.toDF(*result.storage_columns())
         with phases("compute"):
             data = frame.toArrow()
@@ -343,7 +345,7 @@ def _bind_plain_query(plan: Plan, bindings: Bindings) -> exp.Expression:
 def _output_names(spark, model: str, plan: Plan, bindings: Bindings) -> list:
     """The columns Spark gives the query (names like `count(1)` included), from analysis only."""
     try:
-        return spark.sql(_bind_plain_query(plan, bindings).sql("spark")).columns
+        return spark.sql(spark_sql(_bind_plain_query(plan, bindings))).columns
     except Exception as err:  # noqa: BLE001 - Spark's analysis error is the message the user needs
         raise StreamTableError(model, f"Spark rejects the query: {str(err).splitlines()[0][:400]}",
                                "fix the model SQL") from None

@@ -43,8 +43,6 @@ def check_supported(model: str, query: exp.Expression) -> None:
         if isinstance(node, exp.Limit) or isinstance(node, exp.Offset):
             raise UnsupportedSql(model, "LIMIT / OFFSET below the top level of the query (Top-K is maintained "
                                         "only as the query's last clause)")
-        if isinstance(node, exp.With) and node.args.get("recursive"):
-            raise UnsupportedSql(model, "WITH RECURSIVE")
         if isinstance(node, (exp.Unnest, exp.Explode, exp.Posexplode)) and not isinstance(node.parent, exp.Lateral):
             raise UnsupportedSql(model, f"generator {node.sql('spark')[:60]} outside LATERAL VIEW (write it as "
                                         "FROM t LATERAL VIEW explode(...) x AS col)")

@@ -119,7 +119,7 @@ def test_null_heavy_data(spark, family, data):
     _family_example(spark, family, data, initial=_null_heavy_initial(), batch=_null_heavy_batch(tables))
 
 
-@pytest.mark.parametrize("family", ["aggregate", "setop", "project", "outer", "semi"])
+@pytest.mark.parametrize("family", ["aggregate", "setop", "project", "outer", "semi", "recursive"])
 @given(data=st.data())
 @gen.dvm_settings(gen.examples(3))
 def test_duplicate_heavy_data(spark, family, data):

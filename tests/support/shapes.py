@@ -207,6 +207,18 @@ SHAPES = [
            OR COALESCE((SELECT SUM(b.v) FROM {src}.t2 b WHERE b.k = a.k), 0) > 1"""),
     Shape("having_scalar", "sublink", """
         SELECT k, SUM(v) AS s FROM {src}.t1 GROUP BY k HAVING SUM(v) > (SELECT AVG(v) FROM {src}.t2)"""),
+    Shape("exists_as_value", "sublink", """
+        SELECT a.id, CASE WHEN EXISTS (SELECT 1 FROM {src}.t2 b WHERE b.k = a.k AND b.v > 0) THEN 'y' ELSE 'n' END AS f,
+               NOT EXISTS (SELECT 1 FROM {src}.t3 c WHERE c.g = a.g) AS lonely
+        FROM {src}.t1 a"""),
+    Shape("scalar_in_grouped_select", "sublink", """
+        SELECT a.k, SUM(a.v) AS s, (SELECT COUNT(*) FROM {src}.t2 b WHERE b.k = a.k) AS nb,
+               COUNT(*) / (SELECT COUNT(*) FROM {src}.t1) AS share,
+               EXISTS (SELECT 1 FROM {src}.t3 c WHERE c.k = a.k AND c.v < 0) AS has_neg
+        FROM {src}.t1 a GROUP BY a.k"""),
+    Shape("scalar_inside_aggregate", "sublink", """
+        SELECT a.g, SUM((SELECT MAX(b.v) FROM {src}.t2 b WHERE b.k = a.k)) AS s, COUNT(*) AS n
+        FROM {src}.t1 a GROUP BY a.g"""),
     Shape("cte_twice_max", "sublink", """
         WITH c AS (SELECT k, SUM(v) AS s FROM {src}.t1 GROUP BY k)
         SELECT c.k, c.s FROM c WHERE c.s = (SELECT MAX(s) FROM c)"""),
@@ -252,6 +264,36 @@ SHAPES = [
     Shape("lateral_inline_structs", "generator", """
         SELECT id, f1, f2 FROM {src}.t2
         LATERAL VIEW inline(array(named_struct('f1', k, 'f2', g), named_struct('f1', v, 'f2', 'z'))) s AS f1, f2"""),
+    # --- recursive CTEs (depth-bounded: random edges form cycles) ------------------------------
+    Shape("recursive_paths", "recursive", """
+        WITH RECURSIVE r(src, node, depth) AS (
+          SELECT id, k, 0 FROM {src}.t1 WHERE k IS NOT NULL
+          UNION ALL
+          SELECT r.src, (b.v + 5) % 4, r.depth + 1 FROM r JOIN {src}.t2 b ON r.node = b.k WHERE r.depth < 3)
+        SELECT src, node, depth FROM r"""),
+    Shape("recursive_reach_counts", "recursive", """
+        WITH RECURSIVE r AS (
+          SELECT a.g AS root, a.k AS node, 1 AS hops FROM {src}.t1 a WHERE a.v > 0
+          UNION ALL
+          SELECT r.root, b.v % 4 AS node, r.hops + 1 AS hops FROM r, {src}.t2 b
+          WHERE b.k = r.node AND r.hops < 3 AND b.v IS NOT NULL)
+        SELECT root, COUNT(*) AS paths, COUNT(DISTINCT node) AS reached, MAX(hops) AS deepest
+        FROM r GROUP BY root"""),
+    Shape("recursive_self_only", "recursive", """
+        WITH RECURSIVE r(id, k, n, lim) AS (
+          SELECT id, k, 1, v FROM {src}.t1 WHERE v > 0
+          UNION ALL
+          SELECT id, k, n + 1, lim FROM r WHERE n < lim)
+        SELECT k, SUM(n) AS s, COUNT(*) AS c FROM r GROUP BY k"""),
+    Shape("recursive_two_anchors_semi_distinct", "recursive", """
+        WITH RECURSIVE r(root, node, depth) AS (
+          SELECT 'one', k, 0 FROM {src}.t1 WHERE g = 'a'
+          UNION ALL
+          SELECT 'three', k, 0 FROM {src}.t3 WHERE v < 0
+          UNION ALL
+          SELECT r.root, b.v % 4, r.depth + 1 FROM r JOIN {src}.t2 b ON r.node = b.k
+          WHERE r.depth < 2 AND EXISTS (SELECT 1 FROM {src}.t3 c WHERE c.k = b.k AND c.g IS NOT NULL))
+        SELECT DISTINCT root, node FROM r"""),
     # --- SQL spellings the front end must resolve ---------------------------------------------
     Shape("syntax_group_ordinal", "syntax", "SELECT k, COUNT(*) AS n, MAX(g) AS mg FROM {src}.t1 GROUP BY 1"),
     Shape("syntax_group_alias", "syntax", "SELECT year(dt) AS yr, SUM(v) AS sv FROM {src}.t1 GROUP BY yr"),

@@ -6,7 +6,7 @@ from sqlglot import exp
 from python_helpers.dvm.differentiate import delta, plain
 from python_helpers.dvm.sqlgen import Context, parenthesize, render
 from python_helpers.dvm.stored_result import AggregateResult, BagResult, plan_stored_result, storage_names
-from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Join, Project, Scan, UnionAll, describe
+from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Join, Project, Recursive, Scan, UnionAll, describe
 from python_helpers.errors import SqlParseError, UnsupportedSql
 from python_helpers.sql.parse import fingerprint, parse_query, source_relations
 from python_helpers.dvm.plan_query import query_tree
@@ -63,10 +63,18 @@ def test_fingerprint_ignores_formatting_but_not_meaning():
     ("select id from shop.orders order by amount limit 3", "ORDER BY amount"),
     ("select rand() as r, id from shop.orders", "non-deterministic"),
     ("select id, current_timestamp() from shop.orders", "non-deterministic"),
-    ("select id, case when exists (select 1 from shop.customers c where c.id = o.customer_id) then 1 end e "
+    ("select id, case when customer_id in (select c.id from shop.customers c) then 1 end e "
      "from shop.orders o", "outside a top-level AND"),
-    ("select region, (select max(amount) from shop.orders) m, count(*) n from shop.customers group by region",
-     "in the SELECT list"),
+    ("select (select max(amount) from shop.orders) m, count(*) n from shop.customers",
+     "aggregate without GROUP BY"),
+    ("with recursive r(a, n) as (select id, 0 from shop.orders union all select r.a, count(*) from r "
+     "group by r.a) select a from r", "reads itself under Aggregate"),
+    ("with recursive r(a) as (select id from shop.orders union all select r.a from r join r r2 on r.a = r2.a) "
+     "select a from r", "reads r 2 times"),
+    ("with recursive r(a) as (select id from shop.orders union all select c.id from shop.customers c "
+     "left join r on r.a = c.id) select a from r", "reads itself under OuterJoin"),
+    ("with recursive r(a) as (select id from shop.orders union select r.a + 1 from r where r.a < 3) "
+     "select a from r", "UNION (distinct)"),
     ("select id from shop.customers c where 0 < (select collect_set(o.status) from shop.orders o "
      "where o.customer_id = c.id)", "no rows"),
     ("select id from shop.customers c where 1 < (select max(o.amount) from shop.orders o "
@@ -85,6 +93,30 @@ def test_unsupported_constructs_are_named(sql, construct):
 
 
 # -- the tree --------------------------------------------------------------------------------
+RECURSIVE = ("with recursive r(cid, depth) as (select customer_id, 0 from shop.orders where amount > 10 "
+             "union all select c.id, r.depth + 1 from r join shop.customers c on c.id = r.cid + 1 "
+             "where r.depth < 3) select cid, count(*) as n from r group by cid")
+
+
+def test_recursive_cte_tree_and_delta_sql():
+    tree = tree_of(RECURSIVE)
+    text = describe(tree)
+    assert "Recursive" in text and "1 step(s)" in text
+    assert tree.relations() == {"shop.orders", "shop.customers"}  # not the working table
+    node = tree
+    while not isinstance(node, Recursive):
+        node = node.children()[0]
+    # Only the base changed: the delta recursion is seeded from the base's change rows alone.
+    only_base = render(delta(node, ctx(["shop.orders"])))
+    assert "WITH RECURSIVE" in only_base and "chg_shop_orders" in only_base
+    assert "chg_shop_customers" not in only_base and "old_shop_customers" not in only_base
+    # The step's source changed too: the step's change over the old result joins the seed.
+    both = render(delta(node, ctx()))
+    assert "chg_shop_customers" in both and "old_shop_orders" in both
+    # Every rendering of the recursion keeps its own scoped WITH (no duplicate CTE names).
+    assert sqlglot.parse_one(both, read="spark") is not None
+
+
 def test_aggregate_tree_shape_and_strategies():
     tree = tree_of("select customer_id, count(*) n, sum(amount) s, min(amount) lo, count(distinct status) k "
                    "from shop.orders where amount > 0 group by customer_id having count(*) > 1")

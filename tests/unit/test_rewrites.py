@@ -10,7 +10,7 @@ from sqlglot import exp
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql import rewrites
 from python_helpers.sql.parse import parse_query, qualify_query
-from python_helpers.sql.rewrites import (blocks, grouping_sets, having_subqueries, scalar_subqueries,
+from python_helpers.sql.rewrites import (blocks, exists_values, grouping_sets, having_subqueries, scalar_subqueries,
                                         semi_anti_joins, sublinks_in_or)
 from python_helpers.sql.top_k import split_top_k
 
@@ -119,6 +119,33 @@ def test_uncorrelated_scalar_subquery_becomes_a_cross_join():
                      "AS __dvm_sq1 WHERE o.amt > __dvm_sq1.__dvm_v"), out
 
 
+def test_exists_used_as_a_value_becomes_a_count_subquery():
+    out = run(exists_values, "select o.ok, case when exists (select 1 from s.c c where c.ck = o.ck and "
+                             "c.seg = 'x') then 1 else 0 end as e from s.o o where not (exists (select 1 from s.l l "
+                             "where l.ok = o.ok) = false)")
+    assert same(out, "SELECT o.ok AS ok, CASE WHEN (SELECT COUNT(*) AS __dvm_n FROM s.c AS c WHERE c.ck = o.ck AND "
+                     "c.seg = 'x') > 0 THEN 1 ELSE 0 END AS e FROM s.o AS o WHERE NOT ((SELECT COUNT(*) AS __dvm_n "
+                     "FROM s.l AS l WHERE l.ok = o.ok) > 0 = FALSE)"), out
+    # Under AND / OR / NOT only, EXISTS is left to the semi / anti join passes.
+    kept = run(exists_values, "select o.ok from s.o o where not exists (select 1 from s.c c where c.ck = o.ck)")
+    assert "EXISTS" in kept
+
+
+def test_scalar_subquery_in_a_grouped_select_list_is_joined_and_grouped_by():
+    out = run(scalar_subqueries, "select o.ck, count(*) / (select count(*) from s.o o2) as share, "
+                                 "(select max(l.qty) from s.l l where l.ok = o.ck) as mq, "
+                                 "sum((select count(*) from s.l l2 where l2.ok = o.ok)) as lines "
+                                 "from s.o o group by o.ck")
+    assert same(out, "SELECT o.ck AS ck, COUNT(*) / __dvm_sq1.__dvm_v AS share, __dvm_sq2.__dvm_v AS mq, "
+                     "SUM(CASE WHEN __dvm_sq3.__dvm_m IS NULL THEN 0 ELSE __dvm_sq3.__dvm_v END) AS lines "
+                     "FROM s.o AS o CROSS JOIN (SELECT COUNT(*) AS __dvm_v FROM s.o AS o2) AS __dvm_sq1 "
+                     "LEFT JOIN (SELECT l.ok AS __dvm_k0, MAX(l.qty) AS __dvm_v, 1 AS __dvm_m FROM s.l AS l "
+                     "GROUP BY l.ok) AS __dvm_sq2 ON o.ck = __dvm_sq2.__dvm_k0 "
+                     "LEFT JOIN (SELECT l2.ok AS __dvm_k0, COUNT(*) AS __dvm_v, 1 AS __dvm_m FROM s.l AS l2 "
+                     "GROUP BY l2.ok) AS __dvm_sq3 ON o.ok = __dvm_sq3.__dvm_k0 "
+                     "GROUP BY o.ck, __dvm_sq1.__dvm_v, __dvm_sq2.__dvm_v"), out
+
+
 def test_having_with_a_subquery_moves_to_an_outer_where():
     out = run(having_subqueries, "select o.ck, sum(o.amt) as t from s.o o group by o.ck "
                                  "having sum(o.amt) > (select avg(o2.amt) from s.o o2)")
@@ -139,12 +166,14 @@ def test_the_pipeline_runs_the_passes_in_order_and_leaves_no_subquery_expression
 
 
 @pytest.mark.parametrize("sql, reason", [
-    ("select o.ok, case when exists (select 1 from s.c c where c.ck = o.ck) then 1 end as e from s.o o",
+    ("select o.ok, case when o.ck in (select c.ck from s.c c) then 1 end as e from s.o o",
+     "outside a top-level AND"),
+    ("select o.ok, exists (select c.seg from s.c c where c.ck = o.ck group by c.seg) as e from s.o o",
      "outside a top-level AND"),
     ("select o.ok from s.o o where size((select collect_list(l.qty) from s.l l where l.ok = o.ok)) = 0",
      "known value on no rows"),
-    ("select o.ck, (select max(l.qty) from s.l l) as m, count(*) as n from s.o o group by o.ck",
-     "in the SELECT list"),
+    ("select (select max(l.qty) from s.l l) as m, count(*) as n from s.o o",
+     "aggregate without GROUP BY"),
     ("select o.ok from s.o o where o.amt > (select l.qty from s.l l)", "not one aggregate"),
     ("select o.ck, sum(o.amt) from s.o o group by o.ck having sum(o.amt) > "
      "(select max(l.qty) from s.l l where l.ok = o.ck)", "correlated scalar subquery in HAVING"),

@@ -4,12 +4,13 @@ Passes run in this order, each over every SELECT block (inner blocks first), one
 
 0. grouping_sets      -- GROUPING SETS / ROLLUP / CUBE: a UNION ALL of plain GROUP BY branches
 1. having_subqueries  -- HAVING with a scalar subquery: move the HAVING into an outer WHERE
-2. scalar_subqueries  -- scalar subqueries in WHERE and SELECT: hoist to a join with a (grouped)
-                         derived table
+2a. exists_values     -- EXISTS used as a value (SELECT list, CASE): a COUNT(*) subquery > 0
+2. scalar_subqueries  -- scalar subqueries in WHERE and SELECT (grouped blocks too): hoist to a
+                         join with a (grouped) derived table
 3. sublinks_in_or     -- EXISTS / IN inside OR or NOT: disjoint UNION ALL branches (to a fixed point)
 4. semi_anti_joins    -- EXISTS / NOT EXISTS / IN / NOT IN in WHERE: semi and anti joins
 
-What no pass removed (a subquery in an aggregate's SELECT list, in CASE, in a JOIN's ON clause) is
+What no pass removed (IN used as a value, a subquery in a JOIN's ON clause or GROUP BY) is
 rejected at the end with the place named. docs/supported-sql.md states each pattern and why
 the rewrite is equivalent.
 """
@@ -18,10 +19,10 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
-from python_helpers.sql.rewrites import (blocks, grouping_sets, having_subqueries, scalar_subqueries,
-                                        semi_anti_joins, sublinks_in_or)
+from python_helpers.sql.rewrites import (blocks, exists_values, grouping_sets, having_subqueries,
+                                        scalar_subqueries, semi_anti_joins, sublinks_in_or)
 
-PASSES = (grouping_sets, having_subqueries, scalar_subqueries, sublinks_in_or, semi_anti_joins)
+PASSES = (grouping_sets, having_subqueries, exists_values, scalar_subqueries, sublinks_in_or, semi_anti_joins)
 
 
 def rewrite(model: str, query: exp.Expression) -> exp.Expression:
@@ -37,11 +38,11 @@ def _check_no_sublinks(model: str, query: exp.Expression) -> None:
     for node in query.walk():
         if isinstance(node, exp.Exists) or (isinstance(node, exp.In) and node.args.get("query") is not None):
             raise UnsupportedSql(model, f"{'EXISTS' if isinstance(node, exp.Exists) else 'IN (subquery)'} "
-                                        "outside a top-level AND of a WHERE clause")
+                                        "outside a top-level AND / OR / NOT of a WHERE clause, "
+                                        "and not a plain EXISTS used as a value")
         if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation)):
             place = _place(node)
-            raise UnsupportedSql(model, f"scalar subquery {place} (rewritten into joins only in WHERE, HAVING and the SELECT list of a "
-                                        "block without GROUP BY)")
+            raise UnsupportedSql(model, f"scalar subquery {place} (rewritten into joins only in WHERE, HAVING and the SELECT list)")
 
 
 def _place(node: exp.Expression) -> str:

@@ -20,6 +20,12 @@ is the same only where NULL drops the row: so the subquery must sit in a compari
 through arithmetic only, and its value must be NULL on no rows (SUM / AVG / MIN / MAX and the
 variance family, combined by arithmetic; not COUNT, which gives 0). Other forms are rejected
 with the reason.
+
+In the SELECT list the same join is made (a LEFT JOIN when correlated, so a missing group gives
+the value on no rows). In an aggregate block a subquery outside the aggregate calls is also added
+to GROUP BY: its value is one per group, so the groups do not change (a global aggregate without
+GROUP BY is refused: grouping would drop its one row over empty input). Inside an aggregate call
+it is an ordinary per-row value.
 """
 from __future__ import annotations
 
@@ -67,17 +73,36 @@ def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.
             parts.append(conj)
         if select.args.get("where") is not None:
             blocks.set_where(select, parts)
-        if not _grouped(select):
-            for projection in select.expressions:
-                for sq in scalar_subqueries(projection):
-                    _hoist(model, select, sq, None, fresh)
+        grouped = _grouped(select)
+        for projection in select.expressions:
+            for sq in scalar_subqueries(projection):
+                in_aggregate = _inside_aggregate(sq, projection)
+                if grouped and not in_aggregate and select.args.get("group") is None:
+                    raise UnsupportedSql(model, "scalar subquery in the SELECT list of an aggregate without "
+                                                "GROUP BY, outside the aggregates (write the subquery as a "
+                                                "CROSS JOIN in an outer query)")
+                _, replacement = _hoist(model, select, sq, None, fresh)
+                if grouped and not in_aggregate:
+                    # One value per group (uncorrelated: one value; correlated: by the grouped
+                    # columns it may only reference), so grouping by it too leaves the groups as
+                    # they were and lets the SELECT list read it.
+                    group = select.args["group"]
+                    for column in replacement.find_all(exp.Column):
+                        group.append("expressions", column.copy())
     return query
 
 
 def _grouped(select: exp.Select) -> bool:
-    """An aggregate block: a subquery in its SELECT list would be evaluated per group (not rewritten)."""
     return bool(select.args.get("group") or select.args.get("having")) or any(
         is_aggregate(n) for p in select.expressions for n in blocks.here(p))
+
+
+def _inside_aggregate(node: exp.Expression, top: exp.Expression) -> bool:
+    while node is not top and node.parent is not None:
+        node = node.parent
+        if is_aggregate(node):
+            return True
+    return False
 
 
 def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj, fresh: blocks.FreshNames) -> tuple[list, exp.Expression]:
