@@ -38,12 +38,10 @@ def check_supported(model: str, query: exp.Expression) -> None:
     """Constructs outside this release's differential set, each named for the error message."""
     check_deterministic(model, query)
     for node in query.walk():
-        if isinstance(node, exp.Lateral) and not node.args.get("view"):
-            raise UnsupportedSql(model, "LATERAL subquery")
         if isinstance(node, exp.Limit) or isinstance(node, exp.Offset):
             raise UnsupportedSql(model, "LIMIT / OFFSET below the top level of the query (Top-K is maintained "
                                         "only as the query's last clause)")
         if isinstance(node, (exp.Unnest, exp.Explode, exp.Posexplode)) and not isinstance(node.parent, exp.Lateral):
-            raise UnsupportedSql(model, f"generator {node.sql('spark')[:60]} outside LATERAL VIEW (write it as "
-                                        "FROM t LATERAL VIEW explode(...) x AS col)")
+            raise UnsupportedSql(model, f"generator {node.sql('spark')[:60]} outside LATERAL (write it as "
+                                        "FROM t LATERAL VIEW explode(...) x AS col or FROM t, LATERAL explode(...) AS x(col))")
 

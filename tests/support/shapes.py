@@ -212,9 +212,9 @@ SHAPES = [
                NOT EXISTS (SELECT 1 FROM {src}.t3 c WHERE c.g = a.g) AS lonely
         FROM {src}.t1 a"""),
     Shape("scalar_in_grouped_select", "sublink", """
-        SELECT a.k, SUM(a.v) AS s, (SELECT COUNT(*) FROM {src}.t2 b WHERE b.k = a.k) AS nb,
-               COUNT(*) / (SELECT COUNT(*) FROM {src}.t1) AS share,
-               EXISTS (SELECT 1 FROM {src}.t3 c WHERE c.k = a.k AND c.v < 0) AS has_neg
+        SELECT a.k, SUM(a.v) AS s, COUNT(*) / (SELECT COUNT(*) FROM {src}.t1) AS share,
+               EXISTS (SELECT 1 FROM {src}.t3 c WHERE c.v < 0) AS any_neg,
+               SUM(CASE WHEN EXISTS (SELECT 1 FROM {src}.t3 c WHERE c.k = a.k AND c.v < 0) THEN 1 ELSE 0 END) AS with_neg
         FROM {src}.t1 a GROUP BY a.k"""),
     Shape("scalar_inside_aggregate", "sublink", """
         SELECT a.g, SUM((SELECT MAX(b.v) FROM {src}.t2 b WHERE b.k = a.k)) AS s, COUNT(*) AS n
@@ -264,6 +264,21 @@ SHAPES = [
     Shape("lateral_inline_structs", "generator", """
         SELECT id, f1, f2 FROM {src}.t2
         LATERAL VIEW inline(array(named_struct('f1', k, 'f2', g), named_struct('f1', v, 'f2', 'z'))) s AS f1, f2"""),
+    Shape("lateral_generator_in_from", "generator", """
+        SELECT t.id, e.x FROM {src}.t1 t JOIN {src}.t2 b ON b.k = t.k, LATERAL explode(array(t.v, b.v)) AS e(x)
+        WHERE e.x IS NOT NULL"""),
+    Shape("lateral_left_generator", "generator", """
+        SELECT t.id, e.p, e.x FROM {src}.t1 t LEFT JOIN LATERAL posexplode(sequence(0, t.k)) AS e(p, x) ON TRUE"""),
+    # --- correlated LATERAL subqueries -----------------------------------------------------------
+    Shape("lateral_subquery_expressions", "lateral", """
+        SELECT t.id, s.b, s.c FROM {src}.t1 t, LATERAL (SELECT t.v + 1 AS b, t.k * 2 AS c) s WHERE s.b > 0"""),
+    Shape("lateral_subquery_join", "lateral", """
+        SELECT t.id, s.bv, s.tot FROM {src}.t1 t
+        LEFT JOIN LATERAL (SELECT b.v AS bv, b.v + t.v AS tot FROM {src}.t2 b WHERE b.k = t.k AND b.g IS NOT NULL) s
+        ON TRUE"""),
+    Shape("lateral_subquery_aggregate", "lateral", """
+        SELECT t.id, s.mx, s.n FROM {src}.t1 t,
+        LATERAL (SELECT MAX(b.v) AS mx, COUNT(*) AS n FROM {src}.t2 b WHERE b.k = t.k) s"""),
     # --- recursive CTEs (depth-bounded: random edges form cycles) ------------------------------
     Shape("recursive_paths", "recursive", """
         WITH RECURSIVE r(src, node, depth) AS (

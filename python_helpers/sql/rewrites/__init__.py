@@ -2,6 +2,8 @@
 
 Passes run in this order, each over every SELECT block (inner blocks first), one module each:
 
+0a. lateral_joins     -- LATERAL generator in FROM: a LATERAL VIEW; LATERAL subquery: its
+                         expressions, scalar subqueries (one-row aggregate) or a join
 0. grouping_sets      -- GROUPING SETS / ROLLUP / CUBE: a UNION ALL of plain GROUP BY branches
 1. having_subqueries  -- HAVING with a scalar subquery: move the HAVING into an outer WHERE
 2a. exists_values     -- EXISTS used as a value (SELECT list, CASE): a COUNT(*) subquery > 0
@@ -20,9 +22,9 @@ from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql.rewrites import (blocks, exists_values, grouping_sets, having_subqueries,
-                                        scalar_subqueries, semi_anti_joins, sublinks_in_or)
+                                        lateral_joins, scalar_subqueries, semi_anti_joins, sublinks_in_or)
 
-PASSES = (grouping_sets, having_subqueries, exists_values, scalar_subqueries, sublinks_in_or, semi_anti_joins)
+PASSES = (lateral_joins, grouping_sets, having_subqueries, exists_values, scalar_subqueries, sublinks_in_or, semi_anti_joins)
 
 
 def rewrite(model: str, query: exp.Expression) -> exp.Expression:
