@@ -18,7 +18,7 @@ from python_helpers.dvm.sqlgen import render
 from python_helpers.dvm.tree import Scan, describe
 from python_helpers.errors import (ChangeFeedDisabled, ChangesUnavailable, ConcurrentRefresh, InvalidConfig,
                                    StreamTableError, UnsupportedSql)
-from python_helpers.runtime import catalog_views, delta_tables, published_files, storage
+from python_helpers.runtime import catalog_views, delta_tables, functions, published_files, storage
 from python_helpers.runtime.api import ENGINES, REFRESH_MODES, RefreshRequest, RefreshResult
 from python_helpers.runtime.binding import Bindings
 from python_helpers.runtime.timing import Phases
@@ -162,7 +162,8 @@ def _plan_request(spark, request: RefreshRequest) -> "Plan":
     inlined = inline_views(spark, model, query, overrides)
     relations = [r for r in source_relations(inlined.query) if r not in inlined.kept]
     pinned = pin_sources(spark, model, relations, {**overrides, **inlined.overrides}, inlined.versions)
-    plan = _plan(model, inlined.query, pinned, inlined.unsupported, inlined.weights)
+    query, volatile = functions.mark_user_functions(spark, model, inlined.query)
+    plan = _plan(model, query, pinned, inlined.unsupported or volatile, inlined.weights)
     plan.definition = request.sql if not inlined.views else f"{request.sql}\n-- views inlined:\n{inlined.query.sql(DIALECT)}"
     return plan
 

@@ -19,7 +19,7 @@ VOLATILE_EXPRESSIONS = (exp.Rand, exp.Randn, exp.Uuid, exp.CurrentTimestamp, exp
 
 
 def function_name(node: exp.Expression) -> str:
-    if isinstance(node, exp.Anonymous):
+    if isinstance(node, (exp.Anonymous, exp.AnonymousAggFunc)):
         return str(node.this).lower()
     return node.sql_name().lower() if hasattr(node, "sql_name") else node.key.lower()
 

@@ -1,0 +1,66 @@
+"""User-defined functions: a UDAF is recognised as an aggregate (asked of Spark) and maintained
+by group rescan; a scalar UDF is a projection; a non-deterministic UDF or a pandas UDAF makes
+`auto` refresh in full with the reason. All against the oracle, after real changes."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from pyspark.sql.functions import pandas_udf, udf
+
+from python_helpers import errors as E
+from tests.support.harness import run_cycles
+from tests.support.shapes import INITIAL, SMOKE_BATCHES
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered(spark):
+    @pandas_udf("double")
+    def dvm_test_spread(v: pd.Series) -> float:
+        return float(v.max() - v.min()) if len(v.dropna()) else None
+
+    @udf("int")
+    def dvm_test_twice(x):
+        return None if x is None else 2 * x
+
+    @udf("double")
+    def dvm_test_noise(x):
+        import random
+        return random.random()
+
+    spark.udf.register("dvm_test_spread", dvm_test_spread)
+    spark.udf.register("dvm_test_twice", dvm_test_twice)
+    spark.udf.register("dvm_test_noise", dvm_test_noise.asNondeterministic())
+    # A Hive UDAF (a class on Spark's classpath), as a user would register their own.
+    spark.sql("CREATE OR REPLACE TEMPORARY FUNCTION dvm_test_var AS "
+              "'org.apache.hadoop.hive.ql.udf.generic.GenericUDAFVariance'")
+
+
+def test_udaf_is_an_aggregate_and_a_scalar_udf_a_projection(env):
+    for table in ("t1", "t2", "t3"):
+        env.source(table, INITIAL[table])
+    grouped = env.stream("udaf_grouped", "SELECT k, dvm_test_var(x) AS var, COUNT(*) AS n FROM {src}.t1 GROUP BY k")
+    # Without GROUP BY: read as a scalar function it would aggregate the change rows alone.
+    whole = env.stream("udaf_whole", "SELECT dvm_test_var(v) AS var FROM {src}.t1")
+    scalar = env.stream("udf_scalar", "SELECT id, dvm_test_twice(v) AS v2 FROM {src}.t1 WHERE v > 0")
+    run_cycles(env, [grouped, whole, scalar], SMOKE_BATCHES, expect="differential")
+
+
+@pytest.mark.parametrize("sql, reason", [
+    ("SELECT id, dvm_test_noise(v) AS r FROM {src}.t1", "non-deterministic function dvm_test_noise()"),
+    ("SELECT k, dvm_test_spread(x) AS spread FROM {src}.t1 GROUP BY k", "pandas aggregate UDF dvm_test_spread()"),
+])
+def test_functions_outside_the_differential_set_refresh_in_full_with_the_reason(env, sql, reason):
+    env.source("t1", INITIAL["t1"])
+    stream = env.stream("udf_full", sql)
+    stream.refresh(expect="full")
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
+    result = stream.refresh(expect="full")
+    assert reason in result.reason, result.reason
+    if "noise" not in sql:
+        stream.check()  # deterministic: the full refresh equals the recompute
+    strict = env.stream("udf_strict", sql, refresh_mode="differential")
+    with pytest.raises(E.UnsupportedSql) as info:
+        strict.refresh()
+    assert reason in str(info.value) and strict.model in str(info.value)
