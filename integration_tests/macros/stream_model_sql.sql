@@ -150,8 +150,7 @@ where c.region = 'north'
 {% endmacro %}
 
 
-{# A scalar subquery in the SELECT list of a grouped query is outside the differential set:
-   under refresh_mode='auto' this refreshes in full every time and says why. #}
+{# A scalar subquery in the SELECT list of a grouped query: joined, and grouped by. #}
 {% macro status_share_sql() %}
 select
     status,
@@ -159,6 +158,48 @@ select
     count(*) / (select count(*) from {{ source('shop', 'orders') }}) as share
 from {{ source('shop', 'orders') }}
 group by status
+{% endmacro %}
+
+
+{# IN (subquery) used as a value: three COUNT subqueries keep IN's TRUE / FALSE / NULL. #}
+{% macro north_flags_sql() %}
+select
+    o.order_id,
+    o.customer_id in (
+        select c.customer_id from {{ source('shop', 'customers') }} c where c.region = 'north'
+    ) as north_customer
+from {{ source('shop', 'orders') }} o
+{% endmacro %}
+
+
+{# A subquery correlated by a non-equality (o2.amount > o.amount) is outside the differential
+   set: under refresh_mode='auto' this refreshes in full every time and says why. #}
+{% macro larger_orders_sql() %}
+select
+    o.order_id,
+    o.amount,
+    (select count(*) from {{ source('shop', 'orders') }} o2 where o2.amount > o.amount) as larger_orders
+from {{ source('shop', 'orders') }} o
+{% endmacro %}
+
+
+{# WITH RECURSIVE: from each gold customer, the run of following customer ids in the same
+   region (up to 3 steps); maintained by semi-naive evaluation of the change. #}
+{% macro customer_chains_sql() %}
+with recursive chain (root, customer_id, region, depth) as (
+    select customer_id, customer_id, region, 0
+    from {{ source('shop', 'customers') }}
+    where tier = 'gold'
+    union all
+    select chain.root, c.customer_id, c.region, chain.depth + 1
+    from chain
+    join {{ source('shop', 'customers') }} c
+      on c.customer_id = chain.customer_id + 1 and c.region = chain.region
+    where chain.depth < 3
+)
+select root, count(*) as chain_length, max(depth) as depth
+from chain
+group by root
 {% endmacro %}
 
 

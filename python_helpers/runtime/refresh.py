@@ -15,7 +15,7 @@ from python_helpers.dvm.plan_query import query_tree
 from python_helpers.dvm.stored_result import (ACTION, ROW_ID, RecomputeResult, StoredResult, plan_stored_result,
                                               storage_names)
 from python_helpers.dvm.sqlgen import render
-from python_helpers.dvm.tree import Scan, describe
+from python_helpers.dvm.tree import Recursive, Scan, describe
 from python_helpers.errors import (ChangeFeedDisabled, ChangesUnavailable, ConcurrentRefresh, InvalidConfig,
                                    StreamTableError, UnsupportedSql)
 from python_helpers.runtime import catalog_views, delta_tables, functions, published_files, storage
@@ -101,7 +101,31 @@ def _mode_reason(request: RefreshRequest, plan: "Plan", meta: Optional[dict], pr
 
 
 class FullIsCheaper(Exception):
-    """`auto` mode: the change is large enough that recomputing costs less than the delta."""
+    """The differential refresh gives way to a full one, for the reason given: the change is
+    large enough that recomputing costs less (`auto`), or a delta recursion hit Spark's limit."""
+
+
+_RECURSION_LIMITS = ("RECURSION_LEVEL_LIMIT_EXCEEDED", "RECURSION_ROW_LIMIT_EXCEEDED")
+
+
+def _recursion_limit(model: str, plan: "Plan", err: Exception) -> None:
+    """A delta recursion that does not end: derivations being subtracted (or added) can run
+    around a cycle of the new data that the new result itself never reaches. The full refresh
+    then computes the new result with Spark's own recursion (which fails in turn only if the
+    new result is itself unbounded)."""
+    text = str(err)
+    limit = next((name for name in _RECURSION_LIMITS if name in text), None)
+    if limit is not None and any(isinstance(n, Recursive) for n in _walk(plan.tree)):
+        raise FullIsCheaper(f"the change's WITH RECURSIVE delta reached Spark's {limit} (a cycle that only "
+                            "changed rows lead to)") from None
+
+
+def _walk(node):
+    if node is None:
+        return
+    yield node
+    for child in node.children():
+        yield from _walk(child)
 
 
 def _float_recompute_due(request: RefreshRequest, meta: Optional[dict]) -> bool:
@@ -377,7 +401,11 @@ def _differential(spark, request: RefreshRequest, plan: Plan, target: str, meta:
             merge = result.merge_sql(bindings.context(changed), store_rel, types) if changed else None
             metadata = _metadata(request, plan, print_fp, "differential", result, meta)
         with phases("delta"):
-            data = spark.sql(render(merge)).toArrow() if merge is not None else None
+            try:
+                data = spark.sql(render(merge)).toArrow() if merge is not None else None
+            except Exception as err:  # noqa: BLE001 - only Spark's recursion limits are handled here
+                _recursion_limit(request.model, plan, err)
+                raise
         rows = data.num_rows if data is not None else 0
         with phases("merge"):
             try:

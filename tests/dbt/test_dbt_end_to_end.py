@@ -26,7 +26,7 @@ import shop_data  # noqa: E402
 pytestmark = pytest.mark.dbt
 
 STREAM_TABLES = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
-FULL_ONLY = {"status_share"}  # a subquery in a grouped SELECT list: refresh_mode auto falls back to full
+FULL_ONLY = {"larger_orders"}  # a subquery correlated by a non-equality: auto falls back to full
 # Session settings dbt-spark changes on the shared session; restored for the tests after us.
 TOUCHED_CONF = ("spark.sql.ansi.enabled", "spark.sql.shuffle.partitions", "spark.sql.session.timeZone")
 
@@ -125,20 +125,20 @@ def test_full_refresh_flag_rebuilds_in_full(project):
 
 
 def test_auto_mode_falls_back_to_full_and_says_why(project):
-    info = project.first_run["status_share"]
+    info = project.first_run["larger_orders"]
     assert info["mode"] == "full"
-    assert "in the SELECT list" in info["reason"], info
+    assert "scalar subquery correlated by" in info["reason"], info
 
 
 def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(project):
     result = project.dbt(
-        "run", "--select", "status_share_strict", "--vars", "{include_failing_models: true}"
+        "run", "--select", "larger_orders_strict", "--vars", "{include_failing_models: true}"
     )
     assert not result.success
-    refresh = run_results.refreshes(run_results.load(project.path))["status_share_strict"]
+    refresh = run_results.refreshes(run_results.load(project.path))["larger_orders_strict"]
     assert refresh["status"] == "error"
     message = refresh["message"]
-    assert "status_share_strict" in message and "in the SELECT list" in message, message
+    assert "larger_orders_strict" in message and "scalar subquery correlated by" in message, message
     assert "differential" in message, message
 
 
@@ -154,15 +154,15 @@ def test_unknown_refresh_mode_is_a_compilation_error(project):
 def test_explain_says_what_the_next_refresh_would_do_and_changes_nothing(project):
     project.run()  # catch up with anything an earlier test left
     shop_data.mutate(31)
-    result = project.dbt("run", "--select", "customer_totals status_share",
+    result = project.dbt("run", "--select", "customer_totals larger_orders",
                          "--vars", "{stream_table_explain: true}")
     assert result.success, result.exception
     explained = {r["unique_id"].split(".")[-1]: {"message": r.get("message") or ""}
                  for r in run_results.load(project.path)["results"]}
     assert explained["customer_totals"]["message"].startswith(
         "explained, nothing refreshed: next refresh: differential (changes in shop.orders"), explained
-    assert "next refresh: full (not differentiable: scalar subquery in the SELECT list" in \
-        explained["status_share"]["message"], explained
+    assert "next refresh: full (not differentiable: scalar subquery correlated by" in \
+        explained["larger_orders"]["message"], explained
     # Nothing was refreshed: the changes are still there for the next run.
     after = project.run()
     assert after["customer_totals"]["mode"] == "differential" and after["customer_totals"]["rows_changed"] > 0

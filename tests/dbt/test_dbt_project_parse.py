@@ -38,10 +38,10 @@ def test_stream_models_tests_and_sources(tmp_path, monkeypatch):
     orders = manifest.sources["source.spark_stream_integration_tests.shop.orders"]
     assert orders.meta["delta_path"] == str(tmp_path / "work") + "/warehouse/shop.db/orders"
     # Models that must fail are off unless asked for.
-    assert "status_share_strict" not in {n.name for n in manifest.nodes.values()}
+    assert "larger_orders_strict" not in {n.name for n in manifest.nodes.values()}
 
 
 def test_failing_models_switch_on_with_a_var(tmp_path, monkeypatch):
     manifest = _parse(tmp_path, monkeypatch, "--vars", "{include_failing_models: true}")
     names = {n.name for n in manifest.nodes.values()}
-    assert {"status_share_strict", "bad_refresh_mode"} <= names
+    assert {"larger_orders_strict", "bad_refresh_mode"} <= names

@@ -1,5 +1,5 @@
-"""Pass 2a: EXISTS used as a value (in the SELECT list, in CASE, as a function argument) becomes
-a COUNT subquery, which the scalar-subquery pass then turns into a join:
+"""Pass 2a: EXISTS and IN used as values (in the SELECT list, in CASE, as a function argument)
+become COUNT subqueries, which the scalar-subquery pass then turns into joins:
 
     SELECT a.id, CASE WHEN EXISTS (SELECT 1 FROM b WHERE b.k = a.k AND b.v > 0) THEN 'y' ELSE 'n' END
  => SELECT a.id, CASE WHEN (SELECT COUNT(*) FROM b WHERE b.k = a.k AND b.v > 0) > 0 THEN 'y' ELSE 'n' END
@@ -9,7 +9,17 @@ is never NULL either, and 0 exactly when q has none (the scalar pass gives a mis
 group the COUNT of no rows, 0). So the two are equal for every outer row. The COUNT is
 algebraic, so the flag is maintained by the per-key count of the subquery's rows.
 
-EXISTS in WHERE under only AND / OR / NOT is left to the semi/anti join passes. Only a plain
+IN keeps SQL's three-valued result. With m = the number of subquery rows equal to x, a = all
+its rows and n = its NULL rows (m correlated by the equality y = x, a and n uncorrelated):
+
+    x IN (SELECT y FROM f WHERE w)
+ => CASE WHEN m > 0 THEN TRUE WHEN a = 0 THEN FALSE WHEN x IS NULL OR n > 0 THEN NULL ELSE FALSE END
+
+which is TRUE on a match, FALSE over an empty subquery, NULL when x is NULL or a NULL in the
+subquery could have matched, FALSE otherwise: the definition of IN. NOT IN is NOT of that.
+Only an uncorrelated single-column subquery is rewritten so.
+
+EXISTS and IN in WHERE under only AND / OR / NOT are left to the semi/anti join passes. Only a plain
 block (no GROUP BY, HAVING, DISTINCT, LIMIT or aggregate of its own) is rewritten; its SELECT list
 does not matter to EXISTS. Anything else stays and is refused at the end of the pipeline.
 """
@@ -27,12 +37,11 @@ def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.
     for select in blocks.selects_bottom_up(query):
         for projection in select.expressions:
             for node in list(blocks.here(projection)):
-                if isinstance(node, exp.Exists):
-                    _replace(node)
+                _replace(node)
         where = select.args.get("where")
         if where is not None:
             for node in list(blocks.here(where.this)):
-                if isinstance(node, exp.Exists) and _as_value(node, where):
+                if _as_value(node, where):
                     _replace(node)
     return query
 
@@ -47,7 +56,14 @@ def _as_value(node: exp.Expression, top: exp.Expression) -> bool:
     return False
 
 
-def _replace(node: exp.Exists) -> None:
+def _replace(node: exp.Expression) -> None:
+    if isinstance(node, exp.Exists):
+        _exists(node)
+    elif isinstance(node, exp.In) and node.args.get("query") is not None:
+        _in(node)
+
+
+def _exists(node: exp.Exists) -> None:
     inner = node.this
     if isinstance(inner, exp.Subquery):
         inner = inner.this
@@ -60,3 +76,35 @@ def _replace(node: exp.Exists) -> None:
     counted.set("expressions", [exp.alias_(exp.Count(this=exp.Star()), "__dvm_n")])
     counted.set("order", None)
     node.replace(exp.GT(this=exp.Subquery(this=counted), expression=exp.Literal.number(0)))
+
+
+def _count(inner: exp.Select, extra: list) -> exp.Subquery:
+    counted = inner.copy()
+    counted.set("expressions", [exp.alias_(exp.Count(this=exp.Star()), "__dvm_n")])
+    counted.set("distinct", None)
+    counted.set("order", None)
+    blocks.set_where(counted, blocks.where_conjuncts(counted) + extra)
+    return exp.Subquery(this=counted)
+
+
+def _in(node: exp.In) -> None:
+    query = node.args["query"]
+    inner = query.this if isinstance(query, exp.Subquery) else query
+    x = node.this
+    if (not isinstance(inner, exp.Select) or isinstance(x, exp.Tuple) or len(inner.expressions) != 1
+            or any(inner.args.get(k) for k in ("group", "having", "limit", "offset", "windows"))
+            or blocks.references_outside(inner)
+            or any(is_aggregate(n) for n in blocks.here(inner.expressions[0]))):
+        return
+    y = blocks.unaliased(inner.expressions[0])
+    matched = _count(inner, [exp.EQ(this=y.copy(), expression=x.copy())])
+    total = _count(inner, [])
+    nulls = _count(inner, [exp.Is(this=y.copy(), expression=exp.Null())])
+    zero = exp.Literal.number(0)
+    value = exp.Case(ifs=[
+        exp.If(this=exp.GT(this=matched, expression=zero.copy()), true=exp.true()),
+        exp.If(this=exp.EQ(this=total, expression=zero.copy()), true=exp.false()),
+        exp.If(this=exp.or_(exp.Is(this=x.copy(), expression=exp.Null()),
+                            exp.GT(this=nulls, expression=zero.copy())), true=exp.Null()),
+    ], default=exp.false())
+    node.replace(exp.Paren(this=value))

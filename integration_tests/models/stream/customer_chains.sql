@@ -1,0 +1,2 @@
+{{ config(refresh_mode='auto') }}
+{{ customer_chains_sql() }}

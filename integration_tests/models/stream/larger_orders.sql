@@ -1,0 +1,2 @@
+{{ config(refresh_mode='auto') }}
+{{ larger_orders_sql() }}

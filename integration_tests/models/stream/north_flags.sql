@@ -1,0 +1,2 @@
+{{ config(refresh_mode='auto') }}
+{{ north_flags_sql() }}
