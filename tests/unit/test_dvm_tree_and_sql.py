@@ -63,7 +63,8 @@ def test_fingerprint_ignores_formatting_but_not_meaning():
     ("select id from shop.orders order by amount limit 3", "ORDER BY amount"),
     ("select rand() as r, id from shop.orders", "non-deterministic"),
     ("select id, current_timestamp() from shop.orders", "non-deterministic"),
-    ("select id, case when customer_id in (select c.id from shop.customers c) then 1 end e "
+    ("select id, case when customer_id in (select c.id from shop.customers c where c.region = o.status) "
+     "then 1 end e "
      "from shop.orders o", "outside a top-level AND"),
     ("select (select max(amount) from shop.orders) m, count(*) n from shop.customers",
      "aggregate without GROUP BY"),
