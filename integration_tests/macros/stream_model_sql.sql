@@ -161,7 +161,7 @@ group by status
 {% endmacro %}
 
 
-{# IN (subquery) used as a value: three COUNT subqueries keep IN's TRUE / FALSE / NULL. #}
+{# IN (subquery) used as a value: a COUNT of the matches per customer (TRUE / FALSE, as Spark computes it). #}
 {% macro north_flags_sql() %}
 select
     o.order_id,

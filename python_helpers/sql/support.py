@@ -24,8 +24,42 @@ def function_name(node: exp.Expression) -> str:
     return node.sql_name().lower() if hasattr(node, "sql_name") else node.key.lower()
 
 
+# Aggregates whose result lists the group's values in an order Spark does not define (sqlglot
+# parses collect_list as ArrayAgg, collect_set as ArrayUniqueAgg, listagg / string_agg as
+# GroupConcat), and the functions that make such a list order-insensitive.
+_ORDER_SENSITIVE_LISTS = (exp.ArrayAgg, exp.ArrayUniqueAgg)
+_ORDER_SENSITIVE_NAMES = {"collect_list", "collect_set", "array_agg"}
+_ORDER_INSENSITIVE = (exp.ArraySort, exp.ArraySize, exp.ArrayMax, exp.ArrayMin, exp.ArrayContains)
+_ORDER_INSENSITIVE_NAMES = {"sort_array", "array_sort", "size", "cardinality", "array_max", "array_min",
+                            "array_contains"}
+
+
+def _unordered_list(node: exp.Expression) -> bool:
+    """A collected list (or string) whose element order would be arbitrary in the result."""
+    if isinstance(node, exp.GroupConcat):
+        listed = not isinstance(node.this, exp.Order)  # WITHIN GROUP (ORDER BY ...) fixes the order
+    else:
+        listed = isinstance(node, _ORDER_SENSITIVE_LISTS) or (
+            isinstance(node, exp.Anonymous) and function_name(node) in _ORDER_SENSITIVE_NAMES)
+    if not listed:
+        return False
+    parent = node.parent
+    while isinstance(parent, (exp.Paren, exp.Filter)):
+        parent = parent.parent
+    if isinstance(parent, exp.Window):
+        return False  # the window's ORDER BY orders it
+    if isinstance(node, exp.GroupConcat):
+        return True
+    return not (isinstance(parent, _ORDER_INSENSITIVE) or (
+        isinstance(parent, exp.Func) and function_name(parent) in _ORDER_INSENSITIVE_NAMES))
+
+
 def check_deterministic(model: str, query: exp.Expression) -> None:
     for node in query.walk():
+        if _unordered_list(node):
+            raise UnsupportedSql(model, f"{node.sql('spark')[:60]}: the order of the collected values is not "
+                                        "deterministic (wrap it in sort_array / array_sort, or use WITHIN GROUP "
+                                        "(ORDER BY ...))")
         if isinstance(node, VOLATILE_EXPRESSIONS):
             raise UnsupportedSql(model, f"non-deterministic function {node.sql('spark')}")
         if isinstance(node, exp.Func) and function_name(node) in VOLATILE_FUNCTIONS:

@@ -109,3 +109,14 @@ def test_sum_of_wide_decimal_keeps_its_scale(env):
                                                schema=schema), mode="append")
     stream.refresh(expect="differential")
     stream.check()
+
+
+def test_spark_computes_in_subquery_values_as_two_valued(spark):
+    """The IN-as-value rewrite (sql/rewrites/exists_values.py) follows what Spark computes:
+    outside WHERE, `x IN (subquery)` is TRUE on a match and FALSE otherwise, never NULL, even for a
+    NULL x or a NULL in the subquery (SQL would give NULL). If a Spark upgrade changes this, the
+    rewrite must change with it; this test says so first."""
+    rows = spark.sql("""
+        SELECT id, k IN (SELECT v FROM VALUES (1), (CAST(NULL AS INT)) AS b(v)) AS f
+        FROM VALUES (1, 1), (2, CAST(NULL AS INT)), (3, 5) AS a(id, k)""").collect()
+    assert sorted((r.id, r.f) for r in rows) == [(1, True), (2, False), (3, False)]

@@ -213,8 +213,9 @@ SHAPES = [
         FROM {src}.t1 a"""),
     Shape("in_as_value", "sublink", """
         SELECT a.id, a.k IN (SELECT b.v FROM {src}.t2 b WHERE b.g <> 'c') AS f,
-               CASE WHEN a.v NOT IN (SELECT c.k FROM {src}.t3 c) THEN 'out' ELSE 'in or unknown' END AS nf
-        FROM {src}.t1 a"""),
+               CASE WHEN a.v IN (SELECT c.k FROM {src}.t3 c) THEN 'in' ELSE 'out' END AS nf
+        FROM {src}.t1 a
+        WHERE COALESCE(a.g IN (SELECT c.g FROM {src}.t3 c WHERE c.v > -5), TRUE)"""),
     Shape("scalar_in_grouped_select", "sublink", """
         SELECT a.k, SUM(a.v) AS s, COUNT(*) / (SELECT COUNT(*) FROM {src}.t1) AS share,
                EXISTS (SELECT 1 FROM {src}.t3 c WHERE c.v < 0) AS any_neg,

@@ -131,13 +131,11 @@ def test_exists_used_as_a_value_becomes_a_count_subquery():
     assert "EXISTS" in kept
 
 
-def test_in_used_as_a_value_keeps_its_three_valued_result_through_counts():
-    out = run(exists_values, "select o.ok, o.ck in (select c.ck from s.c c where c.seg = 'x') as f from s.o o")
-    assert same(out, "SELECT o.ok AS ok, (CASE "
-                     "WHEN (SELECT COUNT(*) AS __dvm_n FROM s.c AS c WHERE c.seg = 'x' AND c.ck = o.ck) > 0 THEN TRUE "
-                     "WHEN (SELECT COUNT(*) AS __dvm_n FROM s.c AS c WHERE c.seg = 'x') = 0 THEN FALSE "
-                     "WHEN o.ck IS NULL OR (SELECT COUNT(*) AS __dvm_n FROM s.c AS c WHERE c.seg = 'x' AND "
-                     "c.ck IS NULL) > 0 THEN NULL ELSE FALSE END) AS f FROM s.o AS o"), out
+def test_in_used_as_a_value_is_a_count_of_matches_as_spark_computes_it():
+    out = run(exists_values, "select o.ok, o.ck in (select c.ck from s.c c where c.seg = 'x') as f, "
+                             "o.ok not in (select c.ck from s.c c) as nf from s.o o")
+    assert same(out, "SELECT o.ok AS ok, (SELECT COUNT(*) AS __dvm_n FROM s.c AS c WHERE c.seg = 'x' AND "
+                     "c.ck = o.ck) > 0 AS f, NOT o.ok IN (SELECT c.ck AS ck FROM s.c AS c) AS nf FROM s.o AS o"), out
 
 
 def test_scalar_subquery_in_a_grouped_select_list_is_joined_and_grouped_by():

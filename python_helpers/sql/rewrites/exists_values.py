@@ -9,15 +9,15 @@ is never NULL either, and 0 exactly when q has none (the scalar pass gives a mis
 group the COUNT of no rows, 0). So the two are equal for every outer row. The COUNT is
 algebraic, so the flag is maintained by the per-key count of the subquery's rows.
 
-IN keeps SQL's three-valued result. With m = the number of subquery rows equal to x, a = all
-its rows and n = its NULL rows (m correlated by the equality y = x, a and n uncorrelated):
+IN used as a value follows Spark, whose result is not SQL's three-valued one: Spark computes
+`x IN (subquery)` outside WHERE as an existence join, TRUE when a row equals x and FALSE
+otherwise, never NULL (a NULL x, or a NULL in the subquery, gives FALSE; checked for the Spark
+this project pins by tests/spark/test_regressions.py). So, uncorrelated and single-column,
 
-    x IN (SELECT y FROM f WHERE w)
- => CASE WHEN m > 0 THEN TRUE WHEN a = 0 THEN FALSE WHEN x IS NULL OR n > 0 THEN NULL ELSE FALSE END
+    x IN (SELECT y FROM f WHERE w)  =>  (SELECT COUNT(*) FROM f WHERE w AND y = x) > 0
 
-which is TRUE on a match, FALSE over an empty subquery, NULL when x is NULL or a NULL in the
-subquery could have matched, FALSE otherwise: the definition of IN. NOT IN is NOT of that.
-Only an uncorrelated single-column subquery is rewritten so.
+`NOT IN` (or `NOT` right around an IN) as a value is left alone: Spark evaluates it
+null-aware, and it is refused at the end of the pipeline.
 
 EXISTS and IN in WHERE under only AND / OR / NOT are left to the semi/anti join passes. Only a plain
 block (no GROUP BY, HAVING, DISTINCT, LIMIT or aggregate of its own) is rewritten; its SELECT list
@@ -91,20 +91,15 @@ def _in(node: exp.In) -> None:
     query = node.args["query"]
     inner = query.this if isinstance(query, exp.Subquery) else query
     x = node.this
-    if (not isinstance(inner, exp.Select) or isinstance(x, exp.Tuple) or len(inner.expressions) != 1
+    parent = node.parent
+    while isinstance(parent, exp.Paren):
+        parent = parent.parent
+    if (isinstance(parent, exp.Not) or not isinstance(inner, exp.Select) or isinstance(x, exp.Tuple)
+            or len(inner.expressions) != 1
             or any(inner.args.get(k) for k in ("group", "having", "limit", "offset", "windows"))
             or blocks.references_outside(inner)
             or any(is_aggregate(n) for n in blocks.here(inner.expressions[0]))):
         return
     y = blocks.unaliased(inner.expressions[0])
     matched = _count(inner, [exp.EQ(this=y.copy(), expression=x.copy())])
-    total = _count(inner, [])
-    nulls = _count(inner, [exp.Is(this=y.copy(), expression=exp.Null())])
-    zero = exp.Literal.number(0)
-    value = exp.Case(ifs=[
-        exp.If(this=exp.GT(this=matched, expression=zero.copy()), true=exp.true()),
-        exp.If(this=exp.EQ(this=total, expression=zero.copy()), true=exp.false()),
-        exp.If(this=exp.or_(exp.Is(this=x.copy(), expression=exp.Null()),
-                            exp.GT(this=nulls, expression=zero.copy())), true=exp.Null()),
-    ], default=exp.false())
-    node.replace(exp.Paren(this=value))
+    node.replace(exp.GT(this=matched, expression=exp.Literal.number(0)))
