@@ -10,7 +10,7 @@ from sqlglot import exp
 from python_helpers.dvm.operators import join, join_chain, key_restricted, keyed_recompute, linear, recursive, scan
 from python_helpers.dvm.sqlgen import Context
 from python_helpers.dvm.tree import (Aggregate, Distinct, Filter, Join, Node, OuterJoin, Project, Scan, SemiJoin,
-                                     SetOp, UnionAll, Window, Generate, Recursive)
+                                     SetOp, UnionAll, Window, Generate, Recursive, KeyFilter)
 
 
 def plain(node: Node, ctx: Context, version: str) -> exp.Expression:
@@ -30,6 +30,8 @@ def plain(node: Node, ctx: Context, version: str) -> exp.Expression:
         return linear.generate_plain(node, ctx, version, plain(node.child, ctx, version))
     if isinstance(node, Window):
         return key_restricted.window_plain(node, ctx, plain(node.child, ctx, version))
+    if isinstance(node, KeyFilter):
+        return linear.key_filter_plain(node, ctx, plain(node.child, ctx, version))
     if isinstance(node, Recursive):
         return recursive.plain(node, ctx, version, lambda n, v: plain(n, ctx, v))
     if isinstance(node, Aggregate):

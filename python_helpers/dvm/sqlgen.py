@@ -26,6 +26,9 @@ class Context:
     changed: set = field(default_factory=set)
     consolidated: set = field(default_factory=set)
     small_delta: bool = False  # the engine counted few change rows: broadcast the delta side
+    # The engine's way to compute an intermediate once and read it back as a relation (None:
+    # keep it inline). Used for a recursion's delta, which the MERGE reads more than once.
+    materialize: Optional[Callable[[exp.Expression], exp.Expression]] = None
     _alias: int = 0
 
     def alias(self, base: str = "t") -> str:

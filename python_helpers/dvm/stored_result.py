@@ -23,6 +23,7 @@ from sqlglot import exp
 
 from python_helpers.dvm import aggregate_state as state
 from python_helpers.dvm.differentiate import delta, plain
+from python_helpers.dvm.restrict import restricted
 from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, row_id, select_from, sub
 from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Node, Project
 from python_helpers.errors import UnsupportedSql
@@ -270,6 +271,11 @@ class AggregateResult(StoredResult):
         if self.keyed:
             flagged = select_from([col(k) for k in self.key_store], sub(m.copy(), ctx.alias("fm"))).where(
                 col("__dvm_rescan"), copy=False)
+            # Under a recursion the restriction goes to its base when the keys are carried
+            # (python_helpers.dvm.restrict); the semi join below then only confirms it.
+            pushed = restricted(self.agg.child, self.agg.keys, flagged, self.key_store)
+            if pushed is not None:
+                rows = plain(pushed, ctx, "new")
             ra, ka = ctx.alias("ra"), ctx.alias("ka")
             on = exp.and_(*[exp.NullSafeEQ(this=k.copy(), expression=col(s, ka))
                             for k, s in zip(self.agg.keys, self.key_store)])

@@ -169,6 +169,21 @@ class Recursive(Node):
 
 
 @dataclass
+class KeyFilter(Node):
+    """Rows of `child` whose `key_exprs` (over the child's columns) appear, null-safe, in the
+    rendered query `keys` (columns `key_names`). Never built from SQL: python_helpers.dvm.restrict
+    places it at a recursion's base when a group rescan restricts the recursion's output."""
+
+    child: Node = None
+    key_exprs: list = field(default_factory=list)
+    keys: exp.Expression = None
+    key_names: list[str] = field(default_factory=list)
+
+    def children(self):
+        return [self.child]
+
+
+@dataclass
 class AggCall:
     name: str  # output column of the Aggregate node
     kind: str  # count_star | count | sum | avg | min | max | var_pop | var_samp | stddev_pop | stddev_samp | other

@@ -10,7 +10,7 @@ import uuid
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import Context
+from python_helpers.dvm.sqlgen import Context, render
 from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime import delta_tables
 
@@ -96,7 +96,15 @@ class Bindings:
     def context(self, changed: set) -> Context:
         return Context(changes=self.changes, snapshot=self.snapshot, changed=set(changed),
                        consolidated=set(self.consolidated) & set(changed),
-                       small_delta=sum(self.change_counts.values()) <= SMALL_DELTA_ROWS)
+                       small_delta=sum(self.change_counts.values()) <= SMALL_DELTA_ROWS,
+                       materialize=self.materialize)
+
+    def materialize(self, query: exp.Expression) -> exp.Select:
+        """Compute a (small) intermediate once, now, and serve it as a temp view: the SQL that
+        reads it several times then does not recompute it (Spark would, for each reference)."""
+        frame = self.spark.sql(render(query)).localCheckpoint(eager=True)
+        table = self.register(frame, f"m{len(self.views)}")
+        return exp.select("*").from_(table)
 
     def close(self) -> None:
         for name in self.views:

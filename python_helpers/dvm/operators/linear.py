@@ -8,7 +8,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, union_all, weight
-from python_helpers.dvm.tree import Filter, Generate, Project, UnionAll
+from python_helpers.dvm.tree import Filter, Generate, KeyFilter, Project, UnionAll
 
 
 def filter_plain(node: Filter, ctx: Context, version: str, child_sql) -> exp.Select:
@@ -72,3 +72,15 @@ def generate_delta(node: Generate, ctx: Context, child_delta):
     if child_delta is None:
         return None
     return _generate(node, child_delta, ctx, weighted=True)
+
+
+def key_filter_plain(node: KeyFilter, ctx: Context, child_sql) -> exp.Select:
+    a, k = ctx.alias("kf"), ctx.alias("kk")
+
+    def qualify(e):
+        return e.copy().transform(lambda n: col(n.name, a) if isinstance(n, exp.Column) and not n.table else n)
+
+    on = exp.and_(*[exp.NullSafeEQ(this=qualify(e), expression=col(name, k))
+                    for e, name in zip(node.key_exprs, node.key_names)])
+    return (select_from([exp.Star()], sub(child_sql, a))
+            .join(sub(node.keys.copy(), k), on=on, join_type="LEFT SEMI", copy=False))

@@ -101,4 +101,7 @@ def delta(node: Recursive, ctx: Context, delta_of, plain_of, changed):
                 changes=lambda relation: exp.to_table(work)):
         steps = [_as_labels(s, delta_of(s), node, ctx, weighted=True) for s in node.steps]
     recursion = _with_recursive(work, node.names, union_all(seed + steps), node, weighted=True)
-    return consolidate(ctx, recursion, node.columns)
+    out = consolidate(ctx, recursion, node.columns)
+    # Spark would run the recursion again for every reference to it in the MERGE (the aggregate
+    # state, the rescan flags, ...): computed once when the engine can.
+    return ctx.materialize(out) if ctx.materialize is not None else out
