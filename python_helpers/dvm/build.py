@@ -16,7 +16,7 @@ from python_helpers.errors import UnsupportedSql
 from python_helpers.sql.predicates import conjuncts
 from python_helpers.sql.rewrites.blocks import here
 from python_helpers.dvm.tree import (AggCall, Aggregate, Distinct, Filter, Join, Node, OuterJoin, Project, Scan,
-                                     SemiJoin, SetOp, UnionAll, Window, Generate, Recursive)
+                                     SemiJoin, SetOp, UnionAll, Window, Generate, Recursive, RECURSION_PREFIX)
 from python_helpers.sql.parse import relation_name
 from python_helpers.sql.aggregates import ORDER_DEPENDENT_AGGREGATES, is_aggregate
 from python_helpers.sql.support import function_name
@@ -312,7 +312,9 @@ class TreeBuilder:
         branches: list = []
 
         def split(query):
-            if isinstance(query, exp.Union) and not (query.args.get("with_") or query.args.get("with")):
+            if (isinstance(query, exp.Union) and not (query.args.get("with_") or query.args.get("with"))
+                    and not (query.args.get("distinct") and not _reads(query, name))):
+                # (a distinct UNION of base branches alone is one base branch)
                 if query.args.get("distinct"):
                     raise UnsupportedSql(self.model, f"WITH RECURSIVE {name} with UNION (distinct): Spark runs "
                                                      "recursion only with UNION ALL")
@@ -332,7 +334,7 @@ class TreeBuilder:
         alias = cte.args.get("alias")
         labels = [c.name.lower() for c in alias.columns] if alias is not None and alias.columns else \
             [a.lower() for a in self.aliases(bases[0])]
-        ref = self._fresh(f"__dvm_rec_{name}")
+        ref = self._fresh(f"{RECURSION_PREFIX}{name}")
         target.ref = ref
         try:
             built = [self.build(b, ctes) for b in steps]

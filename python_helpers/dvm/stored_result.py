@@ -272,10 +272,13 @@ class AggregateResult(StoredResult):
             flagged = select_from([col(k) for k in self.key_store], sub(m.copy(), ctx.alias("fm"))).where(
                 col("__dvm_rescan"), copy=False)
             # Under a recursion the restriction goes to its base when the keys are carried
-            # (python_helpers.dvm.restrict); the semi join below then only confirms it.
-            pushed = restricted(self.agg.child, self.agg.keys, flagged, self.key_store)
-            if pushed is not None:
-                rows = plain(pushed, ctx, "new")
+            # (python_helpers.dvm.restrict); the semi join below then only confirms it. The
+            # flagged keys are computed first: inlined into the recursion's base, Spark 4.1's
+            # optimizer fails on them (MergeScalarSubqueries "generated an invalid plan").
+            if ctx.materialize is not None and restricted(self.agg.child, self.agg.keys, flagged,
+                                                          self.key_store) is not None:
+                flagged = ctx.materialize(flagged)
+                rows = plain(restricted(self.agg.child, self.agg.keys, flagged, self.key_store), ctx, "new")
             ra, ka = ctx.alias("ra"), ctx.alias("ka")
             on = exp.and_(*[exp.NullSafeEQ(this=k.copy(), expression=col(s, ka))
                             for k, s in zip(self.agg.keys, self.key_store)])

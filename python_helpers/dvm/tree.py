@@ -13,6 +13,7 @@ from typing import Optional
 from sqlglot import exp
 
 WEIGHT = "__dvm_w"
+RECURSION_PREFIX = "__dvm_rec_"  # the relation name of a recursive CTE's working table
 
 # Aggregate strategies (DESIGN.md section 3)
 ALGEBRAIC = "algebraic"

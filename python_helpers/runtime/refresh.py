@@ -15,7 +15,7 @@ from python_helpers.dvm.plan_query import query_tree
 from python_helpers.dvm.stored_result import (ACTION, ROW_ID, RecomputeResult, StoredResult, plan_stored_result,
                                               storage_names)
 from python_helpers.dvm.sqlgen import render
-from python_helpers.dvm.tree import Recursive, Scan, describe
+from python_helpers.dvm.tree import RECURSION_PREFIX, Recursive, Scan, describe
 from python_helpers.errors import (ChangeFeedDisabled, ChangesUnavailable, ConcurrentRefresh, InvalidConfig,
                                    StreamTableError, UnsupportedSql)
 from python_helpers.runtime import catalog_views, delta_tables, functions, published_files, storage
@@ -214,7 +214,7 @@ def _read_columns(tree, pinned: dict) -> dict:
     while stack:
         node = stack.pop()
         stack.extend(node.children())
-        if isinstance(node, Scan) and node.relation in pinned:  # not a recursive CTE's working table
+        if isinstance(node, Scan) and not node.relation.startswith(RECURSION_PREFIX):  # not a working table
             names = {n.lower(): n for n in pinned[node.relation].spark_types}
             for c in node.source_columns + [node.weight_column]:
                 if c is not None and names[c.lower()] not in wanted[node.relation]:
@@ -398,7 +398,11 @@ def _differential(spark, request: RefreshRequest, plan: Plan, target: str, meta:
             frame = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
             store_rel = bindings.register(frame, "store")
             types = {f.name: f.dataType.simpleString() for f in schema.fields}
-            merge = result.merge_sql(bindings.context(changed), store_rel, types) if changed else None
+            try:  # a recursion's delta is computed here already (Bindings.materialize)
+                merge = result.merge_sql(bindings.context(changed), store_rel, types) if changed else None
+            except Exception as err:  # noqa: BLE001 - only Spark's recursion limits are handled here
+                _recursion_limit(request.model, plan, err)
+                raise
             metadata = _metadata(request, plan, print_fp, "differential", result, meta)
         with phases("delta"):
             try:

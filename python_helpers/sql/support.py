@@ -47,7 +47,7 @@ def _unordered_list(node: exp.Expression) -> bool:
     while isinstance(parent, (exp.Paren, exp.Filter)):
         parent = parent.parent
     if isinstance(parent, exp.Window):
-        return False  # the window's ORDER BY orders it
+        return not parent.args.get("order")  # the window's ORDER BY orders it (ties aside, see docs)
     if isinstance(node, exp.GroupConcat):
         return True
     return not (isinstance(parent, _ORDER_INSENSITIVE) or (

@@ -89,6 +89,8 @@ def test_fingerprint_ignores_formatting_but_not_meaning():
      "order of the collected values is not deterministic"),
     ("select customer_id, string_agg(status, ',') from shop.orders group by customer_id",
      "order of the collected values is not deterministic"),
+    ("select id, collect_list(status) over (partition by customer_id) from shop.orders",
+     "order of the collected values is not deterministic"),
 ])
 def test_unsupported_constructs_are_named(sql, construct):
     with pytest.raises(UnsupportedSql) as err:
@@ -101,6 +103,15 @@ def test_unsupported_constructs_are_named(sql, construct):
 RECURSIVE = ("with recursive r(cid, depth) as (select customer_id, 0 from shop.orders where amount > 10 "
              "union all select c.id, r.depth + 1 from r join shop.customers c on c.id = r.cid + 1 "
              "where r.depth < 3) select cid, count(*) as n from r group by cid")
+
+
+def test_recursive_cte_with_a_distinct_union_of_base_branches():
+    tree = tree_of("with recursive r(a, n) as (select id, 0 from shop.orders union select id, 0 from "
+                   "shop.customers union all select r.a, r.n + 1 from r where r.n < 2) select a, n from r")
+    node = tree
+    while not isinstance(node, Recursive):
+        node = node.children()[0]
+    assert isinstance(node.base, Distinct) and len(node.steps) == 1
 
 
 def test_recursive_cte_tree_and_delta_sql():

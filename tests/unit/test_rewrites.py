@@ -10,7 +10,7 @@ from sqlglot import exp
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql import rewrites
 from python_helpers.sql.parse import parse_query, qualify_query
-from python_helpers.sql.rewrites import (blocks, exists_values, grouping_sets, having_subqueries, scalar_subqueries,
+from python_helpers.sql.rewrites import (blocks, exists_values, grouping_sets, lateral_joins, having_subqueries, scalar_subqueries,
                                         semi_anti_joins, sublinks_in_or)
 from python_helpers.sql.top_k import split_top_k
 
@@ -18,6 +18,7 @@ SCHEMAS = {
     "s.o": {"ok": "bigint", "ck": "bigint", "amt": "double", "st": "string"},
     "s.l": {"ok": "bigint", "qty": "int", "a": "date", "b": "date"},
     "s.c": {"ck": "bigint", "seg": "string"},
+    "s.a": {"id": "bigint", "arr": "array<int>"},
 }
 
 
@@ -221,3 +222,45 @@ def rewrites_input(sql: str) -> exp.Expression:
     from python_helpers.sql.top_k import split_top_k as _split
 
     return qualified(_split("m", parse_query("m", sql))[0].sql("spark"))
+
+
+
+# -- LATERAL in FROM -------------------------------------------------------------------------
+def test_lateral_generator_becomes_a_lateral_view_and_subqueries_become_expressions_or_joins():
+    gen = run(lateral_joins, "select a.id, e.x from s.a a left join lateral explode(a.arr) as e(x) on true")
+    assert same(gen, "SELECT a.id AS id, e.x AS x FROM s.a AS a LATERAL VIEW OUTER EXPLODE(a.arr) e AS x"), gen
+    # A column list on the alias renames by position; chained LATERALs read the earlier one.
+    chained = run(lateral_joins, "select s2.c, s1.y from s.o o, lateral (select o.amt as x, o.ok as y) s1(y, x), "
+                                 "lateral (select s1.x * 2 as c) s2")
+    assert same(chained, "SELECT (o.ok * 2) AS c, o.amt AS y FROM s.o AS o"), chained
+    joined = run(lateral_joins, "select o.ok, s.q from s.o o left join lateral "
+                                "(select l.qty as q from s.l l where l.ok = o.ok and l.qty > 1) s on true")
+    assert same(joined, "SELECT o.ok AS ok, (CASE WHEN __dvm_lat1.__dvm_m IS NULL THEN NULL ELSE "
+                        "__dvm_lat1.l__qty END) AS q FROM s.o AS o LEFT JOIN (SELECT l.ok AS l__ok, l.qty AS l__qty, "
+                        "1 AS __dvm_m FROM s.l AS l WHERE l.qty > 1) AS __dvm_lat1 ON __dvm_lat1.l__ok = o.ok"), joined
+
+
+@pytest.mark.parametrize("sql, reason", [
+    ("select s.n from s.o o, lateral (select count(*) as n) s", "without FROM"),
+    ("select c.ck, s.one from s.o o, lateral (select 1 as one) s right join s.c c on c.ck = o.ck",
+     "followed by a RIGHT or FULL join"),
+    ("select a.id, s.q from s.a a, lateral explode(a.arr) e(x), lateral (select l.qty as q from s.l l "
+     "where l.ok = e.x) s", "later LATERAL reads the generated columns"),
+    ("select o.ok, s.q from s.o o, lateral (select l.qty as q from s.l l where exists "
+     "(select 1 from s.c c where c.ck = o.ck)) s", "nested subquery that reads the outer row"),
+    ("select o.ok, s.q from s.o o, lateral (select l.qty as q from s.l l where l.ok = o.ok order by l.qty "
+     "limit 1) s", "LATERAL subquery with"),
+])
+def test_lateral_forms_that_would_change_the_result_are_refused(sql, reason):
+    with pytest.raises(UnsupportedSql) as err:
+        rewrites.rewrite("m", qualified(sql))
+    assert reason.lower() in err.value.construct.lower(), err.value.construct
+
+
+def test_in_as_a_value_is_left_alone_where_moving_x_inside_would_change_it():
+    # `o.ck` would be captured by the subquery's own alias `o`.
+    captured = run(exists_values, "select o.ok, o.ck in (select o.ok from s.l o) as f from s.o o")
+    assert "IN (SELECT" in captured, captured
+    windowed = run(exists_values, "select o.ok, o.ck in (select row_number() over (order by l.qty) from s.l l) "
+                                  "as f from s.o o")
+    assert "IN (SELECT" in windowed, windowed

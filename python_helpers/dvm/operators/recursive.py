@@ -67,8 +67,9 @@ def _reading(ctx: Context, ref: str, table):
 
 
 def plain(node: Recursive, ctx: Context, version: str, plain_of) -> exp.Select:
-    # sqlglot's Spark SQL lifts nested CTEs to the statement's one WITH clause, so every
-    # rendering of the recursion gets its own name.
+    # Every rendering of the recursion (old and new version, rescans) gets its own name, so the
+    # SQL stays valid even where CTEs are lifted to one WITH clause (python_helpers.sql.dialect
+    # keeps them nested).
     name = ctx.alias("rec")
     base = _as_labels(node.base, plain_of(node.base, version), node, ctx, weighted=False)
     with _bound(ctx, snapshot=_reading(ctx, node.ref, lambda: exp.to_table(name))):

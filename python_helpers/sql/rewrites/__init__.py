@@ -12,7 +12,8 @@ Passes run in this order, each over every SELECT block (inner blocks first), one
 3. sublinks_in_or     -- EXISTS / IN inside OR or NOT: disjoint UNION ALL branches (to a fixed point)
 4. semi_anti_joins    -- EXISTS / NOT EXISTS / IN / NOT IN in WHERE: semi and anti joins
 
-What no pass removed (IN used as a value, a subquery in a JOIN's ON clause or GROUP BY) is
+What no pass removed (NOT IN or a correlated IN used as a value, a subquery in a JOIN's ON clause
+or GROUP BY) is
 rejected at the end with the place named. docs/supported-sql.md states each pattern and why
 the rewrite is equivalent.
 """
@@ -41,7 +42,7 @@ def _check_no_sublinks(model: str, query: exp.Expression) -> None:
         if isinstance(node, exp.Exists) or (isinstance(node, exp.In) and node.args.get("query") is not None):
             raise UnsupportedSql(model, f"{'EXISTS' if isinstance(node, exp.Exists) else 'IN (subquery)'} "
                                         "outside a top-level AND / OR / NOT of a WHERE clause, "
-                                        "and not a plain EXISTS used as a value")
+                                        "and not a plain EXISTS or uncorrelated IN used as a value")
         if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation)):
             place = _place(node)
             raise UnsupportedSql(model, f"scalar subquery {place} (rewritten into joins only in WHERE, HAVING and the SELECT list)")

@@ -20,8 +20,10 @@ this project pins by tests/spark/test_regressions.py). So, uncorrelated and sing
 null-aware, and it is refused at the end of the pipeline.
 
 EXISTS and IN in WHERE under only AND / OR / NOT are left to the semi/anti join passes. Only a plain
-block (no GROUP BY, HAVING, DISTINCT, LIMIT or aggregate of its own) is rewritten; its SELECT list
-does not matter to EXISTS. Anything else stays and is refused at the end of the pipeline.
+block (no GROUP BY, HAVING, LIMIT or aggregate of its own; for EXISTS no DISTINCT either, for IN a
+DISTINCT does not change membership) is rewritten; its SELECT list does not matter to EXISTS.
+An IN whose outer expression names an alias the subquery also defines is left alone (moving x
+into the subquery would let that alias capture it). Anything else stays and is refused at the end of the pipeline.
 """
 from __future__ import annotations
 
@@ -98,7 +100,12 @@ def _in(node: exp.In) -> None:
             or len(inner.expressions) != 1
             or any(inner.args.get(k) for k in ("group", "having", "limit", "offset", "windows"))
             or blocks.references_outside(inner)
-            or any(is_aggregate(n) for n in blocks.here(inner.expressions[0]))):
+            or any(is_aggregate(n) or isinstance(n, exp.Window) for n in blocks.here(inner.expressions[0]))):
+        return
+    # x moves into the subquery's WHERE: an alias of the subquery's own FROM would capture it.
+    inner_aliases = {t.alias_or_name.lower() for t in inner.find_all(exp.Table)} | {
+        q.alias_or_name.lower() for q in inner.find_all(exp.Subquery) if q.alias_or_name}
+    if any(c.table and c.table.lower() in inner_aliases for c in x.find_all(exp.Column)):
         return
     y = blocks.unaliased(inner.expressions[0])
     matched = _count(inner, [exp.EQ(this=y.copy(), expression=x.copy())])

@@ -66,7 +66,12 @@ def _one(model: str, select: exp.Select, join: exp.Join, later: list, fresh: blo
     if isinstance(body, exp.Subquery):
         if name is None:
             raise UnsupportedSql(model, "LATERAL subquery without an alias")
-        _subquery(model, select, join, body.this, name, side, fresh)
+        columns = [c.name.lower() for c in alias.columns] if alias.columns else None
+        replacements = _subquery(model, select, join, body.this, name, side, fresh, columns, later)
+        # A later LATERAL may read this one's columns (chained LATERALs): replace them there too.
+        for j in later:
+            if isinstance(j.this, exp.Lateral) and not j.this.args.get("view"):
+                _substitute_nested(model, j.this, name, replacements)
     else:
         _generator(model, select, join, body, alias, name, side, later)
 
@@ -84,6 +89,9 @@ def _generator(model, select, join, generator, alias, name, side, later) -> None
         on = j.args.get("on")
         if on is not None and any(c.table.lower() == name for c in on.find_all(exp.Column)):
             raise UnsupportedSql(model, f"a JOIN's ON clause reads the generated columns of {name}")
+        if any(c.table.lower() == name for c in j.this.find_all(exp.Column)):
+            raise UnsupportedSql(model, f"a later LATERAL reads the generated columns of {name} (a LATERAL VIEW "
+                                        "is applied after the joins)")
     view = exp.Lateral(this=generator.copy(), view=True, outer=side == "left",
                        alias=exp.TableAlias(this=exp.to_identifier(name), columns=[c.copy() for c in alias.columns]))
     join.pop()
@@ -91,11 +99,18 @@ def _generator(model, select, join, generator, alias, name, side, later) -> None
     select.set("laterals", laterals + [view])
 
 
-def _outputs(inner: exp.Select) -> dict:
-    return {p.alias_or_name.lower(): blocks.unaliased(p) for p in inner.expressions}
+def _outputs(model: str, inner: exp.Select, columns) -> dict:
+    """Output column -> expression; a column list on the alias renames by position."""
+    exprs = [blocks.unaliased(p) for p in inner.expressions]
+    names = [p.alias_or_name.lower() for p in inner.expressions]
+    if columns is not None:
+        if len(columns) != len(exprs):
+            raise UnsupportedSql(model, "LATERAL alias with a column list of another length than its SELECT list")
+        names = columns
+    return dict(zip(names, exprs))
 
 
-def _subquery(model, select, join, inner, name, side, fresh) -> None:
+def _subquery(model, select, join, inner, name, side, fresh, columns, later) -> dict:
     if not isinstance(inner, exp.Select):
         raise UnsupportedSql(model, "LATERAL over a set operation")
     for key in ("group", "having", "distinct", "limit", "offset", "windows", "order", "laterals"):
@@ -104,12 +119,21 @@ def _subquery(model, select, join, inner, name, side, fresh) -> None:
                                         "block is turned into a join)")
     if any(isinstance(n, exp.Window) for p in inner.expressions for n in p.walk()):
         raise UnsupportedSql(model, "LATERAL subquery with a window function")
-    outputs = _outputs(inner)
+    outputs = _outputs(model, inner, columns)
     from_ = inner.args.get("from_") or inner.args.get("from")
     aggregated = [is_aggregate_expr(e) for e in outputs.values()]
+    for c in _nested_conditions(inner):
+        if blocks.references_outside(c):
+            raise UnsupportedSql(model, "LATERAL subquery with a nested subquery that reads the outer row")
+    if (from_ is None or all(aggregated)) and any((j.side or "").upper() in ("RIGHT", "FULL") for j in later):
+        # Its columns become expressions over the outer row, which a later RIGHT / FULL join
+        # pads with NULLs where the LATERAL row itself would have been all NULL.
+        raise UnsupportedSql(model, "one-row LATERAL subquery followed by a RIGHT or FULL join")
     if from_ is None:
         if inner.args.get("where") is not None:
             raise UnsupportedSql(model, "LATERAL (SELECT ... WHERE ...) without FROM")
+        if any(aggregated):
+            raise UnsupportedSql(model, "LATERAL (SELECT <aggregate>) without FROM")
         replacements = {c: e.copy() for c, e in outputs.items()}
     elif all(aggregated):
         replacements = {}
@@ -122,9 +146,15 @@ def _subquery(model, select, join, inner, name, side, fresh) -> None:
     else:
         replacements = _as_join(model, select, join, inner, outputs, side, fresh)
         _substitute(select, name, replacements)
-        return
+        return replacements
     join.pop()
     _substitute(select, name, replacements)
+    return replacements
+
+
+def _nested_conditions(inner: exp.Select) -> list:
+    """The nested queries inside the LATERAL body (its own subqueries)."""
+    return [q for q in inner.find_all(exp.Select) if q is not inner]
 
 
 def is_aggregate_expr(expression: exp.Expression) -> bool:
@@ -172,9 +202,7 @@ def _as_join(model, select, join, inner, outputs, side, fresh) -> dict:
     return values
 
 
-def _substitute(select: exp.Select, name: str, replacements: dict) -> None:
-    """Replace the lateral's output columns `name.c` in this block (not in nested queries, whose
-    own FROM items could reuse the alias)."""
+def _swap(name: str, replacements: dict):
     def swap(node):
         if isinstance(node, exp.Column) and node.table.lower() == name:
             value = replacements.get(node.name.lower())
@@ -182,6 +210,21 @@ def _substitute(select: exp.Select, name: str, replacements: dict) -> None:
                 return node
             return exp.Paren(this=value.copy()) if not isinstance(value, (exp.Column, exp.Subquery)) else value.copy()
         return node
+    return swap
+
+
+def _substitute_nested(model: str, lateral: exp.Lateral, name: str, replacements: dict) -> None:
+    defined = {t.alias_or_name.lower() for t in lateral.find_all(exp.Table)} | {
+        s.alias_or_name.lower() for s in lateral.this.find_all(exp.Subquery) if s.alias_or_name}
+    if name in defined:
+        raise UnsupportedSql(model, f"a later LATERAL subquery defines its own {name}")
+    lateral.set("this", lateral.this.transform(_swap(name, replacements)))
+
+
+def _substitute(select: exp.Select, name: str, replacements: dict) -> None:
+    """Replace the lateral's output columns `name.c` in this block (not in nested queries, whose
+    own FROM items could reuse the alias)."""
+    swap = _swap(name, replacements)
 
     for key, child in list(select.args.items()):
         if key in ("from_", "from", "with_", "with"):

@@ -94,7 +94,8 @@ def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.
 
 def _grouped(select: exp.Select) -> bool:
     return bool(select.args.get("group") or select.args.get("having")) or any(
-        is_aggregate(n) for p in select.expressions for n in blocks.here(p))
+        is_aggregate(n) and not (isinstance(n.parent, exp.Window) and n.arg_key == "this")
+        for p in select.expressions for n in blocks.here(p))
 
 
 def _inside_aggregate(node: exp.Expression, top: exp.Expression) -> bool:
