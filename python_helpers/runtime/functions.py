@@ -42,7 +42,9 @@ _AGGREGATE_CLASSES = (
 def classify(spark, name: str, arity: int) -> Optional[Kind]:
     """None when Spark does not know the function (its analysis reports that later)."""
     jvm = spark._jvm
-    ident = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier.apply(name.split(".")[-1])
+    database, _, func = name.rpartition(".")
+    ident = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier.apply(
+        func, jvm.scala.Option.apply(database or None))
     try:
         registry = spark._jsparkSession.sessionState().functionRegistry()
         literal = getattr(jvm.org.apache.spark.sql.catalyst.expressions, "Literal$").__getattr__("MODULE$")
@@ -58,9 +60,20 @@ def classify(spark, name: str, arity: int) -> Optional[Kind]:
         pass
     try:
         info = spark._jsparkSession.sessionState().catalog().lookupFunctionInfo(ident)
-        return Kind(aggregate=_is_instance(jvm, info.getClassName()), deterministic=True)
+        return Kind(aggregate=_is_instance(jvm, info.getClassName()),
+                    deterministic=_hive_deterministic(jvm, info.getClassName()))
     except Exception:
         return None
+
+
+def _hive_deterministic(jvm, class_name: str) -> bool:
+    """A Hive function's @UDFType(deterministic=...) (deterministic when not annotated)."""
+    try:
+        annotation = jvm.java.lang.Class.forName(class_name).getAnnotation(
+            jvm.java.lang.Class.forName("org.apache.hadoop.hive.ql.udf.UDFType"))
+        return True if annotation is None else bool(annotation.deterministic())
+    except Exception:  # not a Hive class, or Hive is not on the classpath
+        return True
 
 
 def _is_instance(jvm, class_name: str) -> bool:
@@ -85,7 +98,10 @@ def mark_user_functions(spark, model: str, query: exp.Expression) -> tuple[exp.E
     problem = None
     for node in list(query.find_all(exp.Anonymous)):
         name = str(node.this).lower()
-        if name in SPARK_AGGREGATE_NAMES:
+        qualified = isinstance(node.parent, exp.Dot) and node.arg_key == "expression"
+        if qualified:
+            name = f"{node.parent.this.name.lower()}.{name}"
+        elif name in SPARK_AGGREGATE_NAMES:
             continue
         key = (name, len(node.expressions))
         if key not in cache:
@@ -98,6 +114,9 @@ def mark_user_functions(spark, model: str, query: exp.Expression) -> tuple[exp.E
         if kind.pandas and problem is None:
             problem = UnsupportedSql(model, f"pandas aggregate UDF {name}() (Spark computes it only beside other "
                                             "pandas UDAFs, not beside the row count a stream table keeps)")
-        if kind.aggregate:
+        if kind.aggregate and qualified and problem is None:
+            problem = UnsupportedSql(model, f"aggregate function {name}() called with its database (call it "
+                                            "unqualified, from the database it is registered in)")
+        elif kind.aggregate:
             node.replace(exp.AnonymousAggFunc(this=node.this, expressions=[e.copy() for e in node.expressions]))
     return query, problem
