@@ -8,7 +8,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.dvm.build import build_tree
-from python_helpers.dvm.tree import Node, Scan
+from python_helpers.dvm.tree import Node, Scan, walk
 from python_helpers.sql import rewrites
 from python_helpers.sql.parse import qualify_query
 from python_helpers.sql.support import check_supported
@@ -21,13 +21,7 @@ def query_tree(model: str, query: exp.Query, schemas: dict, weights: dict | None
     body, top_k = split_top_k(model, query)
     check_supported(model, body)
     tree = build_tree(model, rewrites.rewrite(model, qualify_query(model, body, schemas)))
-    for node in _scans(tree):
-        node.weight_column = (weights or {}).get(node.relation)
+    for node in walk(tree):
+        if isinstance(node, Scan):
+            node.weight_column = (weights or {}).get(node.relation)
     return tree, top_k
-
-
-def _scans(node: Node):
-    if isinstance(node, Scan):
-        yield node
-    for child in node.children():
-        yield from _scans(child)

@@ -231,6 +231,13 @@ class UnionAll(Node):
         return list(self.inputs)
 
 
+def walk(node: Node):
+    """The node and everything below it, parents first."""
+    yield node
+    for child in node.children():
+        yield from walk(child)
+
+
 def describe(node: Node, indent: int = 0) -> str:
     """A readable operator tree (for logs, docs and explain)."""
     pad = "  " * indent

@@ -4,46 +4,32 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 from sqlglot import exp
 
 from python_helpers.sql.dialect import spark_sql
 
-from python_helpers.dvm.plan_query import query_tree
 from python_helpers.dvm.stored_result import (ACTION, ROW_ID, RecomputeResult, StoredResult, plan_stored_result,
                                               storage_names)
 from python_helpers.dvm.sqlgen import render
-from python_helpers.dvm.tree import RECURSION_PREFIX, Recursive, Scan, describe
+from python_helpers.dvm.tree import Recursive, describe, walk
 from python_helpers.errors import (ChangeFeedDisabled, ChangesUnavailable, ConcurrentRefresh, InvalidConfig,
-                                   StreamTableError, UnsupportedSql)
-from python_helpers.runtime import catalog_views, delta_tables, functions, published_files, storage
+                                   StreamTableError)
+from python_helpers.runtime import catalog_views, delta_tables, published_files, storage
 from python_helpers.runtime.api import ENGINES, REFRESH_MODES, RefreshRequest, RefreshResult
 from python_helpers.runtime.binding import Bindings
+from python_helpers.runtime.planning import Plan, plan_request
 from python_helpers.runtime.timing import Phases
-from python_helpers.runtime.sources import pin_sources, storage_path
-from python_helpers.runtime.view_inlining import inline_views, is_stored_table
-from python_helpers.sql.parse import DIALECT, fingerprint, parse_query, relation_name, source_relations
+from python_helpers.runtime.sources import storage_path
+from python_helpers.runtime.view_inlining import is_stored_table
+from python_helpers.sql.parse import fingerprint, relation_name
 
 Log = Callable[[str, str], None]
 
 
 def _default_log(level: str, text: str) -> None:
     print(f"[dbt-spark-stream] {level}: {text}", file=sys.stderr)
-
-
-@dataclass
-class Plan:
-    """Everything known about the query before any data is read."""
-
-    query: exp.Expression
-    pinned: dict
-    tree: Optional[object]  # None when the query is outside the differential set
-    unsupported: Optional[UnsupportedSql]
-    columns: dict  # relation -> source columns read
-    top_k: Optional[object] = None  # sql.top_k.TopK when the query ends in ORDER BY ... LIMIT
-    definition: str = ""  # the SQL the stored result is defined by (views inlined): fingerprinted
 
 
 def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> RefreshResult:
@@ -60,7 +46,7 @@ def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> Re
                              phases=dict(phases.seconds), **extra)
 
     with phases("plan"):
-        plan = _plan_request(spark, request)
+        plan = plan_request(spark, request)
         pinned = plan.pinned
         target = storage_path(spark, request.schema, request.identifier)
         meta = storage.read_metadata(target)
@@ -89,7 +75,7 @@ def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> Re
     return result("full", rows, reason=reason)
 
 
-def _mode_reason(request: RefreshRequest, plan: "Plan", meta: Optional[dict], print_fp: str) -> Optional[str]:
+def _mode_reason(request: RefreshRequest, plan: Plan, meta: Optional[dict], print_fp: str) -> Optional[str]:
     """Why the refresh must run in full (a leading '!' marks a warning), or None: differential."""
     reason = _full_reason(request, plan, meta, print_fp)
     if reason is None:
@@ -108,24 +94,16 @@ class FullIsCheaper(Exception):
 _RECURSION_LIMITS = ("RECURSION_LEVEL_LIMIT_EXCEEDED", "RECURSION_ROW_LIMIT_EXCEEDED")
 
 
-def _recursion_limit(model: str, plan: "Plan", err: Exception) -> None:
+def _recursion_limit(model: str, plan: Plan, err: Exception) -> None:
     """A delta recursion that does not end: derivations being subtracted (or added) can run
     around a cycle of the new data that the new result itself never reaches. The full refresh
     then computes the new result with Spark's own recursion (which fails in turn only if the
     new result is itself unbounded)."""
     text = str(err)
     limit = next((name for name in _RECURSION_LIMITS if name in text), None)
-    if limit is not None and any(isinstance(n, Recursive) for n in _walk(plan.tree)):
+    if limit is not None and plan.tree is not None and any(isinstance(n, Recursive) for n in walk(plan.tree)):
         raise FullIsCheaper(f"the change's WITH RECURSIVE delta reached Spark's {limit} (a cycle that only "
                             "changed rows lead to)") from None
-
-
-def _walk(node):
-    if node is None:
-        return
-    yield node
-    for child in node.children():
-        yield from _walk(child)
 
 
 def _float_recompute_due(request: RefreshRequest, meta: Optional[dict]) -> bool:
@@ -176,54 +154,6 @@ def _validate(request: RefreshRequest) -> None:
     if request.engine == "spark":
         raise InvalidConfig(request.model, "the spark engine (native Delta Lake SQL) is not implemented yet",
                             "use engine: embedded (or auto) in the profile")
-
-
-def _plan_request(spark, request: RefreshRequest) -> "Plan":
-    """Parse, inline views, pin the Delta sources and plan the tree."""
-    model = request.model
-    query = parse_query(model, request.sql)
-    overrides = {k.lower(): v for k, v in (request.sources or {}).items()}
-    inlined = inline_views(spark, model, query, overrides)
-    relations = [r for r in source_relations(inlined.query) if r not in inlined.kept]
-    pinned = pin_sources(spark, model, relations, {**overrides, **inlined.overrides}, inlined.versions)
-    query, volatile = functions.mark_user_functions(spark, model, inlined.query)
-    plan = _plan(model, query, pinned, inlined.unsupported or volatile, inlined.weights)
-    plan.definition = request.sql if not inlined.views else f"{request.sql}\n-- views inlined:\n{inlined.query.sql(DIALECT)}"
-    return plan
-
-
-def _plan(model: str, query: exp.Expression, pinned: dict, unsupported: Optional[UnsupportedSql] = None,
-          weights: Optional[dict] = None) -> Plan:
-    schemas = {r: s.spark_types for r, s in pinned.items()}
-    tree, top_k = None, None
-    try:
-        if unsupported is None:
-            tree, top_k = query_tree(model, query, schemas, weights)
-    except UnsupportedSql as err:
-        unsupported, top_k = err, None
-    columns = {r: list(s.spark_types) for r, s in pinned.items()}
-    if tree is not None:
-        columns = _read_columns(tree, pinned)
-    return Plan(query, pinned, tree, unsupported, columns, top_k)
-
-
-def _read_columns(tree, pinned: dict) -> dict:
-    """Source columns the query reads (all scans of a relation together); at least one each."""
-    wanted: dict = {r: [] for r in pinned}
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        stack.extend(node.children())
-        if isinstance(node, Scan) and not node.relation.startswith(RECURSION_PREFIX):  # not a working table
-            names = {n.lower(): n for n in pinned[node.relation].spark_types}
-            for c in node.source_columns + [node.weight_column]:
-                if c is not None and names[c.lower()] not in wanted[node.relation]:
-                    wanted[node.relation].append(names[c.lower()])
-    for r, cols in wanted.items():
-        if not cols:
-            cols.append(next(iter(pinned[r].spark_types)))
-    # Scans name columns as the query wrote them; serve them under those (lower-case) names.
-    return wanted
 
 
 def _full_reason(request: RefreshRequest, plan: Plan, meta: Optional[dict], print_fp: str) -> Optional[str]:
@@ -479,7 +409,7 @@ def explain(spark, request: RefreshRequest) -> str:
     nothing): the answer of `dbt run --vars '{stream_table_explain: true}'`."""
     model = request.model
     _validate(request)
-    plan = _plan_request(spark, request)
+    plan = plan_request(spark, request)
     meta = storage.read_metadata(storage_path(spark, request.schema, request.identifier))
     print_fp = fingerprint(plan.definition, request.shaping_config, storage.FORMAT_VERSION)
     try:
