@@ -60,3 +60,7 @@ class ConcurrentRefresh(StreamTableError):
 
 class InvalidConfig(StreamTableError):
     """A config value of the model is not one we accept."""
+
+
+class SourceBehind(StreamTableError):
+    """A source is pinned at an older version than the stream table already consumed."""

@@ -48,6 +48,7 @@
         sources=spark_stream__source_delta_paths(model),
         auto_full_threshold=config.get('auto_full_threshold'),
         float_recompute_every=config.get('float_recompute_every'),
+        retention_hours=config.get('retention_hours'),
   ) -%}
   {#- store_result keeps our response object whole: its mode / rows_changed / seconds fields
       land in run_results.json `adapter_response`, its message on the console line. -#}

@@ -61,23 +61,93 @@ def _case(cond: exp.Expression, then: exp.Expression, default: exp.Expression | 
     return case.else_(default, copy=False) if default is not None else case
 
 
-def _signed(value: exp.Expression, value_type: str | None) -> exp.Expression:
-    """+x or -x by the row's weight. The delta rows are expanded to weights of ±1 first
-    (stored_result): x * w widens DECIMAL precision past 38 and Spark then cuts the scale, so a
-    DECIMAL is negated as it is; other types are multiplied by -1 as BIGINT, which cannot
-    overflow for narrow integers (−TINYINT −128 would)."""
-    if (value_type or "").startswith("decimal"):
-        negative = exp.Neg(this=value.copy())
-    else:
-        negative = exp.Mul(this=value.copy(), expression=exp.Cast(this=exp.Literal.number(-1),
-                                                                  to=exp.DataType.build("bigint")))
-    return _case(exp.GT(this=col(WEIGHT), expression=exp.Literal.number(0)), value.copy(), negative)
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+
+
+def _decimal(type_: str | None) -> tuple[int, int] | None:
+    match = _DECIMAL.match((type_ or "").replace(" ", ""))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def exact_times_weight(value_type: str | None) -> bool:
+    """Is x * w exact? A DECIMAL(p, s) times a BIGINT weight is DECIMAL(p + 21, s) in Spark,
+    whose scale Spark cuts once that exceeds 38 digits; integers and DOUBLE multiply as usual."""
+    dec = _decimal(value_type)
+    return dec is None or dec[0] + 21 <= 38
+
+
+def _weighted(value: exp.Expression, value_type: str | None) -> exp.Expression:
+    """x times the row's weight, exactly. Where the product would lose digits (a wide
+    DECIMAL), x is taken as +x or -x by the weight's sign, which is exact for weights of
+    ±1; groups with a larger weight are rescanned (weight_rescan)."""
+    if exact_times_weight(value_type):
+        return exp.Mul(this=value.copy(), expression=col(WEIGHT))
+    return _case(exp.GT(this=col(WEIGHT), expression=exp.Literal.number(0)), value.copy(), exp.Neg(this=value.copy()))
+
+
+def _max_abs_weight() -> exp.Expression:
+    return exp.Max(this=exp.Abs(this=col(WEIGHT)))
+
+
+def exact_sum_type(type_: str | None) -> bool:
+    """Can old + delta be added exactly in this stored type? Spark adds two DECIMAL(38, s) in
+    DECIMAL(39, s), which exceeds 38 digits, and then keeps only max(s - 1, 6) digits of scale."""
+    dec = _decimal(type_)
+    return dec is None or dec[0] < 38 or dec[1] <= 6
+
+
+def _exact_plus(a: exp.Expression, b: exp.Expression, type_: str | None) -> tuple[exp.Expression, exp.Expression]:
+    """(a + b computed without losing scale, predicate: the exact sum could not be formed here).
+
+    For DECIMAL(38, s) with s > 6 both operands are narrowed to DECIMAL(37, s), whose sum fits
+    DECIMAL(38, s) exactly; an operand too large for that is flagged (the group is rescanned)."""
+    if exact_sum_type(type_):
+        return exp.Add(this=a, expression=b), exp.false()
+    _, scale = _decimal(type_)
+    narrow = exp.DataType.build(f"decimal(37,{scale})")
+    bound = exp.Literal.number("1" + "0" * (37 - scale))
+    fits = exp.and_(*[exp.LT(this=exp.Abs(this=x.copy()), expression=bound.copy()) for x in (a, b)])
+    total = exp.Add(this=exp.Cast(this=a.copy(), to=narrow), expression=exp.Cast(this=b.copy(), to=narrow.copy()))
+    return _case(fits, total), exp.Not(this=fits.copy())
 
 
 def double_variance(agg: AggCall, arg_type: str | None) -> bool:
     """Variance over DOUBLE: Σx² − (Σx)²/n loses everything when a dominant value leaves, so a
     group with deleted values is rescanned (semi-algebraic); inserts stay algebraic."""
     return agg.kind in VAR_KINDS and not moment_type(arg_type).startswith("decimal")
+
+
+def value_type(agg: AggCall, arg_type: str | None) -> str | None:
+    """The type in which the aggregate's running sums are kept."""
+    return moment_type(arg_type) if agg.kind in VAR_KINDS else arg_type
+
+
+def may_rescan(agg: AggCall, arg_type: str | None) -> bool:
+    """Can a group of this algebraic aggregate need a rescan (beyond non-algebraic ones)?"""
+    if agg.kind in ("sum", "avg") or agg.kind in VAR_KINDS:
+        vt = value_type(agg, arg_type)
+        dec = _decimal(vt)
+        wide = dec is not None and (not exact_times_weight(vt) or min(38, dec[0] + 10) == 38 and dec[1] > 6)
+        return wide or double_variance(agg, arg_type) or (agg.kind == "avg" and not avg_division_exact(arg_type))
+    return False
+
+
+def avg_division_exact(arg_type: str | None) -> bool:
+    """Does Σx / n, as Spark divides DECIMALs, keep every digit of AVG's result scale?
+
+    Spark's AVG divides at its result scale (s + 4) directly. The maintained value divides the
+    stored DECIMAL(P, s) sum by the count as DECIMAL(20, 0), at scale max(6, s + 21) unless
+    that exceeds 38 digits of precision and Spark cuts it. Where the cut lands below s + 4 the
+    stored value would be rounded early: such groups are re-aggregated instead."""
+    dec = _decimal(arg_type)
+    if dec is None:
+        return True
+    p, s = dec
+    big_p = min(38, p + 10)
+    raw_scale = max(6, s + 21)
+    raw_precision = big_p - s + raw_scale
+    scale = raw_scale if raw_precision <= 38 else max(38 - (big_p - s), min(raw_scale, 6))
+    return scale >= min(38, s + 4)
 
 
 def _nonnull_weight(arg: exp.Expression) -> exp.Expression:
@@ -107,17 +177,23 @@ def delta_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[ex
     if agg.kind == "count":
         return [alias(_nonnull_weight(agg.arg), f"{name}_d")]
     if agg.kind in ("sum", "avg"):
-        return [alias(exp.Sum(this=_signed(agg.arg, arg_type)), f"{name}_ds"),
-                alias(_nonnull_weight(agg.arg), f"{name}_dnn")]
+        out = [alias(exp.Sum(this=_weighted(agg.arg, arg_type)), f"{name}_ds"),
+               alias(_nonnull_weight(agg.arg), f"{name}_dnn")]
+        if not exact_times_weight(arg_type):
+            out.append(alias(_max_abs_weight(), f"{name}_dw"))
+        return out
     if agg.kind in VAR_KINDS:
-        x = _as(agg.arg, moment_type(arg_type))
+        mt = moment_type(arg_type)
+        x = _as(agg.arg, mt)
         deleted = exp.and_(exp.LT(this=w.copy(), expression=exp.Literal.number(0)),
                            exp.Not(this=exp.Is(this=agg.arg.copy(), expression=exp.Null())))
-        return [alias(_nonnull_weight(agg.arg), f"{name}_dnn"),
-                alias(exp.Sum(this=_signed(x, moment_type(arg_type))), f"{name}_ds"),
-                alias(exp.Sum(this=_signed(exp.Mul(this=x.copy(), expression=x.copy()), moment_type(arg_type))),
-                      f"{name}_dq"),
-                alias(exp.Max(this=_case(deleted, exp.Literal.number(1), exp.Literal.number(0))), f"{name}_ddel")]
+        out = [alias(_nonnull_weight(agg.arg), f"{name}_dnn"),
+               alias(exp.Sum(this=_weighted(x, mt)), f"{name}_ds"),
+               alias(exp.Sum(this=_weighted(exp.Mul(this=x.copy(), expression=x.copy()), mt)), f"{name}_dq"),
+               alias(exp.Max(this=_case(deleted, exp.Literal.number(1), exp.Literal.number(0))), f"{name}_ddel")]
+        if not exact_times_weight(mt):
+            out.append(alias(_max_abs_weight(), f"{name}_dw"))
+        return out
     if agg.kind in ("min", "max"):
         fn = exp.Min if agg.kind == "min" else exp.Max
         pos = exp.GT(this=w.copy(), expression=exp.Literal.number(0))
@@ -127,7 +203,8 @@ def delta_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[ex
     return []
 
 
-def new_state(agg: AggCall, name: str, old: str, d: str, types: dict) -> tuple[list[exp.Expression], exp.Expression]:
+def new_state(agg: AggCall, name: str, old: str, d: str, types: dict,
+              arg_type: str | None = None) -> tuple[list[exp.Expression], exp.Expression]:
     """(new state columns named like the stored ones, rescan-needed predicate) for one group.
 
     `old` / `d` are the table aliases of the stored row (NULL if the group is new) and of the
@@ -145,34 +222,53 @@ def new_state(agg: AggCall, name: str, old: str, d: str, types: dict) -> tuple[l
         nn = plus(coalesce0(o("_nn")), coalesce0(dd("_dnn")))
         has = exp.GT(this=nn.copy(), expression=zero.copy())
         total_col = o("") if agg.kind == "sum" else o("_sum")
-        total = _case(has, plus(coalesce0(total_col), coalesce0(dd("_ds"))))
+        sum_type = types.get(name if agg.kind == "sum" else f"{name}_sum")
+        added, inexact = _exact_plus(coalesce0(total_col), coalesce0(dd("_ds")), sum_type)
+        total = _case(has, added)
+        rescan = _or_weight_flag(inexact, dd, name, agg, arg_type)
         if agg.kind == "sum":
-            return [alias(total, name), alias(nn, f"{name}_nn")], no_rescan
-        sum_type = types.get(f"{name}_sum", "double")
+            return [alias(total, name), alias(nn, f"{name}_nn")], rescan
+        sum_type = sum_type or "double"
         numerator = exp.Cast(this=total.copy(), to=exp.DataType.build(sum_type))
         if sum_type.startswith("decimal"):
             denominator = exp.Cast(this=nn.copy(), to=exp.DataType.build("decimal(20,0)"))
         else:
             numerator, denominator = _double(numerator), _double(nn)
         value = _case(has.copy(), exp.Div(this=numerator, expression=denominator))
-        return [alias(value, name), alias(total, f"{name}_sum"), alias(nn, f"{name}_nn")], no_rescan
+        if not avg_division_exact(arg_type):
+            rescan = exp.true()
+        return [alias(value, name), alias(total, f"{name}_sum"), alias(nn, f"{name}_nn")], rescan
     if agg.kind in VAR_KINDS:
         nn = plus(coalesce0(o("_nn")), coalesce0(dd("_dnn")))
-        s = plus(coalesce0(o("_s")), coalesce0(dd("_ds")))
-        q = plus(coalesce0(o("_q")), coalesce0(dd("_dq")))
-        exact = types.get(f"{name}_s", "double").startswith("decimal")
-        rescan = no_rescan if exact else exp.EQ(this=coalesce0(dd("_ddel")), expression=exp.Literal.number(1))
+        s_type, q_type = types.get(f"{name}_s"), types.get(f"{name}_q")
+        s, s_inexact = _exact_plus(coalesce0(o("_s")), coalesce0(dd("_ds")), s_type)
+        q, q_inexact = _exact_plus(coalesce0(o("_q")), coalesce0(dd("_dq")), q_type)
+        exact = (s_type or "double").startswith("decimal")
+        rescan = exp.or_(s_inexact, q_inexact) if exact else exp.EQ(this=coalesce0(dd("_ddel")),
+                                                                      expression=exp.Literal.number(1))
+        rescan = _or_weight_flag(rescan, dd, name, agg, arg_type)
         return [alias(_variance(agg.kind, nn, s, q, exact), name), alias(nn, f"{name}_nn"),
                 alias(s, f"{name}_s"), alias(q, f"{name}_q")], rescan
     if agg.kind in ("min", "max"):
         pick = exp.Least if agg.kind == "min" else exp.Greatest
         reaches = exp.LTE if agg.kind == "min" else exp.GTE
         value = pick(this=o(""), expressions=[dd("_ins")])
+        # A deleted value at or beyond the candidate (the old extremum or an inserted value: an
+        # unconsolidated delta can insert and delete the same value) may have been it.
         rescan = exp.and_(exp.Not(this=exp.Is(this=dd("_del"), expression=exp.Null())),
-                          exp.Not(this=exp.Is(this=o(""), expression=exp.Null())),
-                          reaches(this=dd("_del"), expression=o("")))
+                          exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
+                          reaches(this=dd("_del"), expression=value.copy()))
         return [alias(value, name)], rescan
     return [alias(o(""), name)], exp.true()
+
+
+def _or_weight_flag(rescan: exp.Expression, dd, name: str, agg: AggCall, arg_type: str | None) -> exp.Expression:
+    """Add the rescan for a delta row weighing more than 1 where x * w is not exact."""
+    if exact_times_weight(value_type(agg, arg_type)):
+        return rescan
+    heavy = exp.GT(this=exp.Coalesce(this=dd("_dw"), expressions=[exp.Literal.number(0)]),
+                   expression=exp.Literal.number(1))
+    return exp.or_(rescan, heavy)
 
 
 def _variance(kind: str, n: exp.Expression, s: exp.Expression, q: exp.Expression, exact: bool) -> exp.Expression:

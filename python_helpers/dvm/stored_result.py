@@ -204,7 +204,7 @@ class AggregateResult(StoredResult):
         dcols.append(alias(exp.Sum(this=col("__dvm_w")), f"{COUNT}_d"))
         for a, name in zip(self.agg.aggs, self.agg_store):
             dcols += state.delta_exprs(a, name, self.arg_types.get(a.name))
-        dq = select_from(dcols, sub(_unit_weights(child_delta, self.agg.child.columns), ctx.alias("dl")))
+        dq = select_from(dcols, sub(child_delta, ctx.alias("dl")))
         if self.keyed:
             dq = dq.group_by(*[k.copy() for k in self.agg.keys], copy=False)
         # 2. Join the stored state; compute the new state algebraically where possible.
@@ -215,7 +215,7 @@ class AggregateResult(StoredResult):
         mcols = [col(k, d) for k in self.key_store] + [alias(count, COUNT)]
         rescans = []
         for a, name in zip(self.agg.aggs, self.agg_store):
-            new_cols, needs = state.new_state(a, name, o, d, types)
+            new_cols, needs = state.new_state(a, name, o, d, types, self.arg_types.get(a.name))
             mcols += new_cols
             rescans.append(needs)
         alive = exp.GT(this=count.copy(), expression=exp.Literal.number(0)) if self.keyed else exp.true()
@@ -236,10 +236,12 @@ class AggregateResult(StoredResult):
         if rescanned is None:
             pick = [col(c, mm) for c in state_names]
         else:
+            # Both branches in the stored type: Spark would give IF(DECIMAL(38, 22), DECIMAL(38, 18))
+            # the type DECIMAL(38, 18) and round the rescanned value.
             pick = [alias(exp.If(this=col("__dvm_rescan", mm),
-                                 true=(exp.Coalesce(this=col(c, r), expressions=[exp.Literal.number(0)])
-                                       if c == COUNT else col(c, r)),
-                                 false=col(c, mm)), c) if c not in self.key_store else col(c, mm)
+                                 true=_cast(exp.Coalesce(this=col(c, r), expressions=[exp.Literal.number(0)])
+                                            if c == COUNT else col(c, r), types.get(c)),
+                                 false=_cast(col(c, mm), types.get(c))), c) if c not in self.key_store else col(c, mm)
                     for c in state_names]
         pick += [col("__dvm_existed", mm), col("__dvm_old_digest", mm)]
         merged = select_from(pick, sub(m, mm))
@@ -263,7 +265,7 @@ class AggregateResult(StoredResult):
         return select_from(outs, sub(finished, f)).where(keep, copy=False)
 
     def _rescan(self, ctx: Context, m: exp.Select):
-        needs_rescan = any(a.strategy != "algebraic" or state.double_variance(a, self.arg_types.get(a.name))
+        needs_rescan = any(a.strategy != "algebraic" or state.may_rescan(a, self.arg_types.get(a.name))
                            for a in self.agg.aggs)
         if not needs_rescan:
             return None
@@ -300,19 +302,6 @@ class RecomputeResult(StoredResult):
 
     def storage_columns(self) -> list[str]:
         return list(self.user_columns)
-
-
-def _unit_weights(delta_query: exp.Expression, columns: list) -> exp.Select:
-    """Each delta row repeated |w| times with weight ±1, so aggregate deltas add ±x instead of
-    multiplying by w (exact for every DECIMAL scale)."""
-    w = col("__dvm_w")
-    sign = exp.Cast(this=exp.Anonymous(this="signum", expressions=[w.copy()]), to=exp.DataType.build("bigint"))
-    gen = exp.Explode(this=exp.Anonymous(this="sequence", expressions=[
-        exp.Literal.number(1), exp.Abs(this=w.copy())]))
-    query = select_from([col(c) for c in columns] + [alias(sign, "__dvm_w")], sub(delta_query, "__dvm_uw"))
-    query = query.lateral(exp.Lateral(this=gen, view=True, alias=exp.TableAlias(
-        this=exp.to_identifier("__dvm_rep"), columns=[exp.to_identifier("__dvm_i")])), copy=False)
-    return query.where(exp.NEQ(this=w.copy(), expression=exp.Literal.number(0)), copy=False)
 
 
 def null_safe_keys(keys: list[str], left: str, right: str) -> exp.Expression:

@@ -36,6 +36,11 @@ class RefreshRequest:
     # aggregates over floating point (SUM/AVG/VAR of DOUBLE), so rounding drift cannot pile up.
     # 0 (the default) never does.
     float_recompute_every: int = 0
+    # Old versions of the stored result are vacuumed once older than this (hours; Delta's default).
+    retention_hours: float = 168.0
+    # The caller owns the name `schema.identifier` (dbt does, for a model's relation): a view of
+    # that name that this project did not create is taken over instead of refused.
+    take_over_relation: bool = False
 
 
 @dataclass

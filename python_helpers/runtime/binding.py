@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import Context, render
 from python_helpers.errors import ChangesUnavailable
-from python_helpers.runtime import delta_tables
+from python_helpers.runtime import change_feed, delta_log, delta_tables, paths
 
 
 # Up to this many change rows (all sources together) the delta side of a join is broadcast.
@@ -29,7 +29,8 @@ class Bindings:
         self.id = uuid.uuid4().hex[:12]
         self.views: list[str] = []
         self.views_by_key: dict = {}  # "s<i>_old|new|chg" -> registered temp view
-        self.change_counts: dict = {}  # relation -> change rows after consolidation
+        self.change_counts: dict = {}  # relation -> change rows (exact once consolidated, else estimated)
+        self.change_files: dict = {}  # relation -> delta_log.ChangeFiles of the versions consumed
         self.consolidated: set = set()  # relations whose change rows are consolidated already
         self._index = {r: i for i, r in enumerate(sorted(pinned))}
 
@@ -56,35 +57,63 @@ class Bindings:
         path = self.pinned[relation].path
         try:
             table = delta_tables.open_table(path, version)
-            missing = [u for u in table.file_uris() if "://" not in delta_tables.local_path(u)
-                       and not os.path.exists(delta_tables.local_path(u))]
         except Exception as err:  # noqa: BLE001 - delta-rs raises several kinds for a lost version
-            missing = [f"version {version} ({type(err).__name__}: {str(err).splitlines()[0][:200]})"]
+            raise ChangesUnavailable(self.model, f"version {version} of source {relation} can no longer be read "
+                                                 f"(log expired: {type(err).__name__}: "
+                                                 f"{str(err).splitlines()[0][:200]})") from None
+        missing = [f for f in delta_tables.file_paths(table, path) if not paths.is_uri(f) and not os.path.exists(f)]
         if missing:
             raise ChangesUnavailable(
                 self.model, f"version {version} of source {relation} can no longer be read "
-                            f"(vacuumed or log expired; first missing: {missing[0]})")
+                            f"(vacuumed; first missing file: {missing[0]})")
 
     def changes(self, relation: str) -> exp.Table:
         key = f"s{self._index[relation]}_chg"
         return self.views_by_key[key].copy()
 
-    def load_changes(self) -> set:
-        """Read the change feed of every source that moved; returns the relations whose changes
-        do not cancel out (a source whose changes all cancel is treated as unchanged)."""
-        changed = set()
+    def count_changes(self) -> dict:
+        """Count the change of every source that moved from the Delta log, before reading any
+        of it; returns relation -> change rows (counted where the log has statistics,
+        estimated from file sizes elsewhere). Raises ChangesUnavailable when the versions
+        consumed can no longer be read (log cleaned up, files vacuumed, feed turned off)."""
         for relation, src in self.pinned.items():
             v_old = self.old.get(relation)
             if v_old is None or v_old >= src.state.version:
                 continue
-            frame, consolidated, rows = delta_tables.changes_frame(
-                self.spark, src.state, v_old + 1, src.state.version, self.columns.get(relation))
-            self.change_counts[relation] = rows
-            if consolidated and rows == 0:
+            try:
+                files = delta_log.change_files(src.path, v_old + 1, src.state.version)
+            except delta_log.CommitMissing as err:
+                raise ChangesUnavailable(self.model, f"the Delta log of source {relation} no longer holds the "
+                                                     f"commits since version {v_old} (cleaned up: {err})") from None
+            missing = change_feed.missing_files(files.files)
+            if missing:
+                raise ChangesUnavailable(self.model, f"change files of source {relation} since version {v_old} "
+                                                     f"were vacuumed (first missing: {missing[0]})")
+            self.change_files[relation] = files
+            exact = change_feed.exact_rows(files.files)
+            if exact is None:
+                _, per_row = change_feed.table_stats(delta_tables.open_table(src.path, src.state.version))
+                exact = files.estimated_rows(per_row)
+            self.change_counts[relation] = exact
+        return dict(self.change_counts)
+
+    def load_changes(self) -> set:
+        """Read the change of every source that moved (count_changes first); returns the
+        relations whose changes do not cancel out (a source whose changes all cancel is
+        treated as unchanged)."""
+        changed = set()
+        for relation, files in self.change_files.items():
+            src = self.pinned[relation]
+            changes = change_feed.read_changes(
+                self.spark, src.state.arrow_schema, src.state.partition_columns, src.path, files.files,
+                self.columns.get(relation) or [f.name for f in src.state.arrow_schema], self.change_counts[relation])
+            self.change_counts[relation] = changes.rows
+            if changes.consolidated and changes.rows == 0:
                 continue
-            if consolidated:
+            if changes.consolidated:
                 self.consolidated.add(relation)
-            if rows <= SMALL_DELTA_ROWS:
+            frame = changes.frame
+            if changes.rows <= SMALL_DELTA_ROWS:
                 # One partition: an aggregate or a join over it then needs no shuffle (a single
                 # partition satisfies any clustering), which saves a Spark stage per refresh.
                 frame = frame.coalesce(1)

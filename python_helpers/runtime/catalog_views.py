@@ -1,18 +1,51 @@
-"""Make Delta tables readable by `schema.table` in Spark SQL without Delta Lake jars.
+"""Catalog views over Delta versions, and what the project may do to catalog objects.
 
-A persistent view over the parquet files live in the pinned version (DESIGN.md section 6): it
-reads at native parquet speed and is found by later sessions sharing the metastore. It is
-re-created after every commit, so it always names the current files.
+Without Delta Lake jars Spark cannot read a Delta table by name, so the stream table and each of
+its sources are published as persistent views over the parquet files of one version
+(`published_files.py`): `dbt test`, downstream models and ad-hoc SQL read them by name.
+
+Ownership: every view this project creates carries the table property
+`dbt_spark_stream.role` (`stream_table` or `source`). The project alters only objects that carry
+it and never drops a catalog object. A source name that already belongs to someone else (a
+managed or external table, a view of the user's) is left as it is and not published; the
+stream table's own name is taken over only when the caller says it owns the name (dbt does, for
+a model's relation, as its table materialization does).
 """
 from __future__ import annotations
 
-import os
 import threading
+from typing import Optional
 
-import sqlglot
 from sqlglot import exp
 
-_DDL_LOCK = threading.Lock()  # dbt threads share one session; keep catalog DDL one at a time
+from python_helpers.errors import StreamTableError
+from python_helpers.runtime import paths
+
+ROLE_PROPERTY = "dbt_spark_stream.role"
+STREAM_TABLE = "stream_table"
+SOURCE = "source"
+# Views made by versions before the role property: their text names one of these.
+_LEGACY_MARKS = ("__dvm_published", "__dvm_stream_tables")
+# The Hive metastore (Derby) keeps about 32 KB of view text.
+MAX_VIEW_TEXT = 30_000
+
+_DDL_LOCK = threading.RLock()  # dbt threads share one session; keep catalog DDL one at a time
+# View texts this process published, per (session, schema, name): a refresh that would publish
+# the same text again skips the catalog entirely.
+_PUBLISHED: dict = {}
+
+
+class NameTaken(StreamTableError):
+    """A catalog object of the stream table's name exists and was not created by this project."""
+
+
+def quote(*parts: str) -> str:
+    """A Spark SQL identifier path, each part back-quoted (back-quotes inside doubled)."""
+    return ".".join("`" + p.replace("`", "``") + "`" for p in parts)
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def files_relation(root: str, files: list, spark_types: dict) -> exp.Expression:
@@ -22,157 +55,193 @@ def files_relation(root: str, files: list, spark_types: dict) -> exp.Expression:
                 for n, t in spark_types.items()]
         empty = exp.select(*cols).where(exp.false())
         return exp.Subquery(this=empty, alias=exp.TableAlias(this=exp.to_identifier("__dvm_empty")))
-    rel = [os.path.relpath(f, root) for f in files]
-    path = f"{root}/{rel[0]}" if len(rel) == 1 else f"{root}/{{{','.join(rel)}}}"
-    return exp.Table(this=exp.to_identifier(path, quoted=True), db=exp.to_identifier("parquet"))
+    rel = [paths.glob_escaped(paths.relative(f, root)).replace(",", "\\,") for f in files]
+    base = paths.glob_escaped(root)
+    path = f"{base}/{rel[0]}" if len(rel) == 1 else f"{base}/{{{','.join(rel)}}}"
+    return directory_relation(path, escaped=True)
 
 
-def create_schema(spark, schema: str) -> None:
-    with _DDL_LOCK:
-        spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
+def directory_relation(path: str, escaped: bool = False) -> exp.Table:
+    """`parquet.`path``: Spark reads every data file under the directory."""
+    return exp.Table(this=exp.to_identifier(path if escaped else paths.glob_escaped(path), quoted=True),
+                     db=exp.to_identifier("parquet"))
 
 
-# View texts this process created, per (session, view): several models reading one source at
-# one version publish the same text, and re-creating it under a concurrent reader is a race.
-_PUBLISHED: dict = {}
+def generation_query(gen: str, spark_types: dict, partition_columns: list) -> exp.Select:
+    """The table's rows from a generation directory (published_files.link_generation)."""
+    from python_helpers.runtime.published_files import PARTITION_DIR
+
+    def cast(table: str, name: str) -> exp.Expression:
+        column = exp.column(exp.to_identifier(name, quoted=True), table=table)
+        return exp.alias_(exp.Cast(this=column, to=exp.DataType.build(spark_types[name])), name, quoted=True)
+
+    if not partition_columns:
+        return exp.select(*[cast("d", n) for n in spark_types]).from_(
+            exp.alias_(directory_relation(gen), "d", table=True))
+    data = exp.alias_(directory_relation(paths.join(gen, "data")), "d", table=True)
+    parts = exp.alias_(directory_relation(paths.join(gen, "parts")), "m", table=True)
+    on = exp.EQ(this=exp.column(exp.to_identifier(PARTITION_DIR, quoted=True), table="d"),
+                expression=exp.column(exp.to_identifier(PARTITION_DIR, quoted=True), table="m"))
+    cols = [cast("m" if n in partition_columns else "d", n) for n in spark_types]
+    return exp.select(*cols).from_(data).join(parts, on=on)
 
 
-def replace_view(spark, schema: str, name: str, query: exp.Expression, force: bool = False) -> None:
-    """CREATE OR REPLACE VIEW schema.name (a plain table of that name is replaced too);
-    nothing is done when this process already published exactly this text, unless `force`
-    (the view's captured schema must be renewed)."""
-    from python_helpers.dvm.sqlgen import render
+class Catalog:
+    """Catalog lookups and DDL for one session."""
 
-    text = render(query)
-    key = (id(spark), schema.lower(), name.lower())
-    with _DDL_LOCK:
-        known = _PUBLISHED.get(key)
-        if known == text and not force:
+    def __init__(self, spark):
+        self.spark = spark
+
+    def properties(self, schema: str, name: str) -> Optional[dict]:
+        """The object's table properties, or None when no table or view has that name."""
+        if not self.exists(schema, name):  # asked first: a failed lookup logs a page of JSON
+            return None
+        try:
+            rows = self.spark.sql(f"SHOW TBLPROPERTIES {quote(schema, name)}").collect()
+        except Exception as err:  # noqa: BLE001 - Spark reports a missing object as an AnalysisException
+            if "TABLE_OR_VIEW_NOT_FOUND" in str(err) or "SCHEMA_NOT_FOUND" in str(err):
+                return None
+            raise
+        return {r[0]: r[1] for r in rows}
+
+    def table_type(self, schema: str, name: str) -> Optional[str]:
+        try:
+            return self.spark.catalog.getTable(f"{quote(schema, name)}").tableType
+        except Exception:  # noqa: BLE001
+            return None
+
+    def view_text(self, schema: str, name: str) -> str:
+        try:
+            rows = self.spark.sql(f"DESCRIBE TABLE EXTENDED {quote(schema, name)}").collect()
+        except Exception:  # noqa: BLE001
+            return ""
+        return next((r[1] or "" for r in rows if r[0] == "View Text"), "")
+
+    def exists(self, schema: str, name: str) -> bool:
+        try:
+            return bool(self.spark.catalog.tableExists(quote(schema, name)))
+        except Exception:  # noqa: BLE001
+            return False
+
+    def role(self, schema: str, name: str, legacy_mark: Optional[str] = None) -> tuple[bool, Optional[str]]:
+        """(exists, the role this project gave it or None when it is not ours)."""
+        props = self.properties(schema, name)
+        if props is None:
+            return False, None
+        role = props.get(ROLE_PROPERTY)
+        if role is None and self.table_type(schema, name) == "VIEW":
+            text = self.view_text(schema, name)
+            marks = _LEGACY_MARKS + ((legacy_mark,) if legacy_mark else ())
+            if any(m and m in text for m in marks):
+                role = "legacy"
+        return True, role
+
+    def publish_view(self, schema: str, name: str, query: exp.Expression, role: str, model: str,
+                     take_over: bool = False, legacy_mark: Optional[str] = None) -> bool:
+        """Create or alter the view `schema.name` to `query`. Returns False (nothing done) when
+        the name belongs to an object this project did not create and `take_over` is off for a
+        source; raises NameTaken for the stream table's own name in that case."""
+        from python_helpers.dvm.sqlgen import render
+
+        text = render(query)
+        key = (id(self.spark), schema.lower(), name.lower())
+        with _DDL_LOCK:
+            known = _PUBLISHED.get(key)
+            if known == text:
+                return True
+            if known is not None:
+                # This process made the view: swap the text (ALTER VIEW is one atomic catalog
+                # update; CREATE OR REPLACE is a drop and a create that a reader can fall into).
+                try:
+                    self.spark.sql(f"ALTER VIEW {quote(schema, name)} AS {text}")
+                    _PUBLISHED[key] = text
+                    return True
+                except Exception:  # noqa: BLE001 - dropped by someone meanwhile: the long way below
+                    _PUBLISHED.pop(key, None)
+            if len(text) > MAX_VIEW_TEXT:
+                raise StreamTableError(model, f"the view {schema}.{name} would need {len(text)} characters of text, "
+                                              f"more than the metastore keeps ({MAX_VIEW_TEXT})",
+                                       "keep the table on storage where hard links can be made, or compact it "
+                                       "(OPTIMIZE) to fewer files")
+            exists, owner = self.role(schema, name, legacy_mark)
+            if not exists:
+                self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
+                self.spark.sql(f"CREATE VIEW {quote(schema, name)} "
+                               f"TBLPROPERTIES ({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)}) AS {text}")
+            elif owner is not None:
+                self.spark.sql(f"ALTER VIEW {quote(schema, name)} AS {text}")
+                if owner == "legacy":
+                    self._mark(schema, name, role)
+            elif role == SOURCE:
+                return False
+            elif take_over and self.table_type(schema, name) == "VIEW":
+                self.spark.sql(f"ALTER VIEW {quote(schema, name)} AS {text}")
+                self._mark(schema, name, role)
+            else:
+                kind = (self.table_type(schema, name) or "object").lower()
+                raise NameTaken(model, f"{schema}.{name} is a {kind} that dbt-spark-stream did not create; "
+                                       "it is left as it is", "drop or rename it, or give the stream table another name")
+            _PUBLISHED[key] = text
+            return True
+
+    def check_name(self, schema: str, name: str, model: str, take_over: bool = False) -> None:
+        """Refuse, before anything is written, a name that belongs to an object of someone else's
+        (publish_view would refuse it after the storage commit)."""
+        if known(self.spark, schema, name):
             return
-        if known is not None:
-            # This process made the view: swap the text without asking the catalog first
-            # (each catalog lookup costs tens of ms); if it is gone after all, take the long way.
-            try:
-                spark.sql(f"ALTER VIEW `{schema}`.`{name}` AS {text}")
-                _PUBLISHED[key] = text
-                return
-            except Exception:  # noqa: BLE001 - dropped by someone else: re-create below
-                _PUBLISHED.pop(key, None)
-        existing = _table_type(spark, schema, name)
-        spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{schema}`")
-        if existing == "VIEW":
-            # ALTER VIEW swaps the text in place; CREATE OR REPLACE drops and re-creates, and a
-            # reader on another dbt thread can miss the view in between.
-            spark.sql(f"ALTER VIEW `{schema}`.`{name}` AS {text}")
-        else:
-            if existing is not None:
-                spark.sql(f"DROP TABLE IF EXISTS `{schema}`.`{name}`")
-            spark.sql(f"CREATE VIEW `{schema}`.`{name}` AS {text}")
-        _PUBLISHED[key] = text
+        exists, owner = self.role(schema, name)
+        if not exists or owner is not None:
+            return
+        kind = self.table_type(schema, name)
+        if take_over and kind == "VIEW":
+            return
+        raise NameTaken(model, f"{schema}.{name} is a {(kind or 'object').lower()} that dbt-spark-stream did not "
+                               "create; it is left as it is, and nothing was written",
+                        "drop or rename it, or give the stream table another name")
+
+    def _mark(self, schema: str, name: str, role: str) -> None:
+        self.spark.sql(f"ALTER VIEW {quote(schema, name)} SET TBLPROPERTIES "
+                       f"({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)})")
+
+
+def known(spark, schema: str, name: str) -> bool:
+    """Did this process publish the view `schema.name` in `spark`?"""
+    with _DDL_LOCK:
+        return (id(spark), schema.lower(), name.lower()) in _PUBLISHED
 
 
 def forget(spark) -> None:
-    """Drop what this process believes it published in `spark` (a view was found missing)."""
+    """Forget what this process believes it published in `spark` (a view was found missing)."""
     with _DDL_LOCK:
         for key in [k for k in _PUBLISHED if k[0] == id(spark)]:
             del _PUBLISHED[key]
-        for key in [k for k in _SOURCE_VERSIONS if k[0] == id(spark)]:
-            del _SOURCE_VERSIONS[key]
 
 
-# (session, relation) -> (path, table id, version) of the source view this process published.
-_SOURCE_VERSIONS: dict = {}
-
-
-def publish_source(spark, relation: str, stamp: tuple, make_query) -> None:
-    """The view `schema.table` over a source at its pinned version; skipped (no catalog call)
-    when this process already published the same `stamp` (path, table id, version)."""
-    key = (id(spark), relation)
-    if _SOURCE_VERSIONS.get(key) == stamp:
-        return
-    parts = relation.split(".")
-    replace_view(spark, parts[-2], parts[-1], make_query())
-    _SOURCE_VERSIONS[key] = stamp
-
-
-def view_text(spark, schema: str, name: str):
-    try:
-        rows = spark.sql(f"SHOW CREATE TABLE `{schema}`.`{name}`").collect()
-    except Exception:  # noqa: BLE001 - missing object: no text
-        return None
-    return rows[0][0] if rows else None
-
-
-def _table_type(spark, schema: str, name: str):
-    try:
-        if not spark.catalog.tableExists(f"{schema}.{name}"):
-            return None
-        return spark.catalog.getTable(f"{schema}.{name}").tableType
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def source_view_query(root: str, files: list, spark_types: dict, partition_columns=()) -> exp.Expression:
-    """The table's rows as of the pinned version.
-
-    Files are grouped by partition directory (hive-style values become literals) and by the
-    columns their parquet footer holds: files written before a column was added lack it, and a
-    plain parquet scan would take one file's schema for all. Missing columns read as NULL.
-    """
-    if not files:
-        cols = [exp.column(n, quoted=True) for n in spark_types]
+def files_query(root: str, files: list, spark_types: dict, partition_columns: list, partitions: list) -> exp.Expression:
+    """The rows of a version named file by file (where no generation directory can be made):
+    one branch per partition value, the values as literals."""
+    if not partition_columns:
+        cols = [exp.alias_(exp.Cast(this=exp.column(exp.to_identifier(n, quoted=True)), to=exp.DataType.build(t)),
+                           n, quoted=True) for n, t in spark_types.items()]
         return exp.select(*cols).from_(files_relation(root, files, spark_types))
-    data_names = [n for n in spark_types if n not in partition_columns]
     groups: dict = {}
-    for f in files:
-        directory = os.path.dirname(os.path.relpath(f, root)) if partition_columns else ""
-        footer = _footer_columns(f)
-        present = frozenset(n for n in data_names if footer is None or n.lower() in footer)
-        groups.setdefault((directory, present), []).append(f)
+    for f, values in zip(files, partitions):
+        groups.setdefault(values, []).append(f)
     branches = []
-    for (directory, present), group in sorted(groups.items(), key=lambda kv: (kv[0][0], sorted(kv[0][1]))):
-        values = dict(_partition_value(part) for part in directory.split(os.sep) if "=" in part)
+    for values, group in sorted(groups.items(), key=lambda kv: repr(kv[0])):
+        value_of = dict(values)
         cols = []
         for n, t in spark_types.items():
             if n in partition_columns:
-                value = values.get(n)
-                lit = exp.Null() if value is None else exp.Literal.string(value)
+                v = value_of.get(n)
+                lit = exp.Null() if v is None else exp.Literal.string(v)
                 cols.append(exp.alias_(exp.Cast(this=lit, to=exp.DataType.build(t)), n, quoted=True))
-            elif n in present:
-                cols.append(exp.column(n, quoted=True))
             else:
-                cols.append(exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True))
-        read = {n: t for n, t in spark_types.items() if n in present}
-        branches.append(exp.select(*cols).from_(files_relation(root, group, read)))
+                cols.append(exp.alias_(exp.Cast(this=exp.column(exp.to_identifier(n, quoted=True)),
+                                                to=exp.DataType.build(t)), n, quoted=True))
+        data_types = {n: t for n, t in spark_types.items() if n not in partition_columns}
+        branches.append(exp.select(*cols).from_(files_relation(root, group, data_types)))
     out = branches[0]
     for b in branches[1:]:
         out = exp.Union(this=out, expression=b, distinct=False)
     return out
-
-
-_FOOTERS: dict = {}  # data file -> lower-case column names; Delta data files never change
-
-
-def _footer_columns(path: str):
-    """Column names in a data file's footer; None when it cannot be read here (then the
-    current schema is assumed)."""
-    if path not in _FOOTERS:
-        import pyarrow.parquet as pq
-
-        try:
-            _FOOTERS[path] = frozenset(n.lower() for n in pq.read_schema(path).names)
-        except (OSError, ValueError):
-            _FOOTERS[path] = None
-    return _FOOTERS[path]
-
-
-def _partition_value(part: str):
-    from urllib.parse import unquote
-
-    key, _, value = part.partition("=")
-    value = unquote(value)
-    return key, (None if value == "__HIVE_DEFAULT_PARTITION__" else value)
-
-
-def parse_from_item(text: str) -> exp.Expression:
-    return sqlglot.parse_one(f"SELECT * FROM {text}", read="spark").find(exp.From).this

@@ -6,18 +6,19 @@ change feeds come from delta-rs' CDF reader as Arrow and enter Spark as a DataFr
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from python_helpers.runtime import paths
+
 CDF_PROPERTY = "delta.enableChangeDataFeed"
-WEIGHT_OF_CHANGE = {"insert": 1, "delete": -1, "update_preimage": -1, "update_postimage": 1}
 
 
 @dataclass
@@ -33,30 +34,50 @@ class TableState:
     unreadable_features: list  # table features a plain parquet scan cannot honour
 
 
-def local_path(uri: str) -> str:
-    if uri.startswith("file:"):
-        return unquote(urlparse(uri).path)
-    return uri
-
-
 def is_delta_table(path: str) -> bool:
     """Is there a Delta table at `path`? (Locally, without reading its log.)"""
-    if "://" in path:
+    if paths.is_uri(path):
         return open_table(path) is not None
-    return os.path.isdir(os.path.join(local_path(path), "_delta_log"))
+    return os.path.isdir(os.path.join(paths.local(path), "_delta_log"))
 
 
 def open_table(path: str, version: Optional[int] = None) -> Optional[DeltaTable]:
     """The Delta table at `path` (optionally at `version`), or None when there is none."""
-    if not os.path.isdir(os.path.join(local_path(path), "_delta_log")) and "://" not in path:
+    if not paths.is_uri(path) and not os.path.isdir(os.path.join(paths.local(path), "_delta_log")):
         return None
+    location = paths.for_delta_rs(path)
     try:
-        return DeltaTable(path, version=version) if version is not None else DeltaTable(path)
+        return DeltaTable(location, version=version) if version is not None else DeltaTable(location)
     except TableNotFoundError:
         return None
 
 
-def _arrow_schema(table: DeltaTable) -> pa.Schema:
+def add_actions(table: DeltaTable) -> pa.Table:
+    """The snapshot's add actions (one row per live file) as a pyarrow table."""
+    actions = table.get_add_actions(flatten=True)
+    if hasattr(actions, "to_pyarrow"):
+        actions = actions.to_pyarrow()
+    return pa.table(actions) if not isinstance(actions, pa.Table) else actions
+
+
+def file_paths(table: DeltaTable, table_path: str) -> list:
+    """The live data files of `table`, as Spark reads them (local paths or URIs).
+
+    Built from the log's relative paths (URI-encoded once: a partition directory `p=%7Bc%7D`
+    is `p=%257Bc%257D` there) under the table path as the project keeps it; delta-rs'
+    file_uris() encodes the table root but not the rest, which no reader can take apart."""
+    from urllib.parse import unquote
+
+    out = []
+    for rel in add_actions(table).column("path").to_pylist():
+        if "://" in rel or rel.startswith("/"):
+            out.append(paths.for_spark(rel, table_path))
+        else:
+            out.append(paths.join(table_path, *unquote(rel).split("/")))
+    return out
+
+
+def arrow_schema(table: DeltaTable) -> pa.Schema:
     schema = table.schema()
     raw = schema.to_arrow() if hasattr(schema, "to_arrow") else schema.to_pyarrow()
     return normalize_schema(pa.schema(raw))
@@ -73,7 +94,7 @@ def state_of(table: DeltaTable, path: str) -> TableState:
     return TableState(
         path=path, version=table.version(), table_id=meta.id,
         cdf_enabled=str(config.get(CDF_PROPERTY, "false")).lower() == "true",
-        arrow_schema=_arrow_schema(table), partition_columns=list(meta.partition_columns or []),
+        arrow_schema=arrow_schema(table), partition_columns=list(meta.partition_columns or []),
         unreadable_features=unreadable,
     )
 
@@ -116,65 +137,45 @@ def spark_type_strings(arrow_schema: pa.Schema) -> dict:
 # one refresh is the new snapshot of the previous one, and models share their sources.
 _SNAPSHOTS: "OrderedDict" = OrderedDict()
 _SNAPSHOTS_KEPT = 64
+_SNAPSHOTS_LOCK = threading.Lock()  # dbt runs models on several threads in one process
 
 
 def snapshot_frame(spark, state: TableState, version: int, columns: Optional[list] = None):
     """The table at `version` as a Spark DataFrame over its live parquet files."""
     key = (id(spark), state.path, state.table_id, version, tuple(columns) if columns is not None else None)
-    if key in _SNAPSHOTS:
-        _SNAPSHOTS.move_to_end(key)
-        return _SNAPSHOTS[key]
+    with _SNAPSHOTS_LOCK:
+        if key in _SNAPSHOTS:
+            _SNAPSHOTS.move_to_end(key)
+            return _SNAPSHOTS[key]
     frame = _snapshot_frame(spark, state, version, columns)
-    _SNAPSHOTS[key] = frame
-    while len(_SNAPSHOTS) > _SNAPSHOTS_KEPT:
-        _SNAPSHOTS.popitem(last=False)
+    with _SNAPSHOTS_LOCK:
+        _SNAPSHOTS[key] = frame
+        while len(_SNAPSHOTS) > _SNAPSHOTS_KEPT:
+            _SNAPSHOTS.popitem(last=False)
     return frame
 
 
 def _snapshot_frame(spark, state: TableState, version: int, columns: Optional[list] = None):
     table = open_table(state.path, version)
-    files = [local_path(u) for u in table.file_uris()]
-    schema = spark_schema(state.arrow_schema if version == state.version else _arrow_schema(table))
+    files = file_paths(table, state.path)
+    schema = spark_schema(state.arrow_schema if version == state.version else arrow_schema(table))
     if not files:
         frame = spark.createDataFrame([], schema)
     else:
         reader = spark.read.schema(schema)
         if state.partition_columns:
             # Partition values live in the directory names (hive style), found from the table root.
-            reader = reader.option("basePath", local_path(state.path))
-        frame = reader.parquet(*files)
+            reader = reader.option("basePath", paths.for_spark(state.path, state.path))
+        # Each path is a Hadoop glob pattern: escape what would be read as one.
+        frame = reader.parquet(*[paths.glob_escaped(f) for f in files])
     if columns is not None:
-        frame = frame.select(*[f"`{c}`" for c in columns])
+        frame = frame.select(*[quoted_column(c) for c in columns])
     return frame
 
 
-def changes_arrow(state: TableState, start_version: int, end_version: int, columns: Optional[list] = None) -> pa.Table:
-    """Change feed rows in [start_version, end_version] with `__dvm_w` from `_change_type`."""
-    table = open_table(state.path)
-    wanted = None if columns is None else list(columns) + ["_change_type"]
-    reader = table.load_cdf(starting_version=start_version, ending_version=end_version, columns=wanted)
-    data = pa.RecordBatchReader.from_stream(reader).read_all()
-    data = data.cast(normalize_schema(data.schema))
-    kinds = data.column("_change_type").to_pylist()
-    weights = pa.array([WEIGHT_OF_CHANGE.get(k, 0) for k in kinds], type=pa.int64())
-    keep = [n for n in data.column_names if not n.startswith("_change_type") and not n.startswith("_commit_")]
-    return data.select(keep).append_column("__dvm_w", weights)
-
-
-def row_count(path: str, version: int) -> Optional[int]:
-    """Rows in the table at `version`, from the Delta log's file statistics (no data read);
-    None when a file carries no row count."""
-    table = open_table(path, version)
-    actions = table.get_add_actions(flatten=True)
-    if hasattr(actions, "to_pyarrow"):
-        actions = actions.to_pyarrow()
-    actions = pa.table(actions) if not isinstance(actions, pa.Table) else actions
-    if "num_records" not in actions.column_names:
-        return None
-    counts = actions.column("num_records")
-    if counts.null_count:
-        return None
-    return int(pa.compute.sum(counts).as_py() or 0)
+def quoted_column(name: str) -> str:
+    """A column name as DataFrame.select takes it, whatever characters it holds."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def consolidate_arrow(data: pa.Table) -> Optional[pa.Table]:
@@ -192,17 +193,3 @@ def consolidate_arrow(data: pa.Table) -> Optional[pa.Table]:
     grouped = grouped.rename_columns([("__dvm_w" if n == "__dvm_w_sum" else n) for n in grouped.column_names])
     grouped = grouped.filter(pa.compute.not_equal(grouped.column("__dvm_w"), 0))
     return grouped.select(data.column_names).cast(data.schema)
-
-
-def changes_frame(spark, state: TableState, start_version: int, end_version: int, columns: Optional[list] = None):
-    """(DataFrame of the changes, whether they are consolidated already, row count)."""
-    data = changes_arrow(state, start_version, end_version, columns)
-    names = list(columns) if columns is not None else [f.name for f in state.arrow_schema]
-    schema = pa.schema([state.arrow_schema.field(n) for n in names] + [pa.field("__dvm_w", pa.int64())])
-    data = data.select(names + ["__dvm_w"]).cast(schema)
-    merged = consolidate_arrow(data)
-    if merged is not None:
-        data = merged
-    if data.num_rows == 0:
-        return spark.createDataFrame([], spark_schema(schema)), merged is not None, 0
-    return spark.createDataFrame(data, schema=spark_schema(schema)), merged is not None, data.num_rows

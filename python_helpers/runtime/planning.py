@@ -41,7 +41,8 @@ def plan_request(spark, request: RefreshRequest) -> Plan:
     overrides = {k.lower(): v for k, v in (request.sources or {}).items()}
     inlined = inline_views(spark, model, query, overrides)
     relations = [r for r in source_relations(inlined.query) if r not in inlined.kept]
-    pinned = pin_sources(spark, model, relations, {**overrides, **inlined.overrides}, inlined.versions)
+    pinned = pin_sources(spark, model, relations, {**overrides, **inlined.overrides}, inlined.versions,
+                         inlined.pinned_by)
     query, volatile = functions.mark_user_functions(spark, model, inlined.query)
     plan = _plan(model, query, pinned, inlined.unsupported or volatile, inlined.weights)
     plan.definition = request.sql if not inlined.views else f"{request.sql}\n-- views inlined:\n{inlined.query.sql(DIALECT)}"

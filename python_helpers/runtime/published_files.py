@@ -1,76 +1,175 @@
-"""A directory that always holds exactly the stored result's live files, as hard links.
+"""Generation directories: one Delta table version's live files, as hard links, for a view.
 
-The stream table's view reads this fixed directory, so a refresh does not re-create the view
-(an ALTER VIEW costs 100-200 ms in the Hive metastore: a schema inference plus a metastore
-write) and the view text stays short however many files the table has. Each stored version
-gets a generation directory of links; the `current` symlink is swapped to it atomically
-(rename), so a reader lists either the old or the new set of files, never a mix. A few older
-generations are kept for readers that listed them just before the swap.
+A view that names a Delta version's files one by one breaks on a file list longer than the
+metastore keeps (about 32 KB of view text, ~750 files) and on file names that Hadoop reads as
+glob patterns (`{ } [ ] , *`). So each published version gets a directory of its own,
+`<root>/g<version>/`, holding hard links to exactly its live files, and the view reads that
+directory. The directory never changes once made, so a query that listed it keeps reading the
+same files however many refreshes happen meanwhile (`current` pointers that are swapped under a
+reader make it open names that no longer exist). A generation is removed only when it is older
+than the retention and not among the newest few; the data itself stays while any link does.
 
-Where links cannot be made (remote storage, another filesystem), `publish` returns None and the
-caller names the files in the view instead.
+Partitioned tables: files are linked under `data/__dvm_p=<i>/` (i numbers the partition
+values) and `parts/` holds one small parquet file mapping i to the typed partition values;
+`data/_common_metadata` carries the table's data schema, so Spark takes the columns from it and
+not from an old file that predates an added column.
+
+`published.json` in the root records what the view shows (the marker). It is written after the
+view, so a crash in between leaves the marker behind and the next refresh publishes again.
+
+Where links cannot be made (remote storage, another file system) `link_generation` returns None
+and the caller names the files in the view instead.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
 import uuid
 from typing import Optional
 
+import pyarrow as pa
+
+from python_helpers.runtime import paths
+
 PUBLISHED_DIR = "__dvm_published"
+SOURCES_DIR = "__sources"
+MARKER = "published.json"
+PARTITION_DIR = "__dvm_p"
 KEEP_GENERATIONS = 3
+# Generations younger than this stay even when more than KEEP_GENERATIONS exist: a query that
+# resolved the view to one of them may still be reading it.
+DEFAULT_GENERATION_RETENTION_SECONDS = 3600
+# `.staging-*` directories older than this are leftovers of a killed refresh.
+LEFTOVER_SECONDS = 600
 
 
-def published_root(target: str) -> str:
-    return os.path.join(os.path.dirname(target.rstrip("/")), PUBLISHED_DIR, os.path.basename(target.rstrip("/")))
+def stream_root(target: str) -> str:
+    """Where the generations of a stream table's stored result live."""
+    return paths.join(paths.dirname(target), PUBLISHED_DIR, paths.basename(target))
+
+
+def source_root(schema_dir: str, table: str) -> str:
+    """Where the generations of a source's view live (in the view's schema directory)."""
+    return paths.join(schema_dir, PUBLISHED_DIR, SOURCES_DIR, table.lower())
 
 
 def _generation(name: str) -> Optional[int]:
     return int(name[1:]) if name.startswith("g") and name[1:].isdigit() else None
 
 
-def current_generation(root: str) -> Optional[int]:
-    link = os.path.join(root, "current")
-    return _generation(os.readlink(link)) if os.path.islink(link) else None
-
-
-def publish(target: str, table_id: str, version: int, files: list) -> Optional[str]:
-    """Make `<root>/current` list exactly `files` (the stored table at `version`); returns that
-    path, or None when it cannot be done here. Never moves `current` back to an older version
-    (a slower refresh publishing after a newer one) of the same Delta table (`table_id`)."""
-    if "://" in target or not files or any("://" in f for f in files):
-        return None
-    root = published_root(target)
-    current = os.path.join(root, "current")
-    marker = os.path.join(root, f".table-{table_id}")
+def read_marker(root: str) -> Optional[dict]:
     try:
-        if os.path.isdir(root) and not os.path.exists(marker):
-            shutil.rmtree(root)  # links of an earlier table at this path (its versions restarted)
-        os.makedirs(root, exist_ok=True)
-        open(marker, "a").close()
-        live = current_generation(root)
-        if live is not None and live >= version:
-            return current if live == version else None
-        gen = os.path.join(root, f"g{version}")
-        if not os.path.isdir(gen):
-            staging = os.path.join(root, f".staging-{uuid.uuid4().hex}")
-            os.makedirs(staging)
-            for f in files:
-                os.link(f, os.path.join(staging, os.path.basename(f)))
-            try:
-                os.rename(staging, gen)
-            except OSError:  # another process published this version first
-                shutil.rmtree(staging, ignore_errors=True)
-        swap = os.path.join(root, f".current-{uuid.uuid4().hex}")
-        os.symlink(os.path.basename(gen), swap)
-        os.replace(swap, current)
-    except OSError:
+        return json.loads(paths.read_text(paths.join(root, MARKER)))
+    except (FileNotFoundError, ValueError):
         return None
-    _prune(root)
-    return current
 
 
-def _prune(root: str) -> None:
+def write_marker(root: str, marker: dict) -> None:
+    paths.write_text_atomic(paths.join(root, MARKER), json.dumps(marker, sort_keys=True))
+
+
+def link_generation(root: str, version: int, files: list, partitions: Optional[list] = None,
+                    data_schema: Optional[pa.Schema] = None, partition_schema: Optional[pa.Schema] = None) -> Optional[str]:
+    """The directory `<root>/g<version>` holding links to `files` (made once; reused after).
+
+    `partitions[i]` is the tuple of partition values of `files[i]` (None: not partitioned).
+    Returns None where links cannot be made here."""
+    if paths.is_uri(root) or any(paths.is_uri(f) for f in files):
+        return None
+    gen = os.path.join(root, f"g{version}")
+    if os.path.isdir(gen):
+        return gen
+    staging = os.path.join(root, f".staging-{uuid.uuid4().hex}")
+    try:
+        os.makedirs(staging)
+        if partitions is None:
+            for i, f in enumerate(files):
+                os.link(f, os.path.join(staging, _link_name(i, f)))
+        else:
+            _link_partitioned(staging, files, partitions, data_schema, partition_schema)
+        try:
+            os.rename(staging, gen)
+        except OSError:  # another process made this generation first
+            shutil.rmtree(staging, ignore_errors=True)
+            if not os.path.isdir(gen):
+                return None
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        return None
+    return gen
+
+
+def _link_name(i: int, f: str) -> str:
+    # Numbered: two partitions' files may share a name; never starting with `_` or `.`,
+    # which Spark's listing skips.
+    return f"{i:06d}-{os.path.basename(f)}"
+
+
+def _link_partitioned(staging: str, files: list, partitions: list, data_schema: pa.Schema,
+                      partition_schema: pa.Schema) -> None:
+    import pyarrow.parquet as pq
+
+    from python_helpers.runtime.delta_log import typed_partition_value
+
+    data = os.path.join(staging, "data")
+    os.makedirs(data)
+    numbers: dict = {}
+    for i, (f, values) in enumerate(zip(files, partitions)):
+        n = numbers.setdefault(values, len(numbers))
+        directory = os.path.join(data, f"{PARTITION_DIR}={n}")
+        os.makedirs(directory, exist_ok=True)
+        os.link(f, os.path.join(directory, _link_name(i, f)))
+    pq.write_metadata(data_schema, os.path.join(data, "_common_metadata"))
+    columns = {PARTITION_DIR: pa.array(list(numbers.values()), pa.int32())}
+    for field in partition_schema:
+        columns[field.name] = pa.concat_arrays([typed_partition_value(dict(v).get(field.name), field.type, 1)
+                                                for v in numbers]) if numbers else pa.array([], field.type)
+    os.makedirs(os.path.join(staging, "parts"))
+    pq.write_table(pa.table(columns), os.path.join(staging, "parts", "part-0.parquet"))
+
+
+def prune(root: str, keep: Optional[int] = None, retention_seconds: Optional[float] = None,
+          now: Optional[float] = None) -> list:
+    """Remove generations older than the retention beyond the newest `keep`, never the one the
+    marker names, and leftovers of killed refreshes. Returns what was removed."""
+    if paths.is_uri(root) or not os.path.isdir(root):
+        return []
+    keep = KEEP_GENERATIONS if keep is None else keep
+    retention = DEFAULT_GENERATION_RETENTION_SECONDS if retention_seconds is None else retention_seconds
+    now = time.time() if now is None else now
+    marker = read_marker(root) or {}
+    live = marker.get("generation")
+    removed = []
     gens = sorted((g, n) for n in os.listdir(root) if (g := _generation(n)) is not None)
-    for _, name in gens[:-KEEP_GENERATIONS]:
+    # A generation can be read until the next one is published: its age counts from then.
+    superseded = {name: _mtime(os.path.join(root, nxt)) for (_, name), (_, nxt) in zip(gens, gens[1:])}
+    for _, name in gens[:-keep] if keep else gens:
+        if name == live or name not in superseded or now - superseded[name] < retention:
+            continue
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        removed.append(name)
+    for name in os.listdir(root):
+        full = os.path.join(root, name)
+        if (name.startswith(".staging-") or name.startswith(".tmp-")) and now - _mtime(full) > LEFTOVER_SECONDS:
+            if os.path.isdir(full):
+                shutil.rmtree(full, ignore_errors=True)
+            else:
+                _remove(full)
+            removed.append(name)
+    return removed
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

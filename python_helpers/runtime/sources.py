@@ -1,10 +1,11 @@
 """Find and pin the Delta sources of a stream table (embedded engine)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+from typing import Optional
 
 from python_helpers.errors import SourceMissing, StreamTableError
+from python_helpers.runtime import paths
 from python_helpers.runtime.delta_tables import TableState, open_table, spark_type_strings, state_of
 
 
@@ -13,6 +14,7 @@ class PinnedSource:
     relation: str  # "schema.table" as the query names it
     path: str
     state: TableState  # pinned at v_new, the version this refresh brings the result to
+    pinned_by: Optional[str] = None  # the upstream stream table whose offsets chose the version
 
     @property
     def spark_types(self) -> dict:
@@ -20,17 +22,18 @@ class PinnedSource:
 
 
 def warehouse_dir(spark) -> str:
-    raw = spark.conf.get("spark.sql.warehouse.dir")
-    if raw.startswith("file:"):
-        from python_helpers.runtime.delta_tables import local_path
+    """spark.sql.warehouse.dir: a local path (absolute) or a storage URI, kept a URI."""
+    return paths.normalize(spark.conf.get("spark.sql.warehouse.dir"))
 
-        raw = local_path(raw)
-    return os.path.abspath(raw)
+
+def schema_dir(spark, schema: str) -> str:
+    """Spark's managed location of a schema (database)."""
+    return paths.join(warehouse_dir(spark), f"{schema.lower()}.db")
 
 
 def managed_path(spark, schema: str, table: str) -> str:
     """Spark's managed-table location, where sources and stored results live by default."""
-    return os.path.join(warehouse_dir(spark), f"{schema.lower()}.db", table.lower())
+    return paths.join(schema_dir(spark, schema), table.lower())
 
 
 STORAGE_DIR = "__dvm_stream_tables"
@@ -39,21 +42,22 @@ STORAGE_DIR = "__dvm_stream_tables"
 def storage_path(spark, schema: str, identifier: str) -> str:
     """Where a stream table's stored result lives: beside, not at, the managed-table location,
     so a model switched back to `table` (or a table of that name) never collides with it."""
-    return os.path.join(warehouse_dir(spark), f"{schema.lower()}.db", STORAGE_DIR, identifier.lower())
+    return paths.join(schema_dir(spark, schema), STORAGE_DIR, identifier.lower())
 
 
 def source_path(spark, relation: str, overrides: dict) -> str:
     if relation in overrides and overrides[relation]:
-        return overrides[relation]
+        return paths.normalize(overrides[relation])
     parts = relation.split(".")
     if len(parts) < 2:
         raise StreamTableError("?", f"source '{relation}' is not schema-qualified")
     return managed_path(spark, parts[-2], parts[-1])
 
 
-def pin_sources(spark, model: str, relations: list, overrides: dict, versions: dict | None = None) -> dict:
+def pin_sources(spark, model: str, relations: list, overrides: dict, versions: Optional[dict] = None,
+                pinned_by: Optional[dict] = None) -> dict:
     """Pin every source at its latest version, all at once at the start of the refresh (or at
-    `versions[relation]`: the version an upstream stream table read it at)."""
+    `versions[relation]`: the version the upstream stream table `pinned_by[relation]` read)."""
     pinned = {}
     for relation in relations:
         try:
@@ -77,5 +81,5 @@ def pin_sources(spark, model: str, relations: list, overrides: dict, versions: d
                        f"{', '.join(state.unreadable_features)}",
                 "disable them (e.g. REORG TABLE ... APPLY (PURGE) for deletion vectors) or use the spark engine",
             )
-        pinned[relation] = PinnedSource(relation, path, state)
+        pinned[relation] = PinnedSource(relation, path, state, (pinned_by or {}).get(relation))
     return pinned

@@ -10,14 +10,26 @@ import json
 from typing import Optional
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
-from python_helpers.runtime.delta_tables import CDF_PROPERTY, local_path, normalize_schema, open_table
+from python_helpers.runtime import paths
+from python_helpers.runtime.delta_tables import CDF_PROPERTY, arrow_schema, normalize_schema, open_table
 
 METADATA_KEY = "dbt_spark_stream"
-FORMAT_VERSION = 1
-COMPACT_AFTER_FILES = 48  # keep the view's file list short; compaction commits carry no offsets
+# 2: offsets, settings and the schema of the read columns in every commit; commits that
+# conflict with each other (an application transaction in each).
+FORMAT_VERSION = 2
+COMPACT_AFTER_FILES = 48  # fewer, larger files for the MERGE; compaction commits carry no offsets
+# Every refresh commit carries a Delta application transaction of this id. Two commits that both
+# carry one conflict in Delta's optimistic concurrency check, whatever else they do, so no
+# refresh commit (not even one that only moves the offsets) can slip in after another refresh
+# read the same version.
+APP_ID = "dbt_spark_stream"
+
+
+class ConcurrentCommit(Exception):
+    """Another writer committed to the stored result after the version this refresh read."""
 
 
 def read_metadata(path: str) -> Optional[dict]:
@@ -45,19 +57,41 @@ def read_metadata(path: str) -> Optional[dict]:
     return None
 
 
-def _commit(metadata: dict) -> CommitProperties:
-    return CommitProperties(custom_metadata={METADATA_KEY: json.dumps(metadata, sort_keys=True)})
+def _commit(metadata: dict, read_version: Optional[int]) -> CommitProperties:
+    sequence = 0 if read_version is None else read_version + 1
+    return CommitProperties(custom_metadata={METADATA_KEY: json.dumps(metadata, sort_keys=True)},
+                            app_transactions=[Transaction(app_id=APP_ID, version=sequence)])
 
 
-def write_full(path: str, data: pa.Table, metadata: dict) -> int:
-    """Replace the stored result (schema included) in one commit; returns the new version."""
+def _concurrent(err: Exception) -> ConcurrentCommit:
+    return ConcurrentCommit(str(err).splitlines()[0][:300])
+
+
+def write_full(path: str, data: pa.Table, metadata: dict, read_version: Optional[int]) -> int:
+    """Replace the stored result (schema included) in one commit; returns the new version.
+
+    `read_version`: the stored version the refresh read (None: it found no table); a commit by
+    anyone else since makes this one fail with ConcurrentCommit, nothing written."""
     data = data.cast(normalize_schema(data.schema))
-    existing = open_table(path)
-    write_deltalake(
-        path, data, mode="overwrite", schema_mode="overwrite" if existing is not None else None,
-        configuration={CDF_PROPERTY: "true"}, commit_properties=_commit(metadata),
-    )
-    return DeltaTable(path).version()
+    location = paths.for_delta_rs(path)
+    if read_version is None:
+        if open_table(path) is not None:
+            raise ConcurrentCommit("another refresh created the stored result meanwhile")
+        try:
+            write_deltalake(location, data, mode="error", configuration={CDF_PROPERTY: "true"},
+                            commit_properties=_commit(metadata, None))
+        except (CommitFailedError, DeltaError) as err:
+            if open_table(path) is not None:
+                raise _concurrent(err) from None
+            raise
+    else:
+        try:
+            write_deltalake(DeltaTable(location, version=read_version), data, mode="overwrite",
+                            schema_mode="overwrite", configuration={CDF_PROPERTY: "true"},
+                            commit_properties=_commit(metadata, read_version))
+        except CommitFailedError as err:
+            raise _concurrent(err) from None
+    return DeltaTable(location).version()
 
 
 def merge_rows(path: str, rows: pa.Table, columns: list, row_id: str, action: str, metadata: dict,
@@ -65,26 +99,34 @@ def merge_rows(path: str, rows: pa.Table, columns: list, row_id: str, action: st
     """Apply upserts ('U') and deletes ('D') keyed by `row_id` in one commit with the offsets.
 
     The MERGE runs against the version the refresh read (`read_version`); if another writer
-    committed in between, delta-rs' conflict check fails the commit and nothing is applied.
+    committed in between, the commit fails (ConcurrentCommit) and nothing is applied.
     """
-    table = DeltaTable(path, version=read_version)
+    table = DeltaTable(paths.for_delta_rs(path), version=read_version)
     rows = _like_target(rows, table)
-    updates = {c: f"s.`{c}`" for c in columns}
+    quoted = {c: _quoted(c) for c in columns + [row_id, action]}
+    updates = {quoted[c]: f"s.{quoted[c]}" for c in columns}
     merger = table.merge(
-        source=rows, predicate=f"t.`{row_id}` = s.`{row_id}`", source_alias="s", target_alias="t",
-        commit_properties=_commit(metadata),
+        source=rows, predicate=f"t.{quoted[row_id]} = s.{quoted[row_id]}", source_alias="s", target_alias="t",
+        commit_properties=_commit(metadata, read_version),
     )
-    merger = (merger.when_matched_delete(predicate=f"s.`{action}` = 'D'")
-              .when_matched_update(updates=updates, predicate=f"s.`{action}` = 'U'")
-              .when_not_matched_insert(updates=updates, predicate=f"s.`{action}` = 'U'"))
-    return merger.execute()
+    merger = (merger.when_matched_delete(predicate=f"s.{quoted[action]} = 'D'")
+              .when_matched_update(updates=updates, predicate=f"s.{quoted[action]} = 'U'")
+              .when_not_matched_insert(updates=updates, predicate=f"s.{quoted[action]} = 'U'"))
+    try:
+        return merger.execute()
+    except CommitFailedError as err:
+        raise _concurrent(err) from None
+
+
+def _quoted(name: str) -> str:
+    """A column name in delta-rs' SQL (DataFusion): double quotes, doubled inside."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _like_target(rows: pa.Table, table: DeltaTable) -> pa.Table:
     """Cast the MERGE source to the stored table's exact types, nested nullability included:
     delta-rs' MERGE panics when, e.g., a list's element nullability differs between the two."""
-    raw = table.schema().to_arrow() if hasattr(table.schema(), "to_arrow") else table.schema().to_pyarrow()
-    target = normalize_schema(pa.schema(raw))
+    target = arrow_schema(table)
     rows = rows.cast(normalize_schema(rows.schema))
     fields = [target.field(n) if n in target.names else rows.schema.field(n) for n in rows.column_names]
     rows = rows.cast(pa.schema(fields))
@@ -94,22 +136,28 @@ def _like_target(rows: pa.Table, table: DeltaTable) -> pa.Table:
 
 
 def commit_offsets_only(path: str, metadata: dict, read_version: int) -> None:
-    """Advance the offsets when the change touched no stored row (an empty append commit)."""
-    table = DeltaTable(path, version=read_version)
-    empty = pa.Table.from_batches([], schema=normalize_schema(pa.schema(
-        table.schema().to_arrow() if hasattr(table.schema(), "to_arrow") else table.schema().to_pyarrow())))
-    write_deltalake(table, empty, mode="append", commit_properties=_commit(metadata))
+    """Advance the offsets when the change touched no stored row: an empty commit that still
+    conflicts with any other refresh commit since `read_version` (its application transaction)."""
+    table = DeltaTable(paths.for_delta_rs(path), version=read_version)
+    empty = arrow_schema(table).empty_table()
+    try:
+        write_deltalake(table, empty, mode="append", commit_properties=_commit(metadata, read_version))
+    except CommitFailedError as err:
+        raise _concurrent(err) from None
 
 
-def maybe_compact(path: str) -> None:
-    table = DeltaTable(path)
-    if len(table.file_uris()) > COMPACT_AFTER_FILES:
+def maybe_compact(path: str) -> bool:
+    """Compact the stored result when it has many files (a commit without offsets). A conflict
+    with a concurrent refresh only postpones it."""
+    table = DeltaTable(paths.for_delta_rs(path))
+    if len(table.file_uris()) <= COMPACT_AFTER_FILES:
+        return False
+    try:
         table.optimize.compact()
+    except CommitFailedError:
+        return False
+    return True
 
 
-def live_files(path: str) -> list:
-    return [local_path(u) for u in DeltaTable(path).file_uris()]
-
-
-__all__ = ["read_metadata", "write_full", "merge_rows", "commit_offsets_only", "maybe_compact", "live_files",
-           "CommitFailedError", "DeltaError", "FORMAT_VERSION"]
+__all__ = ["read_metadata", "write_full", "merge_rows", "commit_offsets_only", "maybe_compact",
+           "ConcurrentCommit", "DeltaError", "FORMAT_VERSION"]

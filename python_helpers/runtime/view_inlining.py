@@ -42,6 +42,7 @@ class Inlined:
     overrides: dict = field(default_factory=dict)  # relation -> path of upstream stored tables
     weights: dict = field(default_factory=dict)  # relation -> multiplicity column (bag upstreams)
     versions: dict = field(default_factory=dict)  # relation -> version to pin (an upstream's offsets)
+    pinned_by: dict = field(default_factory=dict)  # relation -> the upstream stream table pinning it
 
 
 def inline_views(spark, model: str, query: exp.Expression, overrides: dict) -> Inlined:
@@ -52,7 +53,7 @@ def inline_views(spark, model: str, query: exp.Expression, overrides: dict) -> I
         # Nothing inlined: every view is read by name by a full refresh, and only the Delta
         # sources are pinned.
         out.query, out.views, out.unsupported = query, [], err
-        out.overrides, out.weights, out.versions = {}, {}, {}
+        out.overrides, out.weights, out.versions, out.pinned_by = {}, {}, {}, {}
         out.kept = {r for r in source_relations(query)
                     if r not in overrides and len(r.split(".")) > 1 and not _is_delta(spark, r, overrides)
                     and _view(spark, r) is not None}
@@ -111,6 +112,7 @@ def _upstream(spark, model: str, relation: str, view: exp.Expression, out: Inlin
                                     this=exp.to_identifier("__dvm_stored"))))
     for upstream_source, offset in (meta.get("offsets") or {}).items():
         out.versions[upstream_source] = offset["version"]
+        out.pinned_by[upstream_source] = relation
     return view
 
 

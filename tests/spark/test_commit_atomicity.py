@@ -46,30 +46,73 @@ def test_refresh_interrupted_before_commit_is_redone_once(env, monkeypatch):
     assert stream.refresh(expect="differential").skipped
 
 
-def test_concurrent_refresh_fails_the_later_commit_and_loses_nothing(env, monkeypatch):
+def _race(env, stream, monkeypatch, times: int):
+    """Make a rival refresh of the same stream table commit while ours is between reading and
+    committing, the first `times` times ours gets there (each rival first changes the source,
+    so it always has something to commit)."""
+    real_merge = storage.merge_rows
+    state = {"raced": 0}
+
+    def merge_after_a_rival(*args, **kwargs):
+        if state["raced"] < times:
+            state["raced"] += 1
+            with monkeypatch.context() as inner:
+                inner.setattr(storage, "merge_rows", real_merge)
+                env.apply([S.Insert("t", [S.row(None, k=state["raced"], v=100 + state["raced"])])])
+                from python_helpers.runtime import refresh as refresh_module
+
+                planner = refresh_module.plan_request
+                planner.inside = True
+                try:
+                    refresh_stream_table(env.spark, stream.request(), log=lambda *_: None)
+                finally:
+                    planner.inside = False
+        return real_merge(*args, **kwargs)
+
+    monkeypatch.setattr(storage, "merge_rows", merge_after_a_rival)
+    return state
+
+
+def test_concurrent_refresh_starts_over_after_the_rival_and_loses_nothing(env, monkeypatch):
     env.source("t", ROWS)
     stream = env.stream("totals", SQL)
     stream.refresh(expect="full")
     env.apply([S.UpdateRows("t", [1, 2], {"v": 40})])
-
-    real_merge = storage.merge_rows
-    state = {"raced": False}
-
-    def merge_after_a_rival(*args, **kwargs):
-        # Another refresh of the same table runs to completion first.
-        if not state["raced"]:
-            state["raced"] = True
-            with monkeypatch.context() as inner:
-                inner.setattr(storage, "merge_rows", real_merge)
-                refresh_stream_table(env.spark, stream.request())
-        return real_merge(*args, **kwargs)
-
-    monkeypatch.setattr(storage, "merge_rows", merge_after_a_rival)
-    with pytest.raises(ConcurrentRefresh, match="nothing was applied"):
-        stream.refresh()
-    monkeypatch.setattr(storage, "merge_rows", real_merge)
-    stream.check()  # the rival's refresh is the one that counts, applied once
+    _race(env, stream, monkeypatch, times=1)
+    said = []
+    result = refresh_stream_table(env.spark, stream.request(), log=lambda level, text: said.append(text))
+    assert result.mode == "differential"
+    assert any("another refresh committed to the stored result first" in t and "starting over" in t for t in said), said
+    stream.check()  # the rival's change and ours, each applied once
     assert stream.refresh(expect="differential").skipped
+
+
+def test_refresh_overtaken_every_time_gives_up_with_a_clear_message(env, monkeypatch):
+    from python_helpers.runtime import refresh as refresh_module
+
+    env.source("t", ROWS)
+    stream = env.stream("totals", SQL)
+    stream.refresh(expect="full")
+    _race(env, stream, monkeypatch, times=10)
+    # Each of our attempts finds a new change (so it always has something to commit) and is
+    # overtaken by a rival before its commit.
+    real_plan = refresh_module.plan_request
+    attempts = {"n": 0}
+
+    def plan_with_a_new_change(spark, request):
+        if not getattr(plan_with_a_new_change, "inside", False):
+            attempts["n"] += 1
+            env.apply([S.UpdateRows("t", [attempts["n"]], {"v": 40 + attempts["n"]})])
+        return real_plan(spark, request)
+
+    monkeypatch.setattr(refresh_module, "plan_request", plan_with_a_new_change)
+    with pytest.raises(ConcurrentRefresh, match="nothing was applied") as caught:
+        refresh_stream_table(env.spark, stream.request(), log=lambda *_: None)
+    assert stream.model in str(caught.value) and "run the refresh again" in str(caught.value)
+    monkeypatch.undo()
+    stream.check()  # every rival's refresh counted once; the loser changed nothing
+    stream.refresh(expect="differential")
+    stream.check()
 
 
 def stream_path(env, stream):

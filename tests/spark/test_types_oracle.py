@@ -75,13 +75,7 @@ QUERIES = {
 }
 
 
-WIDE_DECIMAL_BUG = pytest.mark.xfail(
-    strict=True, reason="known bug (docs/supported-sql.md): SUM over DECIMAL(38,18) loses the 18th digit "
-                        "when old + delta is added at precision 39")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=WIDE_DECIMAL_BUG) if n == "types_group" else n
-                                  for n in sorted(QUERIES)])
+@pytest.mark.parametrize("name", sorted(QUERIES))
 def test_types_survive_differential_refresh(env, name):
     path = env.source_path("typed")
     import os

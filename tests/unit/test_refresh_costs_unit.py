@@ -47,38 +47,60 @@ def _files(tmp_path, names):
     return out
 
 
-def test_publish_links_exactly_the_live_files_and_swaps_current(tmp_path):
-    target = str(tmp_path / "table")
+def test_generation_links_exactly_the_live_files_and_never_changes(tmp_path):
+    root = str(tmp_path / "pub")
     a, b, c = _files(tmp_path, ["a.parquet", "b.parquet", "c.parquet"])
-    current = published_files.publish(target, "id1", 3, [a, b])
-    assert sorted(os.listdir(current)) == ["a.parquet", "b.parquet"]
-    assert published_files.publish(target, "id1", 4, [b, c]) == current
-    assert sorted(os.listdir(current)) == ["b.parquet", "c.parquet"]
-    assert os.path.samefile(os.path.join(current, "c.parquet"), c)  # a hard link, no copy
+    g3 = published_files.link_generation(root, 3, [a, b])
+    assert sorted(n.split("-", 1)[1] for n in os.listdir(g3)) == ["a.parquet", "b.parquet"]
+    g4 = published_files.link_generation(root, 4, [b, c])
+    assert g4 != g3 and sorted(n.split("-", 1)[1] for n in os.listdir(g4)) == ["b.parquet", "c.parquet"]
+    # A reader that listed g3 keeps finding its files: the directory is never altered.
+    assert sorted(n.split("-", 1)[1] for n in os.listdir(g3)) == ["a.parquet", "b.parquet"]
+    assert published_files.link_generation(root, 3, [c]) == g3  # made once
+    linked = [n for n in os.listdir(g4) if n.endswith("c.parquet")][0]
+    assert os.path.samefile(os.path.join(g4, linked), c)  # a hard link, no copy
 
 
-def test_publish_never_moves_back_to_an_older_version(tmp_path):
-    target = str(tmp_path / "table")
-    a, b = _files(tmp_path, ["a.parquet", "b.parquet"])
-    current = published_files.publish(target, "id1", 5, [a, b])
-    assert published_files.publish(target, "id1", 4, [a]) is None  # a slower, older refresh
-    assert sorted(os.listdir(current)) == ["a.parquet", "b.parquet"]
+def test_link_names_never_collide_or_hide(tmp_path):
+    root = str(tmp_path / "pub")
+    one = tmp_path / "table" / "p=1" / "part-0.parquet"
+    two = tmp_path / "table" / "p=2" / "part-0.parquet"
+    hidden = tmp_path / "table" / "_odd.parquet"
+    for f in (one, two, hidden):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(str(f))
+    gen = published_files.link_generation(root, 1, [str(one), str(two), str(hidden)])
+    names = os.listdir(gen)
+    assert len(names) == 3 and not any(n.startswith(("_", ".")) for n in names)
 
 
-def test_publish_starts_over_for_a_recreated_table_and_prunes_generations(tmp_path):
-    target = str(tmp_path / "table")
+def test_prune_keeps_recent_and_marked_generations_and_removes_leftovers(tmp_path):
+    root = str(tmp_path / "pub")
     (a,) = _files(tmp_path, ["a.parquet"])
-    for v in range(1, 7):
-        published_files.publish(target, "old", v, [a])
-    root = published_files.published_root(target)
-    assert len([n for n in os.listdir(root) if n.startswith("g")]) == published_files.KEEP_GENERATIONS
-    current = published_files.publish(target, "new", 0, [a])  # versions restart with a new table
-    assert current is not None and os.readlink(current) == "g0"
+    for v in range(1, 8):
+        published_files.link_generation(root, v, [a])
+    published_files.write_marker(root, {"table_id": "t", "version": 2, "generation": "g2"})
+    os.makedirs(os.path.join(root, ".staging-dead"))
+    # Within the retention nothing goes, however many generations there are.
+    assert published_files.prune(root, retention_seconds=3600) == []
+    later = __import__("time").time() + 7200
+    removed = published_files.prune(root, retention_seconds=3600, now=later)
+    left = sorted(n for n in os.listdir(root) if n.startswith("g"))
+    assert left == ["g2", "g5", "g6", "g7"]  # the newest three, and the one the marker names
+    assert ".staging-dead" in removed and not os.path.exists(os.path.join(root, ".staging-dead"))
 
 
-def test_publish_declines_remote_or_empty_file_lists(tmp_path):
-    assert published_files.publish(str(tmp_path / "t"), "id", 1, []) is None
-    assert published_files.publish("s3://bucket/t", "id", 1, ["s3://bucket/t/a.parquet"]) is None
+def test_marker_is_replaced_whole(tmp_path):
+    root = str(tmp_path / "pub")
+    assert published_files.read_marker(root) is None
+    published_files.write_marker(root, {"version": 1})
+    published_files.write_marker(root, {"version": 2})
+    assert published_files.read_marker(root) == {"version": 2}
+    assert [n for n in os.listdir(root) if n.startswith(".tmp-")] == []
+
+
+def test_generations_decline_remote_storage(tmp_path):
+    assert published_files.link_generation("s3://bucket/pub", 1, ["s3://bucket/t/a.parquet"]) is None
 
 
 # -- delta-first join order ----------------------------------------------------------------------

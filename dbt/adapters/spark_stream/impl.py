@@ -30,6 +30,7 @@ class SparkStreamConfig(SparkConfig):
     refresh_mode: Optional[str] = None
     auto_full_threshold: Optional[float] = None
     float_recompute_every: Optional[int] = None
+    retention_hours: Optional[float] = None
 
 
 class SparkStreamAdapter(SparkAdapter):
@@ -60,10 +61,11 @@ class SparkStreamAdapter(SparkAdapter):
         shaping_config: Optional[Dict] = None,
         auto_full_threshold: Optional[float] = None,
         float_recompute_every: Optional[int] = None,
+        retention_hours: Optional[float] = None,
     ) -> StreamTableResponse:
         """Create or refresh one stream table; called by the `stream_table` materialization."""
         spark, request = self._request(model, schema, identifier, sql, refresh_mode, full_refresh, sources,
-                                       shaping_config, auto_full_threshold, float_recompute_every)
+                                       shaping_config, auto_full_threshold, float_recompute_every, retention_hours)
         from python_helpers.errors import InvalidConfig, SqlParseError, StreamTableError, UnsupportedSql
         from python_helpers.runtime.api import refresh_stream_table
 
@@ -88,7 +90,7 @@ class SparkStreamAdapter(SparkAdapter):
         return response
 
     def _request(self, model, schema, identifier, sql, refresh_mode, full_refresh, sources, shaping_config,
-                 auto_full_threshold, float_recompute_every):
+                 auto_full_threshold, float_recompute_every, retention_hours=None):
         """(the Spark session, the engine's RefreshRequest) for one model."""
         connection = self.connections.get_thread_connection()
         credentials = connection.credentials
@@ -109,12 +111,18 @@ class SparkStreamAdapter(SparkAdapter):
             sources={str(k).lower(): self._resolve_path(str(v)) for k, v in (sources or {}).items()},
             engine=credentials.engine,
             shaping_config=dict(shaping_config or {}),
+            # dbt owns the model's relation name: a view of that name (the model materialized as
+            # a view before, say) becomes the stream table's view, as dbt's own materializations
+            # replace a relation of the model.
+            take_over_relation=True,
         )
         # Unset configs keep the engine's defaults; set ones are validated by the engine.
         if auto_full_threshold is not None:
             request.auto_full_threshold = auto_full_threshold
         if float_recompute_every is not None:
             request.float_recompute_every = float_recompute_every
+        if retention_hours is not None:
+            request.retention_hours = retention_hours
         return spark, request
 
     @available

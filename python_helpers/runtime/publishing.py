@@ -1,0 +1,164 @@
+"""Publishing a refresh: the catalog views over the stored result and over each source.
+
+Order, and what a crash at each step leaves:
+1. the generation directory of the version is made (an unused directory; removed later);
+2. the view is altered to read it (one catalog update: readers see the old or the new text);
+3. the marker records what the view shows.
+A refresh that finds its sources unchanged still compares the markers with the newest versions,
+so a crash anywhere after the storage commit is repaired by the next run, whatever the
+sources did meanwhile. Views never move back to an older version than their marker records.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Callable, Optional
+
+import pyarrow as pa
+from sqlglot import exp
+
+from python_helpers.runtime import catalog_views, delta_log, delta_tables, paths, published_files
+from python_helpers.runtime.catalog_views import Catalog
+from python_helpers.runtime.view_inlining import is_stored_table
+
+Log = Callable[[str, str], None]
+
+
+def _schema_hash(spark_types: dict) -> str:
+    return hashlib.md5(json.dumps(spark_types, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _newer(marker: Optional[dict], table_id: str, version: int) -> bool:
+    """The marker already shows `version` of this table, or a later one."""
+    return bool(marker) and marker.get("table_id") == table_id and marker.get("version", -1) >= version
+
+
+def _version_files(table, table_path: str) -> tuple[list, list]:
+    """(files, partition values per file) of a Delta version, as the log lists them."""
+    actions = delta_tables.add_actions(table)
+    files = delta_tables.file_paths(table, table_path)
+    columns = [c for c in actions.column_names if c.startswith("partition.")]
+    if not columns:
+        return files, [() for _ in files]
+    values = [actions.column(c).to_pylist() for c in columns]
+    names = [c[len("partition."):] for c in columns]
+    partitions = [tuple(sorted((n, None if v is None else _log_string(v)) for n, v in zip(names, row)))
+                  for row in zip(*values)]
+    return files, partitions
+
+
+def _log_string(value) -> str:
+    """A partition value as the log writes it (delta-rs hands back typed values)."""
+    import datetime
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime.datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    return str(value)
+
+
+def stream_table_marker(target: str) -> Optional[dict]:
+    return published_files.read_marker(published_files.stream_root(target))
+
+
+def publish_stream_table(spark, schema: str, name: str, model: str, target: str, view_sql: Callable,
+                         take_over: bool = False, retention_seconds: Optional[float] = None) -> None:
+    """Point the view `schema.name` at the newest version of the stored result."""
+    stored = delta_tables.open_table(target)
+    arrow = delta_tables.arrow_schema(stored)
+    types = delta_tables.spark_type_strings(arrow)
+    version, table_id = stored.version(), stored.metadata().id
+    root = published_files.stream_root(target)
+    marker = published_files.read_marker(root)
+    if _newer(marker, table_id, version + 1):
+        return  # a later refresh published a newer version already
+    files = delta_tables.file_paths(stored, target)
+    gen = published_files.link_generation(root, version, files) if files else None
+    if gen is not None:
+        relation = catalog_views.directory_relation(gen)
+    else:
+        relation = catalog_views.files_relation(target, files, types)
+    Catalog(spark).publish_view(schema, name, view_sql(relation, types), catalog_views.STREAM_TABLE, model,
+                                take_over=take_over)
+    published_files.write_marker(root, {"table_id": table_id, "version": version, "schema": _schema_hash(types),
+                                        "generation": paths.basename(gen) if gen else None})
+    published_files.prune(root, retention_seconds=retention_seconds)
+
+
+def source_schema_dir(spark, relation: str) -> str:
+    from python_helpers.runtime.sources import schema_dir
+
+    return schema_dir(spark, relation.split(".")[-2])
+
+
+def publish_source(spark, relation: str, src, model: str, log: Log, retention_seconds: Optional[float] = None) -> None:
+    """The view `schema.table` over a source at its pinned version (never moved back)."""
+    schema, name = relation.split(".")[-2:]
+    root = published_files.source_root(source_schema_dir(spark, relation), name)
+    marker = published_files.read_marker(root)
+    state = src.state
+    if _newer(marker, state.table_id, state.version) and (
+            catalog_views.known(spark, schema, name) or Catalog(spark).exists(schema, name)):
+        return  # shown already, or a newer version is: a source view never moves back
+    table = delta_tables.open_table(src.path, state.version)
+    files, partitions = _version_files(table, src.path)
+    types = src.spark_types
+    parts = list(state.partition_columns)
+    if not files:
+        cols = [exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True) for n, t in types.items()]
+        query = exp.select(*cols).where(exp.false())
+        gen = None
+    else:
+        data_schema = pa.schema([f for f in state.arrow_schema if f.name not in parts])
+        part_schema = pa.schema([state.arrow_schema.field(p) for p in parts])
+        gen = published_files.link_generation(root, state.version, files, partitions if parts else None,
+                                              data_schema, part_schema)
+        if gen is not None:
+            query = catalog_views.generation_query(gen, types, parts)
+        else:
+            query = catalog_views.files_query(src.path, files, types, parts, partitions)
+    published = Catalog(spark).publish_view(schema, name, query, catalog_views.SOURCE, model,
+                                            legacy_mark=paths.local(src.path))
+    if not published:
+        log("info", f"{model}: {relation} is a catalog object dbt-spark-stream did not create; it is left as it "
+                    "is (no view of the source is published under that name)")
+        published_files.write_marker(root, {"table_id": state.table_id, "version": state.version, "skipped": True})
+        return
+    published_files.write_marker(root, {"table_id": state.table_id, "version": state.version,
+                                        "generation": paths.basename(gen) if gen else None})
+    published_files.prune(root, retention_seconds=retention_seconds)
+
+
+def publish(spark, request, plan, target: str, view_sql: Callable, log: Log,
+            retention_seconds: Optional[float] = None) -> None:
+    for relation, src in plan.pinned.items():
+        if not is_stored_table(relation):  # an upstream stream table's stored table has its own view
+            publish_source(spark, relation, src, request.model, log, retention_seconds)
+    publish_stream_table(spark, request.schema, request.identifier, request.model, target, view_sql,
+                         take_over=request.take_over_relation, retention_seconds=retention_seconds)
+
+
+def up_to_date(spark, request, plan, target: str) -> bool:
+    """Do the views show the newest stored version and the pinned source versions?
+    (A crash after the storage commit leaves them behind; then the refresh publishes again.)"""
+    stored = delta_tables.open_table(target)
+    if stored is None:
+        return False
+    if not _newer(stream_table_marker(target), stored.metadata().id, stored.version()):
+        return False
+    catalog = Catalog(spark)
+    for relation, src in plan.pinned.items():
+        if is_stored_table(relation):
+            continue
+        schema, name = relation.split(".")[-2:]
+        marker = published_files.read_marker(published_files.source_root(source_schema_dir(spark, relation), name))
+        if not _newer(marker, src.state.table_id, src.state.version):
+            return False
+        if not marker.get("skipped") and not catalog.exists(schema, name):
+            catalog_views.forget(spark)
+            return False
+    if not catalog.exists(request.schema, request.identifier):
+        catalog_views.forget(spark)
+        return False
+    return True

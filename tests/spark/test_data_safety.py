@@ -1,0 +1,494 @@
+"""Data safety: what a refresh must never do to a user's tables and results.
+
+Each test names the hazard it guards against. All of them run real refreshes on real Delta
+tables in the session's Spark and check the stream table against its recompute (the oracle).
+"""
+from __future__ import annotations
+
+import decimal
+import os
+import shutil
+import threading
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from python_helpers.errors import SourceBehind
+from python_helpers.runtime import catalog_views, change_feed, publishing, published_files, storage
+from python_helpers.runtime.api import refresh_stream_table
+from python_helpers.runtime.sources import storage_path
+from tests.support import sources as S
+
+pytestmark = pytest.mark.spark
+
+AGG = "SELECT k, COUNT(*) AS n, SUM(v) AS sv FROM {src}.t1 GROUP BY k"
+ROWS = [S.row(i, k=i % 3, g="abc"[i % 3], v=i, x=i / 2, d=i, dt="2024-01-01") for i in range(1, 10)]
+
+
+def _count_rows(path: str) -> int:
+    return DeltaTable(path).to_pyarrow_table().num_rows
+
+
+# --- 1. a user's table is never dropped ----------------------------------------------------------
+
+def test_a_managed_table_registered_at_the_source_name_keeps_its_data(env):
+    """The catalog holds a managed table `src.t1` whose location is where the Delta source is:
+    publishing the source's view used to DROP TABLE it, deleting the directory and the data."""
+    env.spark.sql(f"CREATE DATABASE IF NOT EXISTS {env.src}")
+    env.spark.sql(f"CREATE TABLE {env.src}.t1 (id BIGINT, k INT) USING parquet")
+    location = env.spark.sql(f"DESCRIBE TABLE EXTENDED {env.src}.t1").where("col_name = 'Location'").collect()[0][1]
+    path = location.replace("file:", "")
+    assert os.path.abspath(path) == os.path.abspath(env.source_path("t1"))
+    env.source("t1", ROWS)
+    said = []
+    stream = env.stream("over_managed", AGG)
+    result = refresh_stream_table(env.spark, stream.request(), log=lambda level, text: said.append(text))
+    assert result.mode == "full"
+    stream.check()
+    assert env.spark.catalog.tableExists(f"{env.src}.t1")
+    assert env.spark.catalog.getTable(f"{env.src}.t1").tableType == "MANAGED"
+    assert _count_rows(env.paths["t1"]) == len(ROWS)  # the data is all there
+    assert any("did not create" in t and f"{env.src}.t1" in t for t in said), said
+    env.apply([S.Insert("t1", [S.row(50, k=1, v=5)])])
+    stream.refresh(expect="differential")
+    stream.check()
+    assert _count_rows(env.paths["t1"]) == len(ROWS) + 1
+
+
+def test_an_external_table_at_the_source_name_stays_registered_and_readable(env, tmp_path):
+    elsewhere = tmp_path / "external"
+    env.spark.sql(f"CREATE DATABASE IF NOT EXISTS {env.src}")
+    env.spark.range(3).write.parquet(str(elsewhere))
+    env.spark.sql(f"CREATE TABLE {env.src}.t1 USING parquet LOCATION '{elsewhere}'")
+    env.source("t1", ROWS)
+    stream = env.stream("over_external", AGG)
+    stream.refresh(expect="full")
+    stream.check()
+    assert env.spark.catalog.getTable(f"{env.src}.t1").tableType == "EXTERNAL"
+    assert env.spark.table(f"{env.src}.t1").count() == 3
+
+
+def test_a_view_of_the_users_at_the_source_name_is_left_as_it_is(env):
+    env.spark.sql(f"CREATE DATABASE IF NOT EXISTS {env.src}")
+    env.spark.sql(f"CREATE VIEW {env.src}.t1 AS SELECT 42 AS answer")
+    env.source("t1", ROWS)
+    stream = env.stream("over_user_view", AGG)
+    stream.refresh(expect="full")
+    stream.check()
+    env.apply([S.DeleteRows("t1", [0])])
+    stream.refresh(expect="differential")
+    stream.check()
+    assert [tuple(r) for r in env.spark.table(f"{env.src}.t1").collect()] == [(42,)]
+
+
+def test_a_table_at_the_stream_tables_name_is_refused_not_replaced(env):
+    from python_helpers.runtime.catalog_views import NameTaken
+
+    env.source("t1", ROWS)
+    env.spark.sql(f"CREATE TABLE {env.target}.taken USING parquet AS SELECT 1 AS precious")
+    stream = env.stream("taken", AGG)
+    with pytest.raises(NameTaken, match="did not create") as caught:
+        stream.refresh()
+    assert "taken" in str(caught.value)
+    assert [tuple(r) for r in env.spark.table(f"{env.target}.taken").collect()] == [(1,)]
+
+
+def test_a_view_at_the_stream_tables_name_is_taken_over_only_when_the_caller_owns_the_name(env):
+    from python_helpers.runtime.catalog_views import NameTaken
+
+    env.source("t1", ROWS)
+    env.spark.sql(f"CREATE VIEW {env.target}.was_a_view AS SELECT 1 AS old")
+    stream = env.stream("was_a_view", AGG)
+    with pytest.raises(NameTaken):
+        stream.refresh()
+    stream.refresh(expect="full", take_over_relation=True)  # dbt owns its model's name
+    stream.check()
+    props = dict((r[0], r[1]) for r in env.spark.sql(f"SHOW TBLPROPERTIES {stream.view}").collect())
+    assert props[catalog_views.ROLE_PROPERTY] == catalog_views.STREAM_TABLE
+    env.apply([S.Insert("t1", [S.row(51, k=2, v=1)])])
+    stream.refresh(expect="differential")
+    stream.check()
+
+
+# --- 2. a column's type changed in place ---------------------------------------------------------
+
+def _overwrite_with(path, transform):
+    data = DeltaTable(path).to_pyarrow_table()
+    data = transform(data)
+    write_deltalake(path, data, mode="overwrite", schema_mode="overwrite")
+
+
+def _retyped(data: pa.Table, name: str, type_: pa.DataType) -> pa.Table:
+    i = data.schema.get_field_index(name)
+    return data.set_column(i, pa.field(name, type_), data.column(name).cast(type_))
+
+
+@pytest.mark.parametrize("column, new_type, sql", [
+    ("k", pa.int64(), "SELECT k, COUNT(*) AS n FROM {src}.t1 GROUP BY k"),  # a group key
+    ("k", pa.float64(), "SELECT k, v FROM {src}.t1"),  # an output column of a bag
+    ("d", pa.decimal128(14, 4), "SELECT g, SUM(d) AS sd FROM {src}.t1 GROUP BY g"),  # a decimal's scale
+])
+def test_a_type_changed_in_place_rebuilds_with_the_reason(env, column, new_type, sql):
+    env.source("t1", ROWS)
+    stream = env.stream(f"retyped_{column}", sql)
+    stream.refresh(expect="full")
+    _overwrite_with(env.paths["t1"], lambda data: _retyped(data, column, new_type))
+    result = stream.refresh(expect="full")
+    assert f"column {column} of source" in result.reason and "changed type" in result.reason, result.reason
+    stream.check()
+    env.apply([S.Insert("t1", [S.row(60, k=1, v=3, d=2)])], only_existing=True)
+    stream.refresh(expect="differential")
+    stream.check()
+
+
+def test_a_string_column_becoming_a_date_rebuilds(env):
+    schema = pa.schema([("id", pa.int64()), ("day", pa.string())])
+    path = env.source_path("days")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_deltalake(path, pa.Table.from_pylist([{"id": 1, "day": "2024-01-02"}, {"id": 2, "day": "2024-01-03"}],
+                                               schema=schema), configuration=S.CDF_ON)
+    env.paths["days"] = path
+    stream = env.stream("days", "SELECT day, COUNT(*) AS n FROM {src}.days GROUP BY day")
+    stream.refresh(expect="full")
+    _overwrite_with(path, lambda data: _retyped(data, "day", pa.date32()))
+    result = stream.refresh(expect="full")
+    assert "changed type from string to date" in result.reason
+    stream.check()
+
+
+# --- 3. a crash after the commit, before the views ------------------------------------------------
+
+class Crash(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("where", ["before the views", "between the view and its marker"])
+def test_a_crash_after_the_commit_is_repaired_by_the_next_run_even_without_source_changes(env, monkeypatch, where):
+    env.source("t1", ROWS)
+    stream = env.stream("crash_publish", AGG)
+    stream.refresh(expect="full")
+    env.apply([S.Insert("t1", [S.row(70, k=1, v=100)]), S.DeleteRows("t1", [2])])
+    with monkeypatch.context() as patch:
+        if where == "before the views":
+            patch.setattr(publishing, "publish", lambda *a, **k: (_ for _ in ()).throw(Crash(where)))
+        else:
+            real = published_files.write_marker
+
+            def crash_on_stream_marker(root, marker):
+                if published_files.PUBLISHED_DIR in root and published_files.SOURCES_DIR not in root:
+                    raise Crash(where)
+                return real(root, marker)
+
+            patch.setattr(published_files, "write_marker", crash_on_stream_marker)
+        with pytest.raises(Crash):
+            stream.refresh()
+    catalog_views.forget(env.spark)  # a new process knows nothing of what this one published
+    result = stream.refresh(expect="differential")  # no source moved since the commit
+    assert result.rows_changed == 0
+    stream.check()
+
+
+# --- 5. settings that change results ------------------------------------------------------------
+
+def test_a_session_time_zone_change_rebuilds_with_the_setting_named(env):
+    ts_schema = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC"))])
+    path = env.source_path("events")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    import datetime
+
+    rows = [{"id": i, "ts": datetime.datetime(2024, 1, 1, 21 + i % 3, 30, tzinfo=datetime.timezone.utc)}
+            for i in range(6)]
+    write_deltalake(path, pa.Table.from_pylist(rows, schema=ts_schema), configuration=S.CDF_ON)
+    env.paths["events"] = path
+    stream = env.stream("per_day", "SELECT to_date(ts) AS day, COUNT(*) AS n FROM {src}.events GROUP BY to_date(ts)")
+    spark = env.spark
+    before = spark.conf.get("spark.sql.session.timeZone")
+    try:
+        stream.refresh(expect="full")
+        spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+        result = stream.refresh(expect="full")
+        assert "spark.sql.session.timeZone changed from UTC to Asia/Tokyo" in result.reason, result.reason
+        stream.check()
+        write_deltalake(path, pa.Table.from_pylist([rows[0]], schema=ts_schema), mode="append")
+        stream.refresh(expect="differential")
+        stream.check()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+
+
+# --- 6. source versions never move backwards --------------------------------------------------------
+
+def test_a_source_log_that_went_back_is_an_error_and_changes_nothing(env):
+    env.source("t1", ROWS)
+    stream = env.stream("went_back", AGG)
+    stream.refresh(expect="full")
+    env.apply([S.Insert("t1", [S.row(80, k=1, v=1)])])
+    env.apply([S.Insert("t1", [S.row(81, k=2, v=2)])])
+    stream.refresh(expect="differential")
+    target = storage_path(env.spark, env.target, stream.identifier)
+    before = storage.read_metadata(target)
+    log_dir = os.path.join(env.paths["t1"], "_delta_log")
+    newest = sorted(f for f in os.listdir(log_dir) if f.endswith(".json"))[-1]
+    os.remove(os.path.join(log_dir, newest))  # the log now ends one version earlier (same table)
+    with pytest.raises(SourceBehind, match="already consumed") as caught:
+        stream.refresh()
+    assert stream.model in str(caught.value) and "--full-refresh" in str(caught.value)
+    after = storage.read_metadata(target)
+    assert after["storage_version"] == before["storage_version"]  # nothing written
+
+
+# --- 7. a huge change is counted before anything is read ---------------------------------------------
+
+def test_a_large_change_is_judged_from_the_log_before_it_is_read(env, monkeypatch):
+    env.source("t1", [S.row(i, k=i % 5, v=i % 7) for i in range(12_000)])
+    stream = env.stream("large", AGG, auto_full_threshold=0.2)
+    stream.refresh(expect="full")
+    env.apply([S.UpdateWhere("t1", "k", 1, {"v": 3}), S.UpdateWhere("t1", "k", 2, {"v": 4}),
+               S.UpdateWhere("t1", "k", 3, {"v": 5})])  # 7,200 rows: 14,400 change rows
+
+    def no_read(*args, **kwargs):
+        raise AssertionError("the change was read although the log showed it too large")
+
+    monkeypatch.setattr(change_feed, "read_changes", no_read)
+    result = stream.refresh(expect="full")
+    assert "over auto_full_threshold" in result.reason
+    monkeypatch.undo()
+    stream.check()
+
+
+def test_a_change_above_the_driver_limit_is_read_by_spark(env, monkeypatch):
+    monkeypatch.setattr(change_feed, "DRIVER_READ_MAX_ROWS", 3)
+    monkeypatch.setattr(change_feed, "_read_in_driver",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("read in the driver")))
+    env.source("t1", ROWS)
+    stream = env.stream("spark_read", "SELECT k, g, COUNT(*) AS n, SUM(v) AS sv, MIN(x) AS mx FROM {src}.t1 GROUP BY k, g")
+    stream.refresh(expect="full")
+    env.apply([S.Insert("t1", [S.row(90 + i, k=i % 2, v=i) for i in range(6)]), S.UpdateWhere("t1", "k", 1, {"v": 0}),
+               S.DeleteRows("t1", [0, 1])])
+    stream.refresh(expect="differential")
+    stream.check()
+
+
+# --- 8. locations are URIs or paths, never rewritten -------------------------------------------------
+
+def test_a_file_uri_source_path_with_spaces_and_glob_characters(env, tmp_path):
+    # (delta-rs itself cannot open a table under a directory named with `[ ]`.)
+    folder = tmp_path / "lake with spaces" / "a{b},c*d?"
+    path = str(folder / "t1")
+    S.create_source(path, ROWS)
+    env.paths["t1"] = path
+    import pathlib
+
+    stream = env.stream("uri_source", AGG, sources={f"{env.src}.t1": pathlib.Path(path).as_uri()})
+    stream.refresh(expect="full")
+    stream.check()
+    env.apply([S.Insert("t1", [S.row(95, k=2, v=9)]), S.DeleteRows("t1", [3])])
+    stream.refresh(expect="differential")
+    stream.check()
+    assert env.spark.table(f"{env.src}.t1").count() == _count_rows(path)
+
+
+# --- 9. readers during refreshes -------------------------------------------------------------------
+
+def test_a_reader_looping_during_refreshes_never_fails(env):
+    env.source("t1", ROWS)
+    env.source("t2", [S.row(i, k=i % 3, v=i) for i in range(1, 6)])
+    stream = env.stream("read_while", "SELECT a.k, COUNT(*) AS n, SUM(b.v) AS sv FROM {src}.t1 a JOIN {src}.t2 b "
+                                      "ON a.k = b.k GROUP BY a.k")
+    stream.refresh(expect="full")
+    errors, reads, stop = [], [0], threading.Event()
+    reader_session = env.spark.newSession()
+
+    def read():
+        while not stop.is_set():
+            try:
+                reader_session.sql(f"SELECT k, n, sv FROM {stream.view}").collect()
+                reads[0] += 1
+            except Exception as err:  # noqa: BLE001 - the test is that there are none
+                errors.append(f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    try:
+        for i in range(8):
+            env.apply([S.Insert("t1", [S.row(200 + i, k=i % 3, v=i)]), S.UpdateRows("t2", [i % 5], {"v": i})])
+            stream.refresh(expect="differential")
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not errors, errors[:3]
+    assert reads[0] > 0
+    stream.check()
+
+
+# --- 10. wide decimals are exact --------------------------------------------------------------------
+
+def test_sum_and_avg_of_decimal_38_18_with_exact_duplicates(env):
+    schema = pa.schema([("id", pa.int64()), ("k", pa.int32()), ("big", pa.decimal128(38, 18))])
+    path = env.source_path("wide")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    one = decimal.Decimal("1.000000000000000001")
+    near_bound = decimal.Decimal("9999999999999999999.123456789012345678")  # over DECIMAL(37,18)
+    rows = [{"id": 1, "k": 1, "big": one}, {"id": 2, "k": 1, "big": one}, {"id": 3, "k": 2, "big": near_bound}]
+    write_deltalake(path, pa.Table.from_pylist(rows, schema=schema), configuration=S.CDF_ON)
+    env.paths["wide"] = path
+    # AVG of the value near the bound is beyond DECIMAL(38, 22): Spark itself cannot compute it.
+    stream = env.stream("wide", "SELECT k, SUM(big) AS s, AVG(CASE WHEN k = 1 THEN big END) AS a, COUNT(*) AS n "
+                                "FROM {src}.wide GROUP BY k")
+    stream.refresh(expect="full")
+    # Exact duplicates: their change rows consolidate into weights of 2 and 3.
+    write_deltalake(path, pa.Table.from_pylist(rows[:2] * 1 + [rows[0]], schema=schema), mode="append")
+    stream.refresh(expect="differential")
+    stream.check()
+    DeltaTable(path).delete("k = 1 AND id = 1")
+    write_deltalake(path, pa.Table.from_pylist([{"id": 4, "k": 2, "big": decimal.Decimal("0.000000000000000003")}],
+                                               schema=schema), mode="append")
+    stream.refresh(expect="differential")
+    stream.check()
+
+
+# --- 11. old files and leftovers are cleaned up ----------------------------------------------------
+
+def test_old_stored_versions_are_vacuumed_and_results_stay_right(env, monkeypatch):
+    from python_helpers.runtime import housekeeping
+
+    monkeypatch.setattr(housekeeping, "VACUUM_EVERY", 3)
+    env.source("t1", ROWS)
+    stream = env.stream("vacuumed", AGG, retention_hours=0)
+    stream.refresh(expect="full")
+    target = storage_path(env.spark, env.target, stream.identifier)
+    first_files = {os.path.basename(u) for u in DeltaTable(target).file_uris()}
+    for i in range(6):
+        env.apply([S.UpdateWhere("t1", "k", i % 3, {"v": i})])
+        stream.refresh(expect="differential")
+        stream.check()
+    ops = [c.get("operation") for c in DeltaTable(target).history()]
+    assert any(str(o).startswith("VACUUM") for o in ops), ops
+    on_disk = {f for f in os.listdir(target) if f.endswith(".parquet")}
+    live = {os.path.basename(u) for u in DeltaTable(target).file_uris()}
+    assert not (first_files - live) & on_disk  # the first version's replaced files are gone
+
+
+# --- 12. names that need quoting -----------------------------------------------------------------
+
+def test_names_that_need_quoting_in_every_position(env):
+    """Spark's Hive catalog allows only letters, digits and _ in schema and table names, so those
+    are keywords here; column names hold spaces, back-quotes, dots, keywords and non-ASCII."""
+    columns = pa.schema([("group", pa.int32()), ("order", pa.int64()), ("value", pa.int32()),
+                         ("a b", pa.string()), ("we`ird", pa.int32()), ("x.y", pa.int32()), ("é", pa.int32())])
+    path = env.source_path("order")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    rows = [{"group": i % 3, "order": i, "value": i * 2, "a b": "xy"[i % 2], "we`ird": i % 2, "x.y": i, "é": 1}
+            for i in range(8)]
+    write_deltalake(path, pa.Table.from_pylist(rows, schema=columns), configuration=S.CDF_ON)
+    env.paths["order"] = path
+    sql = ("SELECT `group`, `a b`, `we``ird`, COUNT(*) AS `n of`, SUM(`value`) AS `sum`, MAX(`order`) AS `order`, "
+           "SUM(`x.y`) AS `x.y`, MIN(`é`) AS `é` FROM {src}.`order` GROUP BY `group`, `a b`, `we``ird`")
+    stream = env.stream("select", sql)
+    first = stream.refresh(expect="full")
+    assert first.rows_changed > 0
+    stream.check()
+    DeltaTable(path).update(updates={'"value"': '"value" + 1'}, predicate='"group" = 1')
+    write_deltalake(path, pa.Table.from_pylist(rows[:2], schema=columns), mode="append")
+    second = stream.refresh(expect="differential")  # not a full refresh blamed on the change feed
+    assert second.reason is None
+    stream.check()
+    assert stream.refresh(expect="differential").skipped
+    bag = env.stream("where", "SELECT `a b`, `we``ird`, `x.y` FROM {src}.`order` WHERE `group` <> 2")
+    bag.refresh(expect="full")
+    DeltaTable(path).delete('"order" = 3')
+    bag.refresh(expect="differential")
+    bag.check()
+
+
+def test_an_internal_error_reading_changes_is_not_reported_as_unreadable_changes(env, monkeypatch):
+    env.source("t1", ROWS)
+    stream = env.stream("internal", AGG)
+    stream.refresh(expect="full")
+    env.apply([S.Insert("t1", [S.row(99, k=1, v=1)])])
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug in the reader")
+
+    monkeypatch.setattr(change_feed, "read_changes", broken)
+    with pytest.raises(ValueError, match="a bug in the reader"):
+        stream.refresh()
+
+
+# --- 13. file lists without limits -----------------------------------------------------------------
+
+def test_a_source_of_many_files_is_published_without_a_file_list(env):
+    path = env.source_path("many")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    S.create_source(path, [S.row(0, k=0, v=0)])
+    table = pa.Table.from_pylist([S.row(i, k=i % 4, v=i % 9) for i in range(1, 901)], schema=S.SCHEMA)
+    for start in range(0, 900, 1):  # one file per row: 900 files
+        write_deltalake(path, table.slice(start, 1), mode="append")
+    env.paths["many"] = path
+    assert len(DeltaTable(path).file_uris()) > 800
+    stream = env.stream("many", "SELECT k, COUNT(*) AS n, SUM(v) AS sv FROM {src}.many GROUP BY k")
+    stream.refresh(expect="full")
+    stream.check()
+    assert env.spark.table(f"{env.src}.many").count() == 901
+    text = env.spark.sql(f"SHOW CREATE TABLE {env.src}.many").collect()[0][0]
+    assert len(text) < 2000, len(text)
+
+
+def test_partition_values_with_commas_braces_and_glob_characters(env):
+    schema = pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.int32())])
+    path = env.source_path("parts")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    values = ["a,b", "{c}", "[d]*?", "e f", "x=y/z", None]
+    rows = [{"id": i, "p": p, "v": i} for i, p in enumerate(values)]
+    write_deltalake(path, pa.Table.from_pylist(rows, schema=schema), partition_by=["p"], configuration=S.CDF_ON)
+    env.paths["parts"] = path
+    stream = env.stream("parts", "SELECT p, COUNT(*) AS n, SUM(v) AS sv FROM {src}.parts GROUP BY p")
+    stream.refresh(expect="full")
+    stream.check()
+    write_deltalake(path, pa.Table.from_pylist([{"id": 10, "p": "a,b", "v": 5}, {"id": 11, "p": "{c}", "v": 1}],
+                                               schema=schema), mode="append")
+    DeltaTable(path).delete("id = 2")
+    DeltaTable(path).update(updates={"v": "v + 100"}, predicate="id = 3")
+    stream.refresh(expect="differential")
+    stream.check()
+    got = sorted(((r.p or ""), r.v) for r in env.spark.table(f"{env.src}.parts").collect())
+    want = sorted(((r["p"] or ""), r["v"]) for r in DeltaTable(path).to_pyarrow_table().to_pylist())
+    assert got == want
+
+
+# --- 15. dbt's threads share the caches ---------------------------------------------------------------
+
+def test_refreshes_on_four_threads_sharing_sources(env):
+    env.source("t1", ROWS)
+    env.source("t2", [S.row(i, k=i % 3, v=i) for i in range(1, 8)])
+    sqls = {
+        "th_agg": AGG,
+        "th_join": "SELECT a.k, COUNT(*) AS n FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k GROUP BY a.k",
+        "th_bag": "SELECT k, v FROM {src}.t2 WHERE v > 2",
+        "th_distinct": "SELECT DISTINCT g FROM {src}.t1",
+    }
+    streams = [env.stream(name, sql) for name, sql in sqls.items()]
+
+    def run_all(expect):
+        errors = []
+
+        def one(st):
+            try:
+                st.refresh(expect=expect)
+            except Exception as err:  # noqa: BLE001
+                errors.append(f"{st.identifier}: {type(err).__name__}: {err}")
+
+        threads = [threading.Thread(target=one, args=(st,)) for st in streams]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert not errors, errors
+        for st in streams:
+            st.check()
+
+    run_all("full")
+    for i in range(3):
+        env.apply([S.Insert("t1", [S.row(300 + i, k=i, v=i)]), S.UpdateRows("t2", [i], {"v": 10 + i})])
+        run_all("differential")

@@ -1,0 +1,54 @@
+"""Refresh commits on real Delta tables (delta-rs, no Spark): every commit that moves the
+offsets conflicts with any other refresh commit made since the version it read."""
+import pyarrow as pa
+import pytest
+
+from python_helpers.runtime import storage
+
+ROWS = pa.table({"__dvm_row_id": ["a", "b"], "v": [1, 2]})
+
+
+def _built(tmp_path):
+    path = str(tmp_path / "stored")
+    storage.write_full(path, ROWS, {"offsets": {"s.t": {"version": 1}}}, None)
+    return path
+
+
+def _upsert(path, read_version, row_id, value, offset):
+    rows = pa.table({"__dvm_row_id": [row_id], "v": [value], "__dvm_action": ["U"]})
+    storage.merge_rows(path, rows, ["__dvm_row_id", "v"], "__dvm_row_id", "__dvm_action",
+                       {"offsets": {"s.t": {"version": offset}}}, read_version)
+
+
+def test_offsets_only_commit_loses_to_a_concurrent_merge(tmp_path):
+    path = _built(tmp_path)
+    read = storage.read_metadata(path)["read_version"]
+    _upsert(path, read, "c", 3, offset=5)  # a rival refresh that inserted a row commits first
+    with pytest.raises(storage.ConcurrentCommit):
+        storage.commit_offsets_only(path, {"offsets": {"s.t": {"version": 6}}}, read)
+    assert storage.read_metadata(path)["offsets"]["s.t"]["version"] == 5
+
+
+def test_merge_loses_to_a_concurrent_offsets_only_commit(tmp_path):
+    path = _built(tmp_path)
+    read = storage.read_metadata(path)["read_version"]
+    storage.commit_offsets_only(path, {"offsets": {"s.t": {"version": 6}}}, read)
+    with pytest.raises(storage.ConcurrentCommit):
+        _upsert(path, read, "c", 3, offset=5)
+    assert storage.read_metadata(path)["offsets"]["s.t"]["version"] == 6
+
+
+def test_full_rewrite_loses_to_any_refresh_commit_since_its_read(tmp_path):
+    path = _built(tmp_path)
+    read = storage.read_metadata(path)["read_version"]
+    _upsert(path, read, "a", 10, offset=5)
+    with pytest.raises(storage.ConcurrentCommit):
+        storage.write_full(path, ROWS, {"offsets": {"s.t": {"version": 7}}}, read)
+
+
+def test_two_first_builds_one_wins(tmp_path):
+    path = str(tmp_path / "stored")
+    storage.write_full(path, ROWS, {"offsets": {"s.t": {"version": 1}}}, None)
+    with pytest.raises(storage.ConcurrentCommit):
+        storage.write_full(path, ROWS, {"offsets": {"s.t": {"version": 2}}}, None)
+    assert storage.read_metadata(path)["offsets"]["s.t"]["version"] == 1
