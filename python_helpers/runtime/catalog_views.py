@@ -204,6 +204,20 @@ class Catalog:
                        f"({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)})")
 
 
+def catalog_key(spark) -> str:
+    """A short name of the metastore the session publishes to: views live per catalog, the
+    stored result and its generations per storage, and several catalogs may share a storage."""
+    import hashlib
+
+    parts = []
+    for key in ("spark.sql.catalogImplementation", "spark.hadoop.hive.metastore.uris", "spark.hadoop.javax.jdo.option.ConnectionURL"):
+        try:
+            parts.append(str(spark.conf.get(key, "")))
+        except Exception:  # noqa: BLE001
+            parts.append("")
+    return hashlib.md5("|".join(parts).encode()).hexdigest()[:12]
+
+
 def known(spark, schema: str, name: str) -> bool:
     """Did this process publish the view `schema.name` in `spark`?"""
     with _DDL_LOCK:

@@ -14,8 +14,9 @@ values) and `parts/` holds one small parquet file mapping i to the typed partiti
 `data/_common_metadata` carries the table's data schema, so Spark takes the columns from it and
 not from an old file that predates an added column.
 
-`published.json` in the root records what the view shows (the marker). It is written after the
-view, so a crash in between leaves the marker behind and the next refresh publishes again.
+`published-<catalog>.json` in the root records what the view shows in one catalog (the marker;
+several metastores can publish views of the same storage). It is written after the view, so a
+crash in between leaves the marker behind and the next refresh publishes again.
 
 Where links cannot be made (remote storage, another file system) `link_generation` returns None
 and the caller names the files in the view instead.
@@ -35,7 +36,7 @@ from python_helpers.runtime import paths
 
 PUBLISHED_DIR = "__dvm_published"
 SOURCES_DIR = "__sources"
-MARKER = "published.json"
+MARKER_PREFIX = "published-"
 PARTITION_DIR = "__dvm_p"
 KEEP_GENERATIONS = 3
 # Generations younger than this stay even when more than KEEP_GENERATIONS exist: a query that
@@ -59,15 +60,32 @@ def _generation(name: str) -> Optional[int]:
     return int(name[1:]) if name.startswith("g") and name[1:].isdigit() else None
 
 
-def read_marker(root: str) -> Optional[dict]:
+def _marker_name(catalog: str) -> str:
+    return f"{MARKER_PREFIX}{catalog}.json"
+
+
+def read_marker(root: str, catalog: str = "default") -> Optional[dict]:
     try:
-        return json.loads(paths.read_text(paths.join(root, MARKER)))
+        return json.loads(paths.read_text(paths.join(root, _marker_name(catalog))))
     except (FileNotFoundError, ValueError):
         return None
 
 
-def write_marker(root: str, marker: dict) -> None:
-    paths.write_text_atomic(paths.join(root, MARKER), json.dumps(marker, sort_keys=True))
+def write_marker(root: str, marker: dict, catalog: str = "default") -> None:
+    paths.write_text_atomic(paths.join(root, _marker_name(catalog)), json.dumps(marker, sort_keys=True))
+
+
+def _live_generations(root: str) -> set:
+    """Generations some catalog's view reads (every marker's)."""
+    live = set()
+    for name in os.listdir(root):
+        if name.startswith(MARKER_PREFIX) and name.endswith(".json"):
+            try:
+                with open(os.path.join(root, name), encoding="utf-8") as handle:
+                    live.add(json.load(handle).get("generation"))
+            except (OSError, ValueError):
+                continue
+    return live
 
 
 def link_generation(root: str, version: int, files: list, partitions: Optional[list] = None,
@@ -139,14 +157,13 @@ def prune(root: str, keep: Optional[int] = None, retention_seconds: Optional[flo
     keep = KEEP_GENERATIONS if keep is None else keep
     retention = DEFAULT_GENERATION_RETENTION_SECONDS if retention_seconds is None else retention_seconds
     now = time.time() if now is None else now
-    marker = read_marker(root) or {}
-    live = marker.get("generation")
+    live = _live_generations(root)
     removed = []
     gens = sorted((g, n) for n in os.listdir(root) if (g := _generation(n)) is not None)
     # A generation can be read until the next one is published: its age counts from then.
     superseded = {name: _mtime(os.path.join(root, nxt)) for (_, name), (_, nxt) in zip(gens, gens[1:])}
     for _, name in gens[:-keep] if keep else gens:
-        if name == live or name not in superseded or now - superseded[name] < retention:
+        if name in live or name not in superseded or now - superseded[name] < retention:
             continue
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)
         removed.append(name)

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 import pyarrow as pa
 from sqlglot import exp
 
-from python_helpers.runtime import catalog_views, delta_log, delta_tables, paths, published_files
+from python_helpers.runtime import catalog_views, delta_tables, paths, published_files, steps
 from python_helpers.runtime.catalog_views import Catalog
 from python_helpers.runtime.view_inlining import is_stored_table
 
@@ -58,8 +58,8 @@ def _log_string(value) -> str:
     return str(value)
 
 
-def stream_table_marker(target: str) -> Optional[dict]:
-    return published_files.read_marker(published_files.stream_root(target))
+def stream_table_marker(spark, target: str) -> Optional[dict]:
+    return published_files.read_marker(published_files.stream_root(target), catalog_views.catalog_key(spark))
 
 
 def publish_stream_table(spark, schema: str, name: str, model: str, target: str, view_sql: Callable,
@@ -70,19 +70,22 @@ def publish_stream_table(spark, schema: str, name: str, model: str, target: str,
     types = delta_tables.spark_type_strings(arrow)
     version, table_id = stored.version(), stored.metadata().id
     root = published_files.stream_root(target)
-    marker = published_files.read_marker(root)
+    catalog = catalog_views.catalog_key(spark)
+    marker = published_files.read_marker(root, catalog)
     if _newer(marker, table_id, version + 1):
         return  # a later refresh published a newer version already
     files = delta_tables.file_paths(stored, target)
     gen = published_files.link_generation(root, version, files) if files else None
+    steps.reached("stream_generation_linked")
     if gen is not None:
         relation = catalog_views.directory_relation(gen)
     else:
         relation = catalog_views.files_relation(target, files, types)
     Catalog(spark).publish_view(schema, name, view_sql(relation, types), catalog_views.STREAM_TABLE, model,
                                 take_over=take_over)
+    steps.reached("stream_view_altered")
     published_files.write_marker(root, {"table_id": table_id, "version": version, "schema": _schema_hash(types),
-                                        "generation": paths.basename(gen) if gen else None})
+                                        "generation": paths.basename(gen) if gen else None}, catalog)
     published_files.prune(root, retention_seconds=retention_seconds)
 
 
@@ -96,7 +99,8 @@ def publish_source(spark, relation: str, src, model: str, log: Log, retention_se
     """The view `schema.table` over a source at its pinned version (never moved back)."""
     schema, name = relation.split(".")[-2:]
     root = published_files.source_root(source_schema_dir(spark, relation), name)
-    marker = published_files.read_marker(root)
+    catalog = catalog_views.catalog_key(spark)
+    marker = published_files.read_marker(root, catalog)
     state = src.state
     if _newer(marker, state.table_id, state.version) and (
             catalog_views.known(spark, schema, name) or Catalog(spark).exists(schema, name)):
@@ -118,15 +122,18 @@ def publish_source(spark, relation: str, src, model: str, log: Log, retention_se
             query = catalog_views.generation_query(gen, types, parts)
         else:
             query = catalog_views.files_query(src.path, files, types, parts, partitions)
+    steps.reached("source_generation_linked")
     published = Catalog(spark).publish_view(schema, name, query, catalog_views.SOURCE, model,
                                             legacy_mark=paths.local(src.path))
+    steps.reached("source_view_altered")
     if not published:
         log("info", f"{model}: {relation} is a catalog object dbt-spark-stream did not create; it is left as it "
                     "is (no view of the source is published under that name)")
-        published_files.write_marker(root, {"table_id": state.table_id, "version": state.version, "skipped": True})
+        published_files.write_marker(root, {"table_id": state.table_id, "version": state.version, "skipped": True},
+                                     catalog)
         return
     published_files.write_marker(root, {"table_id": state.table_id, "version": state.version,
-                                        "generation": paths.basename(gen) if gen else None})
+                                        "generation": paths.basename(gen) if gen else None}, catalog)
     published_files.prune(root, retention_seconds=retention_seconds)
 
 
@@ -145,14 +152,15 @@ def up_to_date(spark, request, plan, target: str) -> bool:
     stored = delta_tables.open_table(target)
     if stored is None:
         return False
-    if not _newer(stream_table_marker(target), stored.metadata().id, stored.version()):
+    if not _newer(stream_table_marker(spark, target), stored.metadata().id, stored.version()):
         return False
     catalog = Catalog(spark)
+    key = catalog_views.catalog_key(spark)
     for relation, src in plan.pinned.items():
         if is_stored_table(relation):
             continue
         schema, name = relation.split(".")[-2:]
-        marker = published_files.read_marker(published_files.source_root(source_schema_dir(spark, relation), name))
+        marker = published_files.read_marker(published_files.source_root(source_schema_dir(spark, relation), name), key)
         if not _newer(marker, src.state.table_id, src.state.version):
             return False
         if not marker.get("skipped") and not catalog.exists(schema, name):

@@ -175,10 +175,10 @@ def test_a_crash_after_the_commit_is_repaired_by_the_next_run_even_without_sourc
         else:
             real = published_files.write_marker
 
-            def crash_on_stream_marker(root, marker):
+            def crash_on_stream_marker(root, marker, catalog="default"):
                 if published_files.PUBLISHED_DIR in root and published_files.SOURCES_DIR not in root:
                     raise Crash(where)
-                return real(root, marker)
+                return real(root, marker, catalog)
 
             patch.setattr(published_files, "write_marker", crash_on_stream_marker)
         with pytest.raises(Crash):

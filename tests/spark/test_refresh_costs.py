@@ -9,7 +9,7 @@ import pytest
 from deltalake import write_deltalake
 
 from python_helpers.errors import InvalidConfig
-from python_helpers.runtime import published_files
+from python_helpers.runtime import published_files, publishing
 from python_helpers.runtime.sources import storage_path
 from tests.support import sources as S
 from tests.support.shapes import INITIAL, SHAPES_BY_NAME
@@ -130,7 +130,7 @@ def test_the_view_reads_one_generation_directory_and_follows_every_refresh(env):
         # The view names the generation of the newest stored version (a fixed directory, never
         # a file list), and the marker records it.
         text = env.spark.sql(f"SHOW CREATE TABLE {stream.view}").collect()[0][0]
-        marker = published_files.read_marker(root)
+        marker = publishing.stream_table_marker(env.spark, storage_path(env.spark, env.target, "published"))
         assert f"{root}/{marker['generation']}" in text, text
         seen.append(marker["generation"])
     assert len(set(seen)) == 3

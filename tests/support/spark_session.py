@@ -11,13 +11,14 @@ import os
 import sys
 
 
-def build_spark_session(base_dir: str, app_name: str = "dbt-spark-stream-tests"):
-    """Create (or return the already running) local SparkSession with warehouse + metastore under base_dir."""
+def build_spark_session(base_dir: str, app_name: str = "dbt-spark-stream-tests", warehouse: str | None = None):
+    """Create (or return the already running) local SparkSession with warehouse + metastore under
+    base_dir (the warehouse elsewhere when given: processes sharing stored results)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    warehouse = os.path.join(base_dir, "warehouse")
+    warehouse = warehouse or os.path.join(base_dir, "warehouse")
     metastore = os.path.join(base_dir, "metastore_db")
     os.makedirs(warehouse, exist_ok=True)
     # Derby writes derby.log into the working directory unless told otherwise.

@@ -17,8 +17,9 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.sql.predicates import conjuncts
+from python_helpers.dvm.operators import linear, scan
 from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, union_all, weight
-from python_helpers.dvm.tree import Filter, Join, Node
+from python_helpers.dvm.tree import WEIGHT, Filter, Join, Node, Project, Scan
 
 
 def flatten(node: Node) -> tuple[list[Node], list[exp.Expression]]:
@@ -35,6 +36,20 @@ def _owners(condition: exp.Expression, owner_of: dict, n: int) -> frozenset:
     if any(name not in owner_of for name in names):
         return frozenset(range(n))  # unknown column: apply once everything is joined
     return frozenset(owner_of[name] for name in names)
+
+
+def counted_plain(node: Node, ctx: Context, version: str):
+    """A Project / Filter chain over a bag upstream's scan, each distinct row once with its count
+    as weight (the linear delta rules applied to the snapshot); None for any other input."""
+    if isinstance(node, Scan):
+        return scan.weighted_plain(node, ctx, version, WEIGHT) if node.weight_column is not None else None
+    if isinstance(node, (Project, Filter)):
+        child = counted_plain(node.child, ctx, version)
+        if child is None:
+            return None
+        return linear.project_delta(node, ctx, child) if isinstance(node, Project) else \
+            linear.filter_delta(node, ctx, child)
+    return None
 
 
 def chain_delta(node: Node, ctx: Context, delta, plain):
@@ -67,6 +82,7 @@ def _term(node: Node, ctx: Context, i: int, d, inputs: list, conds: list, owners
                 out.append(c.copy())
         return out
 
+    multiplicities = []  # columns carrying the row counts of weighted snapshots joined
     own_filter = ready(set())  # conjuncts over the changed input alone filter its delta first
     if own_filter:
         d = select_from([exp.Star()], sub(d, ctx.alias("dd"))).where(exp.and_(*own_filter), copy=False)
@@ -88,10 +104,23 @@ def _term(node: Node, ctx: Context, i: int, d, inputs: list, conds: list, owners
         if ctx.small_delta:
             step.set("hint", exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[
                 exp.to_identifier(current.alias)])]))
-        step = step.join(sub(plain(inputs[j], version), ra), on=exp.and_(*on) if on else None,
+        other = inputs[j]
+        counted = counted_plain(other, ctx, version)
+        if counted is not None:
+            # A bag upstream joined by its stored rows, each once, with its count as a factor.
+            name = f"__dvm_m{ctx.alias('m')}"
+            multiplicities.append(name)
+            rendered = select_from([col(c) for c in other.columns] + [alias(weight(), name)],
+                                   sub(counted, ctx.alias("cp")))
+        else:
+            rendered = plain(other, version)
+        step = step.join(sub(rendered, ra), on=exp.and_(*on) if on else None,
                          join_type=None if on else "CROSS", copy=False)
         current = sub(step, ctx.alias("j"))
-    cols = [col(c) for c in node.columns] + [alias(weight(current.alias), "__dvm_w")]
+    w = weight(current.alias)
+    for m in multiplicities:
+        w = exp.Mul(this=w, expression=col(m, current.alias))
+    cols = [col(c) for c in node.columns] + [alias(w, "__dvm_w")]
     out = select_from(cols, current)
     rest = ready(set(range(len(inputs))))  # conjuncts over no input's columns (constants)
     return out.where(exp.and_(*rest), copy=False) if rest else out

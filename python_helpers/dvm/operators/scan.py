@@ -16,7 +16,17 @@ def _columns(node: Scan):
             for src, out in zip(node.source_columns, node.columns)]
 
 
+def weighted_plain(node: Scan, ctx: Context, version: str, multiplicity: str) -> exp.Select:
+    """The snapshot with each row once and its multiplicity in column `multiplicity` (a bag
+    upstream's stored row counts; 1 for a plain source): consumers multiply it into their
+    weights instead of reading each row that many times."""
+    count = col(node.weight_column) if node.weight_column is not None else exp.Literal.number(1)
+    return select_from(_columns(node) + [alias(count, multiplicity)], ctx.snapshot(node.relation, version))
+
+
 def plain(node: Scan, ctx: Context, version: str) -> exp.Select:
+    """The snapshot as rows (a bag upstream's rows repeated by their counts: for consumers
+    that have no weights; the join chain and the aggregates' delta path use weighted_plain)."""
     query = select_from(_columns(node), ctx.snapshot(node.relation, version))
     if node.weight_column is None:
         return query

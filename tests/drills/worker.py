@@ -1,0 +1,167 @@
+"""One process of a crash or concurrency drill (tests/drills/test_drills.py runs it).
+
+    python tests/drills/worker.py WORK_DIR ACTIONS... [--metastore NAME]
+
+Actions, run in order in one process with its own Spark session (warehouse WORK_DIR/warehouse,
+Derby metastore WORK_DIR/<NAME>, so two processes can run at once):
+
+    setup            create the sources (Delta tables with the change feed) under WORK_DIR/lake
+    change:<seed>    apply one random change batch to the sources (inserts, updates, deletes)
+    refresh          refresh every drill stream table (DBT_SPARK_STREAM_KILL_AT may kill here)
+    full             the same with --full-refresh
+    kill:<step>      arm the kill for the next refresh (steps.KILL_AT)
+    check            refresh, then compare every stream table with its recompute (the oracle)
+    loop:<n>:<seed>  n times: change, then refresh, counting refreshes that lost a race
+
+It prints one JSON line per action result (`{"action": ..., ...}`) on stdout.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+SCHEMA = "drill_src"
+TARGET = "drill_st"
+STREAMS = {
+    "totals": f"SELECT k, COUNT(*) AS n, SUM(v) AS sv, MIN(v) AS lo, MAX(d) AS hi FROM {SCHEMA}.t1 GROUP BY k",
+    "joined": (f"SELECT a.k, b.g, COUNT(*) AS n, SUM(a.v * b.v) AS s FROM {SCHEMA}.t1 a JOIN {SCHEMA}.t2 b "
+               f"ON a.k = b.k GROUP BY a.k, b.g"),
+    "rows": f"SELECT id, k, v FROM {SCHEMA}.t2 WHERE v > 0",
+}
+
+
+def emit(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def session(work: str, metastore: str):
+    from tests.support.spark_session import build_spark_session
+
+    base = os.path.join(work, metastore)
+    os.makedirs(base, exist_ok=True)
+    # Every process shares one warehouse (the stored results); only the metastore is its own.
+    return build_spark_session(base, app_name=f"drill-{metastore}", warehouse=os.path.join(work, "warehouse"))
+
+
+def paths(work: str) -> dict:
+    return {f"{SCHEMA}.t1": os.path.join(work, "lake", "t1"), f"{SCHEMA}.t2": os.path.join(work, "lake", "t2")}
+
+
+def setup(work: str) -> None:
+    from tests.support import sources as S
+
+    rng = random.Random(1)
+    for name, path in paths(work).items():
+        rows = [S.row(i, k=rng.randint(0, 3), g=rng.choice("abc"), v=rng.randint(-5, 5), d=rng.randint(0, 50))
+                for i in range(1, 41)]
+        S.create_source(path, rows)
+
+
+def change(work: str, seed: int) -> None:
+    from tests.support import sources as S
+
+    rng = random.Random(seed)
+    by_table = {name.split(".")[1]: path for name, path in paths(work).items()}
+    for _ in range(3):
+        table = rng.choice(sorted(by_table))
+        kind = rng.choice(["insert", "update", "delete"])
+        if kind == "insert":
+            ops = [S.Insert(table, [S.row(None, k=rng.randint(0, 3), g=rng.choice("abc"), v=rng.randint(-5, 5),
+                                          d=rng.randint(0, 50)) for _ in range(rng.randint(1, 3))])]
+        elif kind == "update":
+            ops = [S.UpdateWhere(table, "k", rng.randint(0, 3), {"v": rng.randint(-5, 5)})]
+        else:
+            ops = [S.DeleteRows(table, [rng.randint(0, 30)])]
+        for attempt in range(5):  # two drill processes may write a source at once
+            try:
+                S.apply_batch(by_table, ops)
+                break
+            except Exception:  # noqa: BLE001 - a source commit lost a race: apply again
+                if attempt == 4:
+                    raise
+
+
+def request(name: str, work: str, full: bool = False):
+    from python_helpers.runtime.api import RefreshRequest
+
+    return RefreshRequest(model=f"model.drill.{name}", schema=TARGET, identifier=name, sql=STREAMS[name],
+                          full_refresh=full, sources=paths(work))
+
+
+def refresh(spark, work: str, full: bool = False) -> dict:
+    from python_helpers.runtime.api import refresh_stream_table
+
+    said, modes = [], {}
+    for name in STREAMS:
+        result = refresh_stream_table(spark, request(name, work, full), log=lambda lvl, text: said.append(text))
+        modes[name] = result.mode
+    return {"modes": modes, "retries": sum("starting over" in t for t in said)}
+
+
+def check(spark, work: str) -> dict:
+    from tests.support.oracle import assert_matches_recompute
+
+    out = refresh(spark, work)
+    for name, sql in STREAMS.items():
+        assert_matches_recompute(spark, f"{TARGET}.{name}", sql, paths(work), context=name)
+    return out
+
+
+def main(argv: list) -> None:
+    work = argv[1]
+    metastore = "metastore"
+    if "--metastore" in argv:
+        metastore = argv[argv.index("--metastore") + 1]
+        argv = argv[:argv.index("--metastore")] + argv[argv.index("--metastore") + 2:]
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from python_helpers.runtime import housekeeping, steps
+
+    housekeeping.VACUUM_EVERY = 2  # let the drills reach the vacuum step
+    spark = None
+    for action in argv[2:]:
+        name, _, arg = action.partition(":")
+        if name == "setup":
+            setup(work)
+            emit(action=action)
+            continue
+        if name == "change":
+            change(work, int(arg))
+            emit(action=action)
+            continue
+        if name == "kill":
+            os.environ[steps.KILL_AT] = arg
+            continue
+        if spark is None:
+            spark = session(work, metastore)
+            spark.sql(f"CREATE DATABASE IF NOT EXISTS {TARGET}")
+        if name == "refresh":
+            emit(action=action, **refresh(spark, work))
+        elif name == "full":
+            emit(action=action, **refresh(spark, work, full=True))
+        elif name == "check":
+            emit(action=action, ok=True, **check(spark, work))
+        elif name == "loop":
+            from python_helpers.errors import ConcurrentRefresh
+
+            n, seed = (int(x) for x in arg.split(":"))
+            lost, retries, done = 0, 0, 0
+            for i in range(n):
+                change(work, seed * 1000 + i)
+                try:
+                    retries += refresh(spark, work)["retries"]
+                    done += 1
+                except ConcurrentRefresh:
+                    lost += 1
+            emit(action=action, refreshes=done, gave_up=lost, retries=retries)
+        else:
+            raise SystemExit(f"unknown action {action}")
+        os.environ.pop(steps.KILL_AT, None)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
