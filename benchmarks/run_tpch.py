@@ -1,9 +1,14 @@
-"""FULL vs DIFFERENTIAL refresh on TPC-H, in one warm Spark session, on the same data.
+"""FULL vs DIFFERENTIAL refresh on TPC-H, on the same data.
 
-    .venv/bin/python benchmarks/run_tpch.py                 # SF 1, 1,000 changed rows, 3 cycles
-    .venv/bin/python benchmarks/run_tpch.py --sf 0.1 --cycles 2 --no-sweeps   # a quick look
+    .venv/bin/python benchmarks/run_tpch.py                          # through dbt, SF 1, both change mixes
+    .venv/bin/python benchmarks/run_tpch.py --sf 10 --queries q01,q03,q05,q06,q12
+    .venv/bin/python benchmarks/run_tpch.py --spark connect          # against a Spark Connect server
+    .venv/bin/python benchmarks/run_tpch.py --via warm --sf 0.1 --cycles 2 --no-sweeps   # in-process
 
-For every query two stream tables are built over the same sources: one with
+--via dbt (the default) measures what a scheduled job pays: every refresh is a `dbt run` in a
+fresh process, timed by dbt (benchmarks/run_tpch_dbt.py has the details).
+
+--via warm: for every query two stream tables are built over the same sources: one with
 refresh_mode='full', one differential. Each cycle applies one change batch to lineitem and
 orders (70% updates, 15% deletes, 15% inserts of changed rows), then refreshes both (the same
 source versions), checks that they hold the same rows, and times each refresh (the refresh
@@ -112,10 +117,20 @@ class Bench:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--via", choices=("dbt", "warm"), default="dbt",
+                        help="dbt: a `dbt run` per refresh (default); warm: refreshes in this process")
+    parser.add_argument("--spark", choices=("session", "connect"), default="session",
+                        help="(--via dbt) a local session per run, or a long-lived Spark Connect server")
+    parser.add_argument("--mixes", default="rf,scattered", help="(--via dbt) change mixes: rf, scattered")
+    parser.add_argument("--rf-fraction", type=float, default=0.001,
+                        help="(--via dbt) orders inserted and deleted per cycle, as a fraction of orders")
+    parser.add_argument("--scattered-rows", type=int, default=1000, help="(--via dbt) lineitem rows updated")
+    parser.add_argument("--data", default=None, help="(--via dbt) where generated TPC-H is cached (.work/tpch)")
     parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (default 1)")
     parser.add_argument("--changes", type=int, default=1000, help="changed rows per cycle (default 1000)")
     parser.add_argument("--cycles", type=int, default=3, help="change cycles (default 3)")
-    parser.add_argument("--queries", default=",".join(QUERIES), help="comma-separated subset")
+    parser.add_argument("--queries", default=None,
+                        help="comma-separated subset, or 'all' (default: the five headline queries)")
     parser.add_argument("--no-sweeps", action="store_true", help="skip the scale and change-rate sweeps")
     parser.add_argument("--scales", default="0.1,0.3", help="other scale factors for the scale sweep")
     parser.add_argument("--rates", default="0.0001,0.001,0.01,0.1,0.5",
@@ -125,6 +140,13 @@ def main(argv=None) -> int:
     parser.add_argument("--work", default=None, help="work directory (default: a temp dir, removed after)")
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = parser.parse_args(argv)
+    if args.via == "dbt":
+        from benchmarks import run_tpch_dbt
+
+        args.queries = args.queries or ",".join(run_tpch_dbt.HEADLINE)
+        print(f"machine: {machine()}", flush=True)
+        return run_tpch_dbt.run(args, machine())
+    args.queries = args.queries or ",".join(QUERIES)
 
     work = args.work or tempfile.mkdtemp(prefix="dvm-bench-")
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]

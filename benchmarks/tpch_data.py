@@ -35,6 +35,54 @@ def generate(scale: float) -> dict:
     return {t: con.execute(f"SELECT * FROM {t}").fetch_arrow_table() for t in TABLES}
 
 
+KEYS = {"region": "r_regionkey", "nation": "n_nationkey", "supplier": "s_suppkey", "customer": "c_custkey",
+        "part": "p_partkey", "partsupp": "ps_partkey", "orders": "o_orderkey", "lineitem": "l_orderkey"}
+
+
+def build(scale: float, root: str, schema: str = "tpch", chunk_rows: int = 1_000_000, log=print) -> dict:
+    """TPC-H at `scale` as Delta tables under <root>/<schema>.db/<table>, never holding a whole
+    table in memory: dbgen writes into an on-disk duckdb database (<root>/dbgen.duckdb), and
+    each table is copied to Delta in chunks of `chunk_rows` in the order dbgen emits it (by
+    key), one data file per chunk. Returns {relation: path}."""
+    import duckdb
+
+    root = os.path.abspath(root)
+    os.makedirs(root, exist_ok=True)
+    db = os.path.join(root, "dbgen.duckdb")
+    con = duckdb.connect(db, config={"allow_unsigned_extensions": "true", "preserve_insertion_order": "true"})
+    con.execute("SET enable_progress_bar = false")
+    con.execute(f"LOAD '{_tpch_extension()}'")
+    if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'lineitem'").fetchone()[0]:
+        started = time.perf_counter()
+        con.execute(f"CALL dbgen(sf={scale})")
+        log(f"dbgen sf={scale}: {time.perf_counter() - started:.0f}s")
+    paths = {}
+    for name in TABLES:
+        path = os.path.join(root, f"{schema}.db", name)
+        paths[f"{schema}.{name}"] = path
+        if os.path.isdir(os.path.join(path, "_delta_log")):
+            continue
+        started = time.perf_counter()
+        reader = con.execute(f"SELECT * FROM {name}").fetch_record_batch(chunk_rows)
+        first, rows = True, 0
+        for batch in reader:
+            table = pa.Table.from_batches([batch])
+            table = table.cast(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in table.schema]))
+            write_deltalake(path, table, mode="overwrite" if first else "append",
+                            configuration=CDF_ON if first else None)
+            first, rows = False, rows + table.num_rows
+        log(f"  {name}: {rows} rows in {time.perf_counter() - started:.0f}s")
+    con.close()
+    return paths
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """duckdb's Arrow types Spark reads back as the same type everywhere (views -> plain strings)."""
+    if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+        return pa.string()
+    return t
+
+
 def load(data: dict, root: str, schema: str = "tpch") -> dict:
     """Write every table as a Delta table at <root>/<schema>.db/<table>; returns {relation: path}."""
     paths = {}
@@ -147,3 +195,82 @@ def change_fraction(paths: dict, fraction: float, salt: int, schema: str = "tpch
 
 def lineitem_rows(paths: dict, schema: str = "tpch") -> int:
     return DeltaTable(paths[f"{schema}.lineitem"]).to_pyarrow_dataset().count_rows()
+
+
+class RefreshFunctions:
+    """TPC-H's refresh functions, per cycle: RF1 inserts `orders` new orders with their
+    lineitems under fresh, increasing keys (copies of a run of existing orders), and RF2 deletes
+    as many of the oldest orders with their lineitems (a contiguous run of keys, as TPC-H's
+    delete sets are)."""
+
+    name = "refresh functions"
+
+    def __init__(self, paths: dict, orders: int, schema: str = "tpch"):
+        import pyarrow.compute as pc
+
+        self.paths, self.orders, self.schema = paths, orders, schema
+        keys = DeltaTable(paths[f"{schema}.orders"]).to_pyarrow_table(columns=["o_orderkey"]).column("o_orderkey")
+        self.low, self.next_key = int(pc.min(keys).as_py()), int(pc.max(keys).as_py()) + 1
+        self.span = self._span_for(keys, orders)
+
+    @staticmethod
+    def _span_for(keys, count: int) -> int:
+        """Key range holding about `count` orders (TPC-H keys are sparse: 8 of every 32 used)."""
+        import pyarrow.compute as pc
+
+        total, lo, hi = len(keys), pc.min(keys).as_py(), pc.max(keys).as_py()
+        return max(1, int((hi - lo + 1) * count / total))
+
+    def apply(self) -> dict:
+        started = time.perf_counter()
+        li_path, od_path = self.paths[f"{self.schema}.lineitem"], self.paths[f"{self.schema}.orders"]
+        # RF1: copies of the orders in a run of keys above the ones RF2 removes next.
+        src_lo = self.low + 4 * self.span
+        od = DeltaTable(od_path).to_pyarrow_table(filters=[("o_orderkey", ">=", src_lo),
+                                                          ("o_orderkey", "<", src_lo + self.span)])
+        li = DeltaTable(li_path).to_pyarrow_table(filters=[("l_orderkey", ">=", src_lo),
+                                                          ("l_orderkey", "<", src_lo + self.span)])
+        shift = self.next_key - src_lo
+        od = od.set_column(od.schema.get_field_index("o_orderkey"), "o_orderkey",
+                           pa.compute.add(od.column("o_orderkey"), shift))
+        li = li.set_column(li.schema.get_field_index("l_orderkey"), "l_orderkey",
+                           pa.compute.add(li.column("l_orderkey"), shift))
+        write_deltalake(od_path, od, mode="append")
+        write_deltalake(li_path, li, mode="append")
+        self.next_key += self.span
+        # RF2: the oldest run of keys.
+        hi = self.low + self.span
+        DeltaTable(li_path).delete(f"l_orderkey >= {self.low} AND l_orderkey < {hi}")
+        DeltaTable(od_path).delete(f"o_orderkey >= {self.low} AND o_orderkey < {hi}")
+        self.low = hi
+        return {"orders_inserted": od.num_rows, "lineitems_inserted": li.num_rows,
+                "seconds": time.perf_counter() - started}
+
+
+class ScatteredUpdates:
+    """Lineitem rows of random orders updated (quantity, discount), and those orders too
+    (priority, total price): changes spread over the whole key range."""
+
+    name = "scattered updates"
+
+    def __init__(self, paths: dict, rows: int = 1000, schema: str = "tpch", seed: int = 7):
+        import numpy as np
+
+        self.paths, self.rows, self.schema = paths, rows, schema
+        self.rng = np.random.default_rng(seed)
+
+    def apply(self) -> dict:
+        import numpy as np
+
+        started = time.perf_counter()
+        li_path, od_path = self.paths[f"{self.schema}.lineitem"], self.paths[f"{self.schema}.orders"]
+        keys = DeltaTable(od_path).to_pyarrow_table(columns=["o_orderkey"]).column("o_orderkey").to_numpy()
+        picked = np.sort(self.rng.choice(keys, size=max(1, self.rows // 4), replace=False))
+        key_list = ",".join(str(int(k)) for k in picked)
+        DeltaTable(li_path).update(predicate=f"l_orderkey IN ({key_list})", updates={
+            "l_quantity": "l_quantity + 1",
+            "l_discount": "CASE WHEN l_discount >= 0.10 THEN l_discount - 0.01 ELSE l_discount + 0.01 END"})
+        DeltaTable(od_path).update(predicate=f"o_orderkey IN ({key_list})", updates={
+            "o_orderpriority": "CASE WHEN o_orderpriority = '1-URGENT' THEN '2-HIGH' ELSE '1-URGENT' END",
+            "o_totalprice": "o_totalprice + 1"})
+        return {"orders_updated": len(picked), "seconds": time.perf_counter() - started}

@@ -29,6 +29,10 @@ class Context:
     # The engine's way to compute an intermediate once and read it back as a relation (None:
     # keep it inline). Used for a recursion's delta, which the MERGE reads more than once.
     materialize: Optional[Callable[[exp.Expression], exp.Expression]] = None
+    # The engine's way to read only the part of a snapshot that can match the change of another
+    # relation on an equality: keyed_snapshot(relation, version, column, changed_relation,
+    # changed_column) -> a FROM-able expression, or None when it cannot narrow the read.
+    keyed_snapshot: Optional[Callable[[str, str, str, str, str], Optional[exp.Expression]]] = None
     _alias: int = 0
 
     def alias(self, base: str = "t") -> str:

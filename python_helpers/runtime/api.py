@@ -53,6 +53,9 @@ class RefreshResult:
     skipped: bool = False  # differential with no source change: nothing read, nothing written
     source_versions: dict = field(default_factory=dict)  # relation -> version refreshed to
     phases: dict = field(default_factory=dict)  # phase -> seconds (plan, changes, delta, merge, publish, ...)
+    # What the refresh read: change_rows per source, files_read / files_skipped of snapshots
+    # narrowed by the Delta log's statistics.
+    counters: dict = field(default_factory=dict)
 
     @property
     def message(self) -> str:

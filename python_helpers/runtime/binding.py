@@ -31,6 +31,9 @@ class Bindings:
         self.views_by_key: dict = {}  # "s<i>_old|new|chg" -> registered temp view
         self.change_counts: dict = {}  # relation -> change rows (exact once consolidated, else estimated)
         self.change_files: dict = {}  # relation -> delta_log.ChangeFiles of the versions consumed
+        self.change_arrow: dict = {}  # relation -> its change rows, when read in the driver
+        self.files_read = 0  # files of snapshots narrowed by statistics (read / skipped)
+        self.files_skipped = 0
         self.consolidated: set = set()  # relations whose change rows are consolidated already
         self._index = {r: i for i, r in enumerate(sorted(pinned))}
 
@@ -108,6 +111,8 @@ class Bindings:
                 self.spark, src.state.arrow_schema, src.state.partition_columns, src.path, files.files,
                 self.columns.get(relation) or [f.name for f in src.state.arrow_schema], self.change_counts[relation])
             self.change_counts[relation] = changes.rows
+            if changes.arrow is not None:
+                self.change_arrow[relation] = changes.arrow
             if changes.consolidated and changes.rows == 0:
                 continue
             if changes.consolidated:
@@ -126,7 +131,34 @@ class Bindings:
         return Context(changes=self.changes, snapshot=self.snapshot, changed=set(changed),
                        consolidated=set(self.consolidated) & set(changed),
                        small_delta=sum(self.change_counts.values()) <= SMALL_DELTA_ROWS,
-                       materialize=self.materialize)
+                       materialize=self.materialize, keyed_snapshot=self.keyed_snapshot)
+
+    def keyed_snapshot(self, relation: str, version: str, column: str, changed_relation: str,
+                       changed_column: str):
+        """`relation` at `version`, only the files whose statistics of `column` can hold a value
+        that `changed_relation`'s change has in `changed_column` (Delta keeps min and max per file
+        and column; data laid out by key, as a fact table by its business key usually is, leaves
+        few files to read). None when that rules out nothing or cannot be decided."""
+        import pyarrow.compute as pc
+
+        data = self.change_arrow.get(changed_relation)
+        if data is None or changed_column not in data.column_names:
+            return None
+        src = self.pinned[relation]
+        number = src.state.version if version == "new" else self.old.get(relation)
+        if number is None:
+            return None
+        if version == "old":
+            self._check_readable(relation, number)
+        table = delta_tables.open_table(src.path, number)
+        files = delta_tables.files_meeting_keys(table, src.path, column, pc.unique(data.column(changed_column)))
+        total = len(table.file_uris())
+        if files is None or len(files) == total:
+            return None
+        self.files_read += len(files)
+        self.files_skipped += total - len(files)
+        frame = delta_tables.keyed_frame(self.spark, src.state, number, files, self.columns.get(relation))
+        return self.register(frame, f"s{self._index[relation]}_{version}_k{len(self.views)}")
 
     def materialize(self, query: exp.Expression) -> exp.Select:
         """Compute a (small) intermediate once, now, and serve it as a temp view: the SQL that

@@ -36,6 +36,7 @@ class Changes:
     frame: object  # Spark DataFrame: the read columns + __dvm_w
     rows: int  # exact when `consolidated`, else the log's estimate
     consolidated: bool  # rows with equal values were summed and cancelled ones dropped
+    arrow: Optional[pa.Table] = None  # the rows, when they were read in the driver
 
 
 def table_stats(table) -> tuple[Optional[int], float]:
@@ -81,7 +82,7 @@ def read_changes(spark, arrow_schema: pa.Schema, partition_columns: list, table_
             data = merged
         frame = spark.createDataFrame(data, schema=spark_schema(data.schema)) if data.num_rows else \
             spark.createDataFrame([], spark_schema(data.schema))
-        return Changes(frame, data.num_rows, merged is not None)
+        return Changes(frame, data.num_rows, merged is not None, data)
     return Changes(_read_in_spark(spark, arrow_schema, partition_columns, table_path, files, columns), rows, False)
 
 

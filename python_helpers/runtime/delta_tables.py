@@ -173,6 +173,59 @@ def _snapshot_frame(spark, state: TableState, version: int, columns: Optional[li
     return frame
 
 
+def files_meeting_keys(table: DeltaTable, table_path: str, column: str, keys: pa.Array) -> Optional[list]:
+    """The live files whose [min, max] of `column` (the log's statistics) holds one of `keys`
+    (non-null values); None when the statistics cannot decide (no stats for the column, or a
+    type they cannot be compared in), and the caller reads every file.
+
+    Files whose values of `column` are all NULL hold no row an equality can match."""
+    import bisect
+
+    actions = add_actions(table)
+    lo_name, hi_name, nulls_name = f"min.{column}", f"max.{column}", f"null_count.{column}"
+    if lo_name not in actions.column_names or hi_name not in actions.column_names:
+        return None
+    stat_type = actions.schema.field(lo_name).type
+    if not (pa.types.is_integer(stat_type) or pa.types.is_string(stat_type) or pa.types.is_large_string(stat_type)
+            or pa.types.is_date(stat_type)):
+        return None  # decimals and timestamps: the log's rendering is not compared here
+    try:
+        wanted = sorted(set(pa.compute.drop_null(keys.cast(stat_type)).to_pylist()))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    files = file_paths(table, table_path)
+    los, his = actions.column(lo_name).to_pylist(), actions.column(hi_name).to_pylist()
+    nulls = actions.column(nulls_name).to_pylist() if nulls_name in actions.column_names else [None] * len(files)
+    records = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(files)
+    out = []
+    for f, lo, hi, n_null, n in zip(files, los, his, nulls, records):
+        if lo is None or hi is None:
+            if n is not None and n_null is not None and n_null >= n:
+                continue  # only NULLs in this file
+            out.append(f)  # no statistics: cannot rule the file out
+            continue
+        at = bisect.bisect_left(wanted, lo)
+        if at < len(wanted) and wanted[at] <= hi:
+            out.append(f)
+    return out
+
+
+def keyed_frame(spark, state: TableState, version: int, files: list, columns: Optional[list] = None):
+    """The rows of some of a version's files (those statistics leave in) as a DataFrame."""
+    table = open_table(state.path, version)
+    schema = spark_schema(state.arrow_schema if version == state.version else arrow_schema(table))
+    if not files:
+        frame = spark.createDataFrame([], schema)
+    else:
+        reader = spark.read.schema(schema)
+        if state.partition_columns:
+            reader = reader.option("basePath", paths.for_spark(state.path, state.path))
+        frame = reader.parquet(*[paths.glob_escaped(f) for f in files])
+    if columns is not None:
+        frame = frame.select(*[quoted_column(c) for c in columns])
+    return frame
+
+
 def quoted_column(name: str) -> str:
     """A column name as DataFrame.select takes it, whatever characters it holds."""
     return "`" + name.replace("`", "``") + "`"

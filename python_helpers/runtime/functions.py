@@ -28,6 +28,7 @@ class Kind:
     aggregate: bool
     deterministic: bool
     pandas: bool = False  # a pandas UDAF: Spark computes it only beside other pandas UDAFs
+    unclassified: bool = False  # over SQL alone a user function cannot be told apart
 
 
 # Base classes of aggregate functions, for functions the registry cannot build untyped (Hive).
@@ -41,7 +42,9 @@ _AGGREGATE_CLASSES = (
 
 def classify(spark, name: str, arity: int) -> Optional[Kind]:
     """None when Spark does not know the function (its analysis reports that later)."""
-    jvm = spark._jvm
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: no JVM on this side
+        return classify_by_sql(spark, name)
     database, _, func = name.rpartition(".")
     ident = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier.apply(
         func, jvm.scala.Option.apply(database or None))
@@ -64,6 +67,32 @@ def classify(spark, name: str, arity: int) -> Optional[Kind]:
                     deterministic=_hive_deterministic(jvm, info.getClassName()))
     except Exception:
         return None
+
+
+_BUILTIN_AGGREGATES = "org.apache.spark.sql.catalyst.expressions.aggregate."
+_BUILTIN = "org.apache.spark.sql.catalyst.expressions."
+
+
+def classify_by_sql(spark, name: str) -> Optional[Kind]:
+    """Classify through `DESCRIBE FUNCTION EXTENDED` (SQL only: Spark Connect, Thrift).
+
+    A built-in expression class says what it is; for any other function (a UDF, a Hive class)
+    SQL does not tell whether it is deterministic or an aggregate, so it is taken as
+    non-deterministic: the stream table refreshes in full, with that reason, rather than risk a
+    wrong differential result."""
+    try:
+        rows = spark.sql(f"DESCRIBE FUNCTION EXTENDED {name}").collect()
+    except Exception:  # noqa: BLE001 - not a function Spark knows: its analysis reports that later
+        return None
+    text = "\n".join(str(r[0]) for r in rows)
+    if "not found" in text.lower():
+        return None
+    cls = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Class:")), "")
+    if cls.startswith(_BUILTIN_AGGREGATES):
+        return Kind(aggregate=True, deterministic=True)
+    if cls.startswith(_BUILTIN):
+        return Kind(aggregate=False, deterministic="rand" not in cls.lower() and "uuid" not in cls.lower())
+    return Kind(aggregate=False, deterministic=False, unclassified=True)
 
 
 def _hive_deterministic(jvm, class_name: str) -> bool:
@@ -109,7 +138,10 @@ def mark_user_functions(spark, model: str, query: exp.Expression) -> tuple[exp.E
         kind = cache[key]
         if kind is None:
             continue
-        if not kind.deterministic and problem is None:
+        if kind.unclassified and problem is None:
+            problem = UnsupportedSql(model, f"user function {name}(): over this connection Spark does not say "
+                                            "whether it is deterministic or an aggregate")
+        elif not kind.deterministic and problem is None:
             problem = UnsupportedSql(model, f"non-deterministic function {name}()")
         if kind.pandas and problem is None:
             problem = UnsupportedSql(model, f"pandas aggregate UDF {name}() (Spark computes it only beside other "

@@ -27,6 +27,7 @@ from python_helpers.runtime.api import ENGINES, REFRESH_MODES, RefreshRequest, R
 from python_helpers.runtime.binding import Bindings
 from python_helpers.runtime.catalog_views import Catalog
 from python_helpers.runtime.decide import DIFFERENTIAL, Decision, decide, read_schema
+from python_helpers.runtime.metrics import SparkMeter
 from python_helpers.runtime.planning import Plan, plan_request
 from python_helpers.runtime.settings import result_settings
 from python_helpers.runtime.sources import storage_path
@@ -66,6 +67,7 @@ def _refresh_once(spark, request: RefreshRequest, log: Log) -> RefreshResult:
     started = time.perf_counter()
     phases = Phases()
     model = request.model
+    meter = SparkMeter(spark)
 
     with phases("plan"):
         plan = plan_request(spark, request)
@@ -77,12 +79,16 @@ def _refresh_once(spark, request: RefreshRequest, log: Log) -> RefreshResult:
         decision = decide(request, plan, meta, print_fp, session, schema_now)
     steps.reached("planned")
 
+    counters: dict = {}
+
     def result(mode: str, rows: int, **extra) -> RefreshResult:
+        counters.update(meter.finish())
         return RefreshResult(model, mode, rows, time.perf_counter() - started,
                              source_versions={r: s.state.version for r, s in plan.pinned.items()},
-                             phases=dict(phases.seconds), **extra)
+                             phases=dict(phases.seconds), counters=dict(counters), **extra)
 
     context = _Context(spark, request, plan, target, meta, print_fp, session, schema_now, phases, log)
+    context.counters = counters
     if decision == DIFFERENTIAL and all(meta["offsets"][r]["version"] == s.state.version
                                         for r, s in plan.pinned.items()):
         if publishing.up_to_date(spark, request, plan, target):
@@ -326,6 +332,8 @@ def _differential(context: _Context) -> int:
                 _recursion_limit(plan, err)
                 raise
             metadata = context.metadata("differential", result)
+        context.counters.update(change_rows=dict(bindings.change_counts), files_read=bindings.files_read,
+                                files_skipped=bindings.files_skipped)
         with phases("delta"):
             try:
                 data = spark.sql(render(merge)).toArrow() if merge is not None else None

@@ -20,6 +20,8 @@ class StreamTableResponse(AdapterResponse):
     reason: Optional[str] = None  # why the refresh ran in full
     skipped: bool = False  # differential with no source change
     source_versions: Dict[str, int] = field(default_factory=dict)
+    phases: Dict[str, float] = field(default_factory=dict)  # seconds per phase of the refresh
+    counters: Dict[str, object] = field(default_factory=dict)  # change rows, files skipped, Spark jobs...
 
     @classmethod
     def from_result(cls, result) -> "StreamTableResponse":
@@ -34,4 +36,6 @@ class StreamTableResponse(AdapterResponse):
             reason=result.reason,
             skipped=bool(result.skipped),
             source_versions={str(k): int(v) for k, v in (result.source_versions or {}).items()},
+            phases={str(k): round(float(v), 4) for k, v in (getattr(result, "phases", None) or {}).items()},
+            counters=dict(getattr(result, "counters", None) or {}),
         )

@@ -52,6 +52,25 @@ def counted_plain(node: Node, ctx: Context, version: str):
     return None
 
 
+def _keyed_input(ctx: Context, changed: Node, other: Node, on: list, version: str):
+    """The first join of a term: a source joined to a changed source's delta on an equality of
+    their columns is read only from the files whose statistics can hold the delta's values."""
+    if not isinstance(changed, Scan) or not isinstance(other, Scan):
+        return None
+    for cond in on:
+        if not isinstance(cond, exp.EQ):
+            continue
+        a, b = cond.this, cond.expression
+        if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)):
+            continue
+        for mine, theirs in ((a.name, b.name), (b.name, a.name)):
+            if mine in other.columns and theirs in changed.columns:
+                rendered = scan.keyed_plain(other, ctx, version, mine, changed, theirs)
+                if rendered is not None:
+                    return rendered
+    return None
+
+
 def chain_delta(node: Node, ctx: Context, delta, plain):
     """Δ of `node`: Filter(Join tree) or a Join tree. `delta(n)` / `plain(n, version)` render
     the inputs (callables, so unneeded snapshots are never rendered). None when no input changed."""
@@ -105,6 +124,7 @@ def _term(node: Node, ctx: Context, i: int, d, inputs: list, conds: list, owners
             step.set("hint", exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[
                 exp.to_identifier(current.alias)])]))
         other = inputs[j]
+        keyed = _keyed_input(ctx, inputs[i], other, on, version) if len(joined) == 2 else None
         counted = counted_plain(other, ctx, version)
         if counted is not None:
             # A bag upstream joined by its stored rows, each once, with its count as a factor.
@@ -112,6 +132,8 @@ def _term(node: Node, ctx: Context, i: int, d, inputs: list, conds: list, owners
             multiplicities.append(name)
             rendered = select_from([col(c) for c in other.columns] + [alias(weight(), name)],
                                    sub(counted, ctx.alias("cp")))
+        elif keyed is not None:
+            rendered = keyed
         else:
             rendered = plain(other, version)
         step = step.join(sub(rendered, ra), on=exp.and_(*on) if on else None,

@@ -24,6 +24,22 @@ def weighted_plain(node: Scan, ctx: Context, version: str, multiplicity: str) ->
     return select_from(_columns(node) + [alias(count, multiplicity)], ctx.snapshot(node.relation, version))
 
 
+def keyed_plain(node: Scan, ctx: Context, version: str, column: str, changed: Scan, changed_column: str):
+    """The snapshot narrowed to the files whose statistics can hold a value of `changed`'s
+    change in `changed_column` (an equality `column = changed_column` will select from it), or
+    None where the engine cannot narrow it. Rows outside those files match no change row."""
+    if ctx.keyed_snapshot is None or node.weight_column is not None:
+        return None
+    source = node.source_columns[node.columns.index(column)]
+    changed_source = changed.source_columns[changed.columns.index(changed_column)]
+    if source is None or changed_source is None:
+        return None
+    relation = ctx.keyed_snapshot(node.relation, version, source, changed.relation, changed_source)
+    if relation is None:
+        return None
+    return select_from(_columns(node), relation)
+
+
 def plain(node: Scan, ctx: Context, version: str) -> exp.Select:
     """The snapshot as rows (a bag upstream's rows repeated by their counts: for consumers
     that have no weights; the join chain and the aggregates' delta path use weighted_plain)."""

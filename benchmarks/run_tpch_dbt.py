@@ -1,0 +1,186 @@
+"""FULL vs DIFFERENTIAL through `dbt run` (fresh process per run): the headline benchmark.
+
+Called by `benchmarks/run_tpch.py --via dbt` (the default); see that file for the command.
+For each cycle and change mix (TPC-H refresh functions; scattered updates) it changes the
+sources, runs the differential models (`dbt run -s tag:diff`) and then the full twins
+(`dbt run -s tag:full --full-refresh`) on the same source versions, and checks both equal.
+Per model: dbt's execution_time, the refresh mode, Spark jobs and bytes read (Spark's REST API),
+snapshot files skipped by statistics; per run: wall time and peak memory of dbt + Spark.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks.tpch_data import RefreshFunctions, ScatteredUpdates, build  # noqa: E402
+from benchmarks.tpch_dbt import DbtBench, check_equal  # noqa: E402
+
+HEADLINE = ("q01", "q03", "q05", "q06", "q12")
+
+
+def _queries(selection: str) -> dict:
+    from tests.tpch.queries import QUERIES
+
+    names = list(QUERIES) if selection == "all" else [q.strip() for q in selection.split(",") if q.strip()]
+    names = [q for q in HEADLINE if q in names] + [q for q in names if q not in HEADLINE]
+    return {q: QUERIES[q] for q in names}
+
+
+def _linked_copy(src: str, dst: str) -> None:
+    """A copy of the pristine Delta tables whose data files are hard links (they are never
+    modified; new commits and files go to the copy only)."""
+    if os.path.exists(dst):
+        shutil.rmtree(dst)
+    subprocess.run(["cp", "-al", src, dst], check=True)
+
+
+def run(args, machine: str) -> int:
+    work = args.work or tempfile.mkdtemp(prefix="dvm-dbt-bench-")
+    queries = _queries(args.queries)
+    data_root = os.path.join(args.data or os.path.join(ROOT, ".work", "tpch"), f"sf{args.sf:g}")
+    started = time.perf_counter()
+    pristine = build(args.sf, data_root, log=lambda t: print(t, flush=True))
+    print(f"TPC-H sf={args.sf:g} ready in {time.perf_counter() - started:.0f}s (cached in {data_root})", flush=True)
+    lake = os.path.join(work, "lake")
+    _linked_copy(os.path.join(data_root, "tpch.db"), lake)
+    paths = {r: os.path.join(lake, r.split(".")[1]) for r in pristine}
+    server = None
+    if args.spark == "connect":
+        from benchmarks.spark_server import ConnectServer
+
+        server = ConnectServer(os.path.join(work, "server"), warehouse=os.path.join(work, "warehouse"),
+                               memory="10g").start()
+    try:
+        bench = DbtBench(work, paths, queries, spark_mode=args.spark,
+                         remote=server.remote if server else "", ui_url=server.ui_url if server else "")
+        bench.write()
+        built = bench.dbt("run")
+        if not built.ok:
+            print(built.message, file=sys.stderr)
+            return 1
+        print(f"built {len(built.models)} stream tables in {built.wall:.0f}s", flush=True)
+        orders = max(1, int(1_500_000 * args.sf * args.rf_fraction))
+        mixes = {"rf": RefreshFunctions(paths, orders), "scattered": ScatteredUpdates(paths, rows=args.scattered_rows)}
+        chosen = [m.strip() for m in args.mixes.split(",") if m.strip()]
+        records = {m: [] for m in chosen}
+        for cycle in range(1, args.cycles + 1):
+            for mix in chosen:
+                done = mixes[mix].apply()
+                diff = bench.dbt("run", "--select", "tag:diff")
+                full = bench.dbt("run", "--select", "tag:full", "--full-refresh")
+                if not (diff.ok and full.ok):
+                    print((diff.message or full.message), file=sys.stderr)
+                    return 1
+                equal = check_equal(bench, list(queries))
+                records[mix].append((diff, full, equal))
+                print(f"cycle {cycle} {mixes[mix].name} ({done}): differential run {diff.wall:.1f}s, "
+                      f"full run {full.wall:.1f}s, equal: {all(equal.values())}", flush=True)
+                for q in queries:
+                    d, f = diff.models[q], full.models[f"{q}_full"]
+                    print(f"  {q}: full {f.seconds:.2f}s, {d.mode} {d.seconds:.2f}s "
+                          f"({d.counters.get('spark_jobs', '?')} jobs, {_mb(d.counters.get('bytes_read'))} read; "
+                          f"full {f.counters.get('spark_jobs', '?')} jobs, {_mb(f.counters.get('bytes_read'))}); "
+                          f"{'equal' if equal[q] else 'DIFFERENT'}", flush=True)
+                if not all(equal.values()):
+                    print("!! a differential result differs from its full twin", file=sys.stderr)
+                    return 1
+        report = _report(args, machine, queries, records, mixes)
+        print()
+        print(report)
+        os.makedirs(args.out, exist_ok=True)
+        stem = os.path.join(args.out, f"tpch_dbt_{args.spark}_sf{args.sf:g}")
+        with open(stem + ".md", "w") as handle:
+            handle.write(report + "\n")
+        _chart(queries, records, mixes, stem + ".png", f"TPC-H SF {args.sf:g} through dbt ({args.spark})")
+        print(f"\nwrote {stem}.md and {stem}.png")
+        return 0
+    finally:
+        if server is not None:
+            server.stop()
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _mb(value) -> str:
+    return "?" if value is None else f"{value / 2**20:.1f} MiB"
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> str:
+    lines = [f"TPC-H SF {args.sf:g} through `dbt run` ({args.spark}: "
+             + ("a fresh local Spark per run" if args.spark == "session" else "a long-lived Spark Connect server")
+             + f"), {args.cycles} cycle(s); medians. Machine: {machine}.", ""]
+    for mix, rows in records.items():
+        if not rows:
+            continue
+        lines += [f"**{mixes[mix].name}** ("
+                  + (f"{mixes[mix].orders} orders in, as many out" if mix == "rf"
+                     else f"{mixes[mix].rows} lineitem rows and their orders updated") + ")", "",
+                  "| query | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF | mode | jobs FULL / DIFF | read FULL / DIFF (MiB) | snapshot files read / skipped |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for q in queries:
+            f = _median([r[1].models[f"{q}_full"].seconds for r in rows])
+            d = _median([r[0].models[q].seconds for r in rows])
+            modes = ", ".join(sorted({r[0].models[q].mode for r in rows}))
+            jf = _median([r[1].models[f"{q}_full"].counters.get("spark_jobs") for r in rows])
+            jd = _median([r[0].models[q].counters.get("spark_jobs") for r in rows])
+            bf = _median([r[1].models[f"{q}_full"].counters.get("bytes_read") for r in rows])
+            bd = _median([r[0].models[q].counters.get("bytes_read") for r in rows])
+            fr = _median([r[0].models[q].counters.get("files_read") for r in rows])
+            fs = _median([r[0].models[q].counters.get("files_skipped") for r in rows])
+            lines.append(f"| {q} | {f:.2f} | {d:.2f} | {f / d:.1f}x | {modes} | {_n(jf)} / {_n(jd)} | "
+                         f"{_mib(bf)} / {_mib(bd)} | {_n(fr)} / {_n(fs)} |")
+        dw = _median([r[0].wall for r in rows])
+        fw = _median([r[1].wall for r in rows])
+        dm = max(r[0].peak_rss_mib for r in rows)
+        fm = max(r[1].peak_rss_mib for r in rows)
+        lines += ["", f"Whole `dbt run`: FULL {fw:.1f}s, DIFFERENTIAL {dw:.1f}s ({fw / dw:.1f}x); peak resident memory "
+                      f"of dbt and Spark: FULL {fm:.0f} MiB, DIFFERENTIAL {dm:.0f} MiB.", ""]
+    return "\n".join(lines)
+
+
+def _n(v) -> str:
+    return "?" if v is None else f"{v:.0f}"
+
+
+def _mib(v) -> str:
+    return "?" if v is None else f"{v / 2**20:.1f}"
+
+
+def _chart(queries: dict, records: dict, mixes: dict, path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [m for m in records if records[m]]
+    fig, axes = plt.subplots(1, len(shown), figsize=(7 * len(shown), 4.2), squeeze=False)
+    for ax, mix in zip(axes[0], shown):
+        rows = records[mix]
+        names = list(queries)
+        full = [_median([r[1].models[f"{q}_full"].seconds for r in rows]) for q in names]
+        diff = [_median([r[0].models[q].seconds for r in rows]) for q in names]
+        x = range(len(names))
+        ax.bar([i - 0.2 for i in x], full, width=0.4, label="FULL (dbt run --full-refresh)")
+        ax.bar([i + 0.2 for i in x], diff, width=0.4, label="DIFFERENTIAL (dbt run)")
+        for i, (f, d) in enumerate(zip(full, diff)):
+            ax.text(i, max(f, d) * 1.02, f"{f / d:.0f}x", ha="center", fontsize=8)
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(names, rotation=45 if len(names) > 6 else 0)
+        ax.set_ylabel("dbt execution_time, seconds (median)")
+        ax.set_title(f"{title}: {mixes[mix].name}")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

@@ -1,0 +1,220 @@
+"""TPC-H stream tables measured the way users meet them: `dbt run` in a fresh process.
+
+A generated dbt project holds every query twice over the same Delta sources: `<q>` (a stream
+table, refresh_mode='auto') and `<q>_full` (refresh_mode='full': each run recomputes, as
+`dbt run --full-refresh` does). A cycle changes the sources, runs `dbt run --select tag:diff`
+and then `dbt run --select tag:full --full-refresh` on the same source versions, takes each
+model's time from dbt's own run_results.json (execution_time) and the run's wall time, and
+checks that both sets hold the same rows. Peak memory is sampled from /proc for the dbt
+process and everything it starts (the local Spark JVM).
+
+Two ways to reach Spark: `session` (dbt-spark's method: session, a fresh local JVM in every
+`dbt run`) and `connect` (a long-lived Spark Connect server, SPARK_REMOTE; benchmarks/
+spark_server.py starts one).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _source_sql(sql: str) -> str:
+    return re.sub(r"\{src\}\.(\w+)", lambda m: "{{ source('tpch', '" + m.group(1) + "') }}", sql)
+
+
+@dataclass
+class ModelRun:
+    seconds: float  # dbt's execution_time
+    mode: str
+    rows_changed: int
+    reason: str
+    phases: dict
+    counters: dict
+
+
+@dataclass
+class RunReport:
+    wall: float
+    models: dict  # name -> ModelRun
+    peak_rss_mib: float
+    ok: bool
+    message: str = ""
+
+
+@dataclass
+class DbtBench:
+    work: str
+    paths: dict  # relation -> Delta path
+    queries: dict  # name -> SQL over {src}.table
+    spark_mode: str = "session"  # session | connect
+    remote: str = ""  # sc://host:port for connect
+    ui_url: str = ""  # the Spark UI whose REST API gives jobs and bytes (connect: the server's)
+    threads: int = 1
+    env: dict = field(default_factory=dict)
+
+    @property
+    def project(self) -> str:
+        return os.path.join(self.work, "project")
+
+    def write(self) -> None:
+        models = os.path.join(self.project, "models")
+        os.makedirs(models, exist_ok=True)
+        with open(os.path.join(self.project, "dbt_project.yml"), "w") as handle:
+            handle.write("name: tpch_bench\nversion: '1.0'\nconfig-version: 2\nprofile: tpch_bench\n"
+                         "model-paths: ['models']\n")
+        tables = sorted({r.split(".")[1] for r in self.paths})
+        with open(os.path.join(models, "sources.yml"), "w") as handle:
+            handle.write("version: 2\nsources:\n  - name: tpch\n    schema: tpch\n    tables:\n")
+            for t in tables:
+                handle.write(f"      - name: {t}\n        meta: {{delta_path: '{self.paths['tpch.' + t]}'}}\n")
+        for name, sql in self.queries.items():
+            body = _source_sql(sql)
+            with open(os.path.join(models, f"{name}.sql"), "w") as handle:
+                handle.write("{{ config(materialized='stream_table', refresh_mode='auto', tags=['diff']) }}\n" + body)
+            with open(os.path.join(models, f"{name}_full.sql"), "w") as handle:
+                handle.write("{{ config(materialized='stream_table', refresh_mode='full', tags=['full']) }}\n" + body)
+        warehouse = os.path.join(self.work, "warehouse")
+        metastore = os.path.join(self.work, "metastore_db")
+        params = {
+            "spark.sql.warehouse.dir": warehouse,
+            "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={metastore};create=true",
+            "spark.driver.extraJavaOptions": f"-Dderby.system.home={self.work}",
+            "spark.driver.memory": "10g",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.ui.enabled": "true",  # the metrics read Spark's REST API
+            "spark.ui.port": "0",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.log.level": "ERROR",
+            "spark.sql.session.timeZone": "UTC",
+        }
+        lines = ["tpch_bench:", "  target: bench", "  outputs:", "    bench:", "      type: spark_stream",
+                 "      method: session", "      host: localhost", "      schema: bench",
+                 f"      threads: {self.threads}"]
+        if self.spark_mode == "session":
+            lines.append("      server_side_parameters:")
+            lines += [f"        {k}: \"{v}\"" for k, v in params.items()]
+        with open(os.path.join(self.project, "profiles.yml"), "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+
+    def _environment(self) -> dict:
+        env = {**os.environ, **self.env, "DBT_SPARK_STREAM_METRICS": "1", "PYSPARK_PYTHON": sys.executable}
+        env.pop("SPARK_REMOTE", None)
+        if self.spark_mode == "connect":
+            env["SPARK_REMOTE"] = self.remote
+            if self.ui_url:
+                env["DBT_SPARK_STREAM_SPARK_UI"] = self.ui_url
+        return env
+
+    def dbt(self, *args: str) -> RunReport:
+        dbt = os.path.join(os.path.dirname(sys.executable), "dbt")
+        cmd = [dbt, *args, "--project-dir", self.project, "--profiles-dir", self.project]
+        results = os.path.join(self.project, "target", "run_results.json")
+        if os.path.exists(results):
+            os.remove(results)
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=self._environment(), cwd=self.project)
+        sampler = _PeakRss(proc.pid)
+        sampler.start()
+        out, _ = proc.communicate()
+        wall = time.perf_counter() - started
+        peak = sampler.stop()
+        models = {}
+        ok = proc.returncode == 0
+        if os.path.exists(results):
+            with open(results) as handle:
+                data = json.load(handle)
+            for r in data["results"]:
+                name = r["unique_id"].split(".")[-1]
+                resp = r.get("adapter_response") or {}
+                models[name] = ModelRun(r.get("execution_time", 0.0), resp.get("mode", "?"),
+                                        resp.get("rows_changed", 0) or 0, resp.get("reason") or "",
+                                        resp.get("phases") or {}, resp.get("counters") or {})
+                ok = ok and r["status"] == "success"
+        return RunReport(wall, models, peak, ok, "" if ok else out[-3000:])
+
+
+class _PeakRss(threading.Thread):
+    """Peak resident memory (MiB) of a process and its descendants, sampled every 0.2 s."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.peak, self._stop = pid, 0.0, threading.Event()
+
+    def _tree(self) -> list:
+        pids, frontier = [self.pid], [self.pid]
+        while frontier:
+            parent = frontier.pop()
+            try:
+                with open(f"/proc/{parent}/task/{parent}/children") as handle:
+                    kids = [int(x) for x in handle.read().split()]
+            except OSError:
+                kids = []
+            pids += kids
+            frontier += kids
+        return pids
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            total = 0.0
+            for pid in self._tree():
+                try:
+                    with open(f"/proc/{pid}/status") as handle:
+                        for line in handle:
+                            if line.startswith("VmRSS:"):
+                                total += int(line.split()[1]) / 1024
+                except OSError:
+                    pass
+            self.peak = max(self.peak, total)
+            time.sleep(0.2)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self.join(2)
+        return self.peak
+
+
+CHECK = r'''
+import json, os, sys
+from collections import Counter
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from pyspark.sql import SparkSession
+names, work, remote = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+if remote:
+    spark = SparkSession.builder.remote(remote).getOrCreate()
+else:
+    spark = (SparkSession.builder.master("local[2]").enableHiveSupport()
+             .config("spark.sql.warehouse.dir", os.path.join(work, "warehouse"))
+             .config("spark.hadoop.javax.jdo.option.ConnectionURL",
+                     "jdbc:derby:;databaseName=" + os.path.join(work, "metastore_db") + ";create=true")
+             .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" + work)
+             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+def norm(v):
+    return round(v, 6) if isinstance(v, float) else str(v)
+out = {}
+for n in names:
+    a = Counter(tuple(norm(v) for v in r) for r in spark.table(f"bench.{n}").collect())
+    b = Counter(tuple(norm(v) for v in r) for r in spark.table(f"bench.{n}_full").collect())
+    out[n] = a == b
+print("CHECK " + json.dumps(out))
+'''
+
+
+def check_equal(bench: DbtBench, names: list) -> dict:
+    """Each stream table against its full twin, after both refreshed to the same versions."""
+    env = bench._environment()
+    proc = subprocess.run([sys.executable, "-c", CHECK, json.dumps(names), bench.work,
+                           bench.remote if bench.spark_mode == "connect" else ""],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("CHECK ")), None)
+    if line is None:
+        raise RuntimeError(f"check failed: {proc.stderr[-3000:]}")
+    return json.loads(line[len("CHECK "):])

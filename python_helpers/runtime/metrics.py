@@ -1,0 +1,77 @@
+"""What a refresh cost Spark: jobs run and bytes read, from Spark's own status API.
+
+Off by default (it waits for Spark's listener to settle and asks its REST API: tens of ms).
+DBT_SPARK_STREAM_METRICS=1 turns it on; the benchmark does. The refresh's jobs carry a job tag
+(`spark.addTag`, thread-local), so the jobs of other dbt threads are not counted. The REST API
+is the application's UI: the local session's (`spark.ui.enabled` must be true), or for Spark
+Connect the server's, at DBT_SPARK_STREAM_SPARK_UI (e.g. http://127.0.0.1:4040).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from typing import Optional
+from urllib.request import urlopen
+
+ENABLE = "DBT_SPARK_STREAM_METRICS"
+UI_URL = "DBT_SPARK_STREAM_SPARK_UI"
+
+
+class SparkMeter:
+    def __init__(self, spark):
+        self.spark = spark
+        self.enabled = bool(os.environ.get(ENABLE))
+        self.tag = f"dvm-{uuid.uuid4().hex[:12]}"
+        if self.enabled:
+            try:
+                spark.addTag(self.tag)
+            except Exception:  # noqa: BLE001 - no job tags in this Spark: no metrics
+                self.enabled = False
+
+    def finish(self) -> dict:
+        if not self.enabled:
+            return {}
+        try:
+            self.spark.removeTag(self.tag)
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            return self._read()
+        except Exception:  # noqa: BLE001 - metrics never fail a refresh
+            return {}
+
+    def _ui(self) -> Optional[str]:
+        url = os.environ.get(UI_URL)
+        if url:
+            return url.rstrip("/")
+        try:
+            return (self.spark.sparkContext.uiWebUrl or "").rstrip("/") or None
+        except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+            return None
+
+    def _get(self, url: str):
+        with urlopen(url, timeout=5) as response:
+            return json.loads(response.read().decode("utf-8"))
+
+    def _read(self) -> dict:
+        ui = self._ui()
+        if not ui:
+            return {}
+        apps = self._get(f"{ui}/api/v1/applications")
+        if not apps:
+            return {}
+        base = f"{ui}/api/v1/applications/{apps[0]['id']}"
+        deadline = time.time() + 2.0
+        while True:  # the listener reports a finished job a moment after the action returned
+            jobs = [j for j in self._get(f"{base}/jobs") if self.tag in (j.get("jobTags") or [])]
+            if all(j.get("status") in ("SUCCEEDED", "FAILED") for j in jobs) or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        stages = {s for j in jobs for s in j.get("stageIds", [])}
+        read = 0
+        for stage in stages:
+            for attempt in self._get(f"{base}/stages/{stage}"):
+                read += int(attempt.get("inputBytes", 0) or 0)
+        return {"spark_jobs": len(jobs), "bytes_read": read}
