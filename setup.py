@@ -53,6 +53,8 @@ setup(
         "sqlglot>=27,<31",
     ],
     extras_require={
-        "dev": ["pytest", "hypothesis", "duckdb", "duckdb-extension-tpch", "matplotlib"],
+        # connect: the Spark Connect client (pyspark's own extra), for `SPARK_REMOTE` / the benchmark.
+        "connect": ["pyspark[connect]==4.1.4"],
+        "dev": ["pytest", "hypothesis", "duckdb", "duckdb-extension-tpch", "matplotlib", "pyspark[connect]==4.1.4"],
     },
 )

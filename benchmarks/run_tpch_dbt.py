@@ -43,7 +43,8 @@ def _linked_copy(src: str, dst: str) -> None:
 
 
 def run(args, machine: str) -> int:
-    work = args.work or tempfile.mkdtemp(prefix="dvm-dbt-bench-")
+    work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="dvm-dbt-bench-"))
+    os.makedirs(work, exist_ok=True)
     queries = _queries(args.queries)
     data_root = os.path.join(args.data or os.path.join(ROOT, ".work", "tpch"), f"sf{args.sf:g}")
     started = time.perf_counter()

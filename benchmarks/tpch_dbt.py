@@ -147,7 +147,7 @@ class _PeakRss(threading.Thread):
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
-        self.pid, self.peak, self._stop = pid, 0.0, threading.Event()
+        self.pid, self.peak, self._done = pid, 0.0, threading.Event()
 
     def _tree(self) -> list:
         pids, frontier = [self.pid], [self.pid]
@@ -163,7 +163,7 @@ class _PeakRss(threading.Thread):
         return pids
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._done.is_set():
             total = 0.0
             for pid in self._tree():
                 try:
@@ -177,7 +177,7 @@ class _PeakRss(threading.Thread):
             time.sleep(0.2)
 
     def stop(self) -> float:
-        self._stop.set()
+        self._done.set()
         self.join(2)
         return self.peak
 

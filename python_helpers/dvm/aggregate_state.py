@@ -78,15 +78,19 @@ def exact_times_weight(value_type: str | None) -> bool:
 
 def _weighted(value: exp.Expression, value_type: str | None) -> exp.Expression:
     """x times the row's weight, exactly. Where the product would lose digits (a wide
-    DECIMAL), x is taken as +x or -x by the weight's sign, which is exact for weights of
-    ±1; groups with a larger weight are rescanned (weight_rescan)."""
+    DECIMAL), x is taken as +x or -x by the weight's sign: the caller expands the delta's rows
+    to weights of ±1 first (needs_unit_weights)."""
     if exact_times_weight(value_type):
         return exp.Mul(this=value.copy(), expression=col(WEIGHT))
     return _case(exp.GT(this=col(WEIGHT), expression=exp.Literal.number(0)), value.copy(), exp.Neg(this=value.copy()))
 
 
-def _max_abs_weight() -> exp.Expression:
-    return exp.Max(this=exp.Abs(this=col(WEIGHT)))
+def needs_unit_weights(agg: AggCall, arg_type: str | None) -> bool:
+    """Must the delta rows reach this aggregate with weights of ±1 (each row repeated |w|
+    times)? Only where x * w would lose digits: DECIMALs of more than 17 digits."""
+    if agg.kind in ("sum", "avg") or agg.kind in VAR_KINDS:
+        return not exact_times_weight(value_type(agg, arg_type))
+    return False
 
 
 def exact_sum_type(type_: str | None) -> bool:
@@ -125,10 +129,10 @@ def value_type(agg: AggCall, arg_type: str | None) -> str | None:
 def may_rescan(agg: AggCall, arg_type: str | None) -> bool:
     """Can a group of this algebraic aggregate need a rescan (beyond non-algebraic ones)?"""
     if agg.kind in ("sum", "avg") or agg.kind in VAR_KINDS:
-        vt = value_type(agg, arg_type)
-        dec = _decimal(vt)
-        wide = dec is not None and (not exact_times_weight(vt) or min(38, dec[0] + 10) == 38 and dec[1] > 6)
-        return wide or double_variance(agg, arg_type) or (agg.kind == "avg" and not avg_division_exact(arg_type))
+        dec = _decimal(value_type(agg, arg_type))
+        # A stored DECIMAL(38, s > 6) sum can hold values beyond DECIMAL(37, s) (_exact_plus).
+        wide_sum = dec is not None and (agg.kind in VAR_KINDS or min(38, dec[0] + 10) == 38) and dec[1] > 6
+        return wide_sum or double_variance(agg, arg_type) or (agg.kind == "avg" and not avg_division_exact(arg_type))
     return False
 
 
@@ -177,23 +181,17 @@ def delta_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[ex
     if agg.kind == "count":
         return [alias(_nonnull_weight(agg.arg), f"{name}_d")]
     if agg.kind in ("sum", "avg"):
-        out = [alias(exp.Sum(this=_weighted(agg.arg, arg_type)), f"{name}_ds"),
-               alias(_nonnull_weight(agg.arg), f"{name}_dnn")]
-        if not exact_times_weight(arg_type):
-            out.append(alias(_max_abs_weight(), f"{name}_dw"))
-        return out
+        return [alias(exp.Sum(this=_weighted(agg.arg, arg_type)), f"{name}_ds"),
+                alias(_nonnull_weight(agg.arg), f"{name}_dnn")]
     if agg.kind in VAR_KINDS:
         mt = moment_type(arg_type)
         x = _as(agg.arg, mt)
         deleted = exp.and_(exp.LT(this=w.copy(), expression=exp.Literal.number(0)),
                            exp.Not(this=exp.Is(this=agg.arg.copy(), expression=exp.Null())))
-        out = [alias(_nonnull_weight(agg.arg), f"{name}_dnn"),
-               alias(exp.Sum(this=_weighted(x, mt)), f"{name}_ds"),
-               alias(exp.Sum(this=_weighted(exp.Mul(this=x.copy(), expression=x.copy()), mt)), f"{name}_dq"),
-               alias(exp.Max(this=_case(deleted, exp.Literal.number(1), exp.Literal.number(0))), f"{name}_ddel")]
-        if not exact_times_weight(mt):
-            out.append(alias(_max_abs_weight(), f"{name}_dw"))
-        return out
+        return [alias(_nonnull_weight(agg.arg), f"{name}_dnn"),
+                alias(exp.Sum(this=_weighted(x, mt)), f"{name}_ds"),
+                alias(exp.Sum(this=_weighted(exp.Mul(this=x.copy(), expression=x.copy()), mt)), f"{name}_dq"),
+                alias(exp.Max(this=_case(deleted, exp.Literal.number(1), exp.Literal.number(0))), f"{name}_ddel")]
     if agg.kind in ("min", "max"):
         fn = exp.Min if agg.kind == "min" else exp.Max
         pos = exp.GT(this=w.copy(), expression=exp.Literal.number(0))
@@ -225,7 +223,7 @@ def new_state(agg: AggCall, name: str, old: str, d: str, types: dict,
         sum_type = types.get(name if agg.kind == "sum" else f"{name}_sum")
         added, inexact = _exact_plus(coalesce0(total_col), coalesce0(dd("_ds")), sum_type)
         total = _case(has, added)
-        rescan = _or_weight_flag(inexact, dd, name, agg, arg_type)
+        rescan = inexact
         if agg.kind == "sum":
             return [alias(total, name), alias(nn, f"{name}_nn")], rescan
         sum_type = sum_type or "double"
@@ -246,7 +244,6 @@ def new_state(agg: AggCall, name: str, old: str, d: str, types: dict,
         exact = (s_type or "double").startswith("decimal")
         rescan = exp.or_(s_inexact, q_inexact) if exact else exp.EQ(this=coalesce0(dd("_ddel")),
                                                                       expression=exp.Literal.number(1))
-        rescan = _or_weight_flag(rescan, dd, name, agg, arg_type)
         return [alias(_variance(agg.kind, nn, s, q, exact), name), alias(nn, f"{name}_nn"),
                 alias(s, f"{name}_s"), alias(q, f"{name}_q")], rescan
     if agg.kind in ("min", "max"):
@@ -260,15 +257,6 @@ def new_state(agg: AggCall, name: str, old: str, d: str, types: dict,
                           reaches(this=dd("_del"), expression=value.copy()))
         return [alias(value, name)], rescan
     return [alias(o(""), name)], exp.true()
-
-
-def _or_weight_flag(rescan: exp.Expression, dd, name: str, agg: AggCall, arg_type: str | None) -> exp.Expression:
-    """Add the rescan for a delta row weighing more than 1 where x * w is not exact."""
-    if exact_times_weight(value_type(agg, arg_type)):
-        return rescan
-    heavy = exp.GT(this=exp.Coalesce(this=dd("_dw"), expressions=[exp.Literal.number(0)]),
-                   expression=exp.Literal.number(1))
-    return exp.or_(rescan, heavy)
 
 
 def _variance(kind: str, n: exp.Expression, s: exp.Expression, q: exp.Expression, exact: bool) -> exp.Expression:

@@ -204,6 +204,8 @@ class AggregateResult(StoredResult):
         dcols.append(alias(exp.Sum(this=col("__dvm_w")), f"{COUNT}_d"))
         for a, name in zip(self.agg.aggs, self.agg_store):
             dcols += state.delta_exprs(a, name, self.arg_types.get(a.name))
+        if any(state.needs_unit_weights(a, self.arg_types.get(a.name)) for a in self.agg.aggs):
+            child_delta = _unit_weights(child_delta, self.agg.child.columns)
         dq = select_from(dcols, sub(child_delta, ctx.alias("dl")))
         if self.keyed:
             dq = dq.group_by(*[k.copy() for k in self.agg.keys], copy=False)
@@ -302,6 +304,20 @@ class RecomputeResult(StoredResult):
 
     def storage_columns(self) -> list[str]:
         return list(self.user_columns)
+
+
+def _unit_weights(delta_query: exp.Expression, columns: list) -> exp.Select:
+    """Each delta row repeated |w| times with weight ±1, for aggregates that add ±x because
+    x * w would lose digits (wide DECIMALs). Costs the delta's total |weight| in rows, which
+    is its row count unless it repeats rows (duplicates, a bag upstream's counts)."""
+    w = col("__dvm_w")
+    sign = exp.Cast(this=exp.Anonymous(this="signum", expressions=[w.copy()]), to=exp.DataType.build("bigint"))
+    gen = exp.Explode(this=exp.Anonymous(this="sequence", expressions=[
+        exp.Literal.number(1), exp.Abs(this=w.copy())]))
+    query = select_from([col(c) for c in columns] + [alias(sign, "__dvm_w")], sub(delta_query, "__dvm_uw"))
+    query = query.lateral(exp.Lateral(this=gen, view=True, alias=exp.TableAlias(
+        this=exp.to_identifier("__dvm_rep"), columns=[exp.to_identifier("__dvm_i")])), copy=False)
+    return query.where(exp.NEQ(this=w.copy(), expression=exp.Literal.number(0)), copy=False)
 
 
 def null_safe_keys(keys: list[str], left: str, right: str) -> exp.Expression:

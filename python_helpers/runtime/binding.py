@@ -142,8 +142,8 @@ class Bindings:
         import pyarrow.compute as pc
 
         data = self.change_arrow.get(changed_relation)
-        if data is None or changed_column not in data.column_names:
-            return None
+        if data is None or changed_column not in data.column_names or relation not in self.pinned:
+            return None  # (a recursion's working table is no source)
         src = self.pinned[relation]
         number = src.state.version if version == "new" else self.old.get(relation)
         if number is None:

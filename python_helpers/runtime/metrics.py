@@ -65,7 +65,8 @@ class SparkMeter:
         base = f"{ui}/api/v1/applications/{apps[0]['id']}"
         deadline = time.time() + 2.0
         while True:  # the listener reports a finished job a moment after the action returned
-            jobs = [j for j in self._get(f"{base}/jobs") if self.tag in (j.get("jobTags") or [])]
+            # Spark decorates a session's tags (`...-thread-<id>-<tag>`); the tag is unique.
+            jobs = [j for j in self._get(f"{base}/jobs") if any(t.endswith(self.tag) for t in j.get("jobTags") or [])]
             if all(j.get("status") in ("SUCCEEDED", "FAILED") for j in jobs) or time.time() > deadline:
                 break
             time.sleep(0.05)

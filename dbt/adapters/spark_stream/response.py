@@ -21,7 +21,8 @@ class StreamTableResponse(AdapterResponse):
     skipped: bool = False  # differential with no source change
     source_versions: Dict[str, int] = field(default_factory=dict)
     phases: Dict[str, float] = field(default_factory=dict)  # seconds per phase of the refresh
-    counters: Dict[str, object] = field(default_factory=dict)  # change rows, files skipped, Spark jobs...
+    # change_rows (all sources), files_read / files_skipped by statistics, spark_jobs, bytes_read
+    counters: Dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_result(cls, result) -> "StreamTableResponse":
@@ -37,5 +38,16 @@ class StreamTableResponse(AdapterResponse):
             skipped=bool(result.skipped),
             source_versions={str(k): int(v) for k, v in (result.source_versions or {}).items()},
             phases={str(k): round(float(v), 4) for k, v in (getattr(result, "phases", None) or {}).items()},
-            counters=dict(getattr(result, "counters", None) or {}),
+            counters=_flat_counters(getattr(result, "counters", None) or {}),
         )
+
+
+def _flat_counters(counters: dict) -> Dict[str, int]:
+    """Whole numbers only (dbt serialises the response with a strict schema)."""
+    out = {}
+    for key, value in counters.items():
+        if isinstance(value, dict):
+            value = sum(int(v) for v in value.values())
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[str(key)] = int(value)
+    return out

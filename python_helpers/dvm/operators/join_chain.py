@@ -53,8 +53,9 @@ def counted_plain(node: Node, ctx: Context, version: str):
 
 
 def _keyed_input(ctx: Context, changed: Node, other: Node, on: list, version: str):
-    """The first join of a term: a source joined to a changed source's delta on an equality of
-    their columns is read only from the files whose statistics can hold the delta's values."""
+    """A source joined on an equality with a column of the term's changed source (whose
+    columns every step carries) is read only from the files whose statistics can hold the
+    change's values in that column."""
     if not isinstance(changed, Scan) or not isinstance(other, Scan):
         return None
     for cond in on:
@@ -113,7 +114,10 @@ def _term(node: Node, ctx: Context, i: int, d, inputs: list, conds: list, owners
         tied = [j for j in remaining
                 if any(not applied[k] and j in own and own & joined and own <= joined | {j}
                        for k, own in enumerate(owners))]
-        j = tied[0] if tied else remaining[0]
+        # Inputs tied to the changed input itself first: they are read only where the change's
+        # keys can be (keyed_plain), and they keep the intermediate result small.
+        direct = [j for j in tied if any(not applied[k] and own == frozenset({i, j}) for k, own in enumerate(owners))]
+        j = direct[0] if direct else tied[0] if tied else remaining[0]
         remaining.remove(j)
         version = "new" if j < i else "old"
         ra = ctx.alias("r")
@@ -124,7 +128,7 @@ def _term(node: Node, ctx: Context, i: int, d, inputs: list, conds: list, owners
             step.set("hint", exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[
                 exp.to_identifier(current.alias)])]))
         other = inputs[j]
-        keyed = _keyed_input(ctx, inputs[i], other, on, version) if len(joined) == 2 else None
+        keyed = _keyed_input(ctx, inputs[i], other, on, version)
         counted = counted_plain(other, ctx, version)
         if counted is not None:
             # A bag upstream joined by its stored rows, each once, with its count as a factor.
