@@ -4,7 +4,7 @@ Called by `benchmarks/run_tpch.py --via dbt` (the default); see that file for th
 For each cycle and change mix (TPC-H refresh functions; scattered updates) it changes the
 sources, runs the differential models (`dbt run -s tag:diff`) and then the full twins
 (`dbt run -s tag:full --full-refresh`) on the same source versions, and checks both equal.
-Per model: dbt's execution_time, the refresh mode, Spark jobs and bytes read (Spark's REST API),
+Per model: dbt's execution_time, the refresh mode, Spark jobs and rows read (Spark's REST API),
 snapshot files skipped by statistics; per run: wall time and peak memory of dbt + Spark.
 """
 from __future__ import annotations
@@ -72,6 +72,7 @@ def run(args, machine: str) -> int:
         mixes = {"rf": RefreshFunctions(paths, orders), "scattered": ScatteredUpdates(paths, rows=args.scattered_rows)}
         chosen = [m.strip() for m in args.mixes.split(",") if m.strip()]
         records = {m: [] for m in chosen}
+        report = ""
         for cycle in range(1, args.cycles + 1):
             for mix in chosen:
                 done = mixes[mix].apply()
@@ -87,21 +88,16 @@ def run(args, machine: str) -> int:
                 for q in queries:
                     d, f = diff.models[q], full.models[f"{q}_full"]
                     print(f"  {q}: full {f.seconds:.2f}s, {d.mode} {d.seconds:.2f}s "
-                          f"({d.counters.get('spark_jobs', '?')} jobs, {_mb(d.counters.get('bytes_read'))} read; "
-                          f"full {f.counters.get('spark_jobs', '?')} jobs, {_mb(f.counters.get('bytes_read'))}); "
+                          f"({d.counters.get('spark_jobs', '?')} jobs, {_n(d.counters.get('rows_read'))} rows read; "
+                          f"full {f.counters.get('spark_jobs', '?')} jobs, {_n(f.counters.get('rows_read'))}); "
                           f"{'equal' if equal[q] else 'DIFFERENT'}", flush=True)
                 if not all(equal.values()):
                     print("!! a differential result differs from its full twin", file=sys.stderr)
                     return 1
-        report = _report(args, machine, queries, records, mixes)
+                # Written after every mix, so a run cut short keeps what it measured.
+                report = _write(args, machine, queries, records, mixes)
         print()
         print(report)
-        os.makedirs(args.out, exist_ok=True)
-        stem = os.path.join(args.out, f"tpch_dbt_{args.spark}_sf{args.sf:g}")
-        with open(stem + ".md", "w") as handle:
-            handle.write(report + "\n")
-        _chart(queries, records, mixes, stem + ".png", f"TPC-H SF {args.sf:g} through dbt ({args.spark})")
-        print(f"\nwrote {stem}.md and {stem}.png")
         return 0
     finally:
         if server is not None:
@@ -110,8 +106,15 @@ def run(args, machine: str) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _mb(value) -> str:
-    return "?" if value is None else f"{value / 2**20:.1f} MiB"
+def _write(args, machine: str, queries: dict, records: dict, mixes: dict) -> str:
+    report = _report(args, machine, queries, records, mixes)
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"tpch_dbt_{args.spark}_sf{args.sf:g}")
+    with open(stem + ".md", "w") as handle:
+        handle.write(report + "\n")
+    _chart(queries, records, mixes, stem + ".png", f"TPC-H SF {args.sf:g} through dbt ({args.spark})")
+    print(f"wrote {stem}.md and {stem}.png", flush=True)
+    return report
 
 
 def _median(values):
@@ -129,7 +132,7 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
         lines += [f"**{mixes[mix].name}** ("
                   + (f"{mixes[mix].orders} orders in, as many out" if mix == "rf"
                      else f"{mixes[mix].rows} lineitem rows and their orders updated") + ")", "",
-                  "| query | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF | mode | jobs FULL / DIFF | read FULL / DIFF (MiB) | snapshot files read / skipped |",
+                  "| query | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF | mode | jobs FULL / DIFF | rows read FULL / DIFF | snapshot files read / skipped |",
                   "|---|---|---|---|---|---|---|---|"]
         for q in queries:
             f = _median([r[1].models[f"{q}_full"].seconds for r in rows])
@@ -137,12 +140,12 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
             modes = ", ".join(sorted({r[0].models[q].mode for r in rows}))
             jf = _median([r[1].models[f"{q}_full"].counters.get("spark_jobs") for r in rows])
             jd = _median([r[0].models[q].counters.get("spark_jobs") for r in rows])
-            bf = _median([r[1].models[f"{q}_full"].counters.get("bytes_read") for r in rows])
-            bd = _median([r[0].models[q].counters.get("bytes_read") for r in rows])
+            bf = _median([r[1].models[f"{q}_full"].counters.get("rows_read") for r in rows])
+            bd = _median([r[0].models[q].counters.get("rows_read") for r in rows])
             fr = _median([r[0].models[q].counters.get("files_read") for r in rows])
             fs = _median([r[0].models[q].counters.get("files_skipped") for r in rows])
             lines.append(f"| {q} | {f:.2f} | {d:.2f} | {f / d:.1f}x | {modes} | {_n(jf)} / {_n(jd)} | "
-                         f"{_mib(bf)} / {_mib(bd)} | {_n(fr)} / {_n(fs)} |")
+                         f"{_n(bf)} / {_n(bd)} | {_n(fr)} / {_n(fs)} |")
         dw = _median([r[0].wall for r in rows])
         fw = _median([r[1].wall for r in rows])
         dm = max(r[0].peak_rss_mib for r in rows)
@@ -154,10 +157,6 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
 
 def _n(v) -> str:
     return "?" if v is None else f"{v:.0f}"
-
-
-def _mib(v) -> str:
-    return "?" if v is None else f"{v / 2**20:.1f}"
 
 
 def _chart(queries: dict, records: dict, mixes: dict, path: str, title: str) -> None:

@@ -17,6 +17,9 @@ from python_helpers.runtime import change_feed, delta_log, delta_tables, paths
 
 # Up to this many change rows (all sources together) the delta side of a join is broadcast.
 SMALL_DELTA_ROWS = 200_000
+# Distinct join keys of a change beyond which file statistics are not consulted (each key is
+# looked up in every file's [min, max]; with this many keys most files would stay anyway).
+MAX_KEYS = 100_000
 
 
 class Bindings:
@@ -36,6 +39,7 @@ class Bindings:
         self.files_skipped = 0
         self.consolidated: set = set()  # relations whose change rows are consolidated already
         self._index = {r: i for i, r in enumerate(sorted(pinned))}
+        self._keys: dict = {}  # (relation, column) -> distinct values of the column in its change
 
     def register(self, frame, suffix: str) -> exp.Table:
         name = f"__dvm_{self.id}_{suffix}"
@@ -139,11 +143,11 @@ class Bindings:
         that `changed_relation`'s change has in `changed_column` (Delta keeps min and max per file
         and column; data laid out by key, as a fact table by its business key usually is, leaves
         few files to read). None when that rules out nothing or cannot be decided."""
-        import pyarrow.compute as pc
-
-        data = self.change_arrow.get(changed_relation)
-        if data is None or changed_column not in data.column_names or relation not in self.pinned:
+        if relation not in self.pinned or changed_relation not in self.pinned:
             return None  # (a recursion's working table is no source)
+        keys = self._change_keys(changed_relation, changed_column)
+        if keys is None:
+            return None
         src = self.pinned[relation]
         number = src.state.version if version == "new" else self.old.get(relation)
         if number is None:
@@ -151,7 +155,7 @@ class Bindings:
         if version == "old":
             self._check_readable(relation, number)
         table = delta_tables.open_table(src.path, number)
-        files = delta_tables.files_meeting_keys(table, src.path, column, pc.unique(data.column(changed_column)))
+        files = delta_tables.files_meeting_keys(table, src.path, column, keys)
         total = len(table.file_uris())
         if files is None or len(files) == total:
             return None
@@ -159,6 +163,29 @@ class Bindings:
         self.files_skipped += total - len(files)
         frame = delta_tables.keyed_frame(self.spark, src.state, number, files, self.columns.get(relation))
         return self.register(frame, f"s{self._index[relation]}_{version}_k{len(self.views)}")
+
+    def _change_keys(self, relation: str, column: str):
+        """The distinct values of `column` in `relation`'s change (an Arrow array), or None when
+        there are too many for statistics to rule out files. A change read in the driver has
+        them at hand; a larger one read by Spark costs one small job for its distinct keys."""
+        import pyarrow.compute as pc
+
+        if (relation, column) in self._keys:
+            return self._keys[(relation, column)]
+        keys = None
+        data = self.change_arrow.get(relation)
+        if data is not None:
+            if column in data.column_names:
+                keys = pc.unique(data.column(column))
+        elif self.change_counts.get(relation, 0) <= SMALL_DELTA_ROWS and \
+                f"s{self._index[relation]}_chg" in self.views_by_key:
+            view = self.views_by_key[f"s{self._index[relation]}_chg"]
+            if column in self.spark.table(view.name).columns:
+                query = exp.select(exp.column(column, quoted=True)).distinct().from_(view.copy())
+                found = self.spark.sql(render(query)).limit(MAX_KEYS + 1).toArrow()
+                keys = found.column(0) if found.num_rows <= MAX_KEYS else None
+        self._keys[(relation, column)] = keys
+        return keys
 
     def materialize(self, query: exp.Expression) -> exp.Select:
         """Compute a (small) intermediate once, now, and serve it as a temp view: the SQL that

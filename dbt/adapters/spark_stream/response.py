@@ -21,7 +21,7 @@ class StreamTableResponse(AdapterResponse):
     skipped: bool = False  # differential with no source change
     source_versions: Dict[str, int] = field(default_factory=dict)
     phases: Dict[str, float] = field(default_factory=dict)  # seconds per phase of the refresh
-    # change_rows (all sources), files_read / files_skipped by statistics, spark_jobs, bytes_read
+    # change_rows (all sources), files_read / files_skipped by statistics, spark_jobs, rows_read
     counters: Dict[str, int] = field(default_factory=dict)
 
     @classmethod
