@@ -16,7 +16,7 @@ def _version():
 def dbt_package_data_files():
     """The top-level dbt package (dbt_project.yml + macros/) as data files.
 
-    It lives outside the Python packages (DESIGN.md section 1), so a regular (non-editable)
+    It lives outside the Python packages, so a regular (non-editable)
     install ships it to <prefix>/share/dbt_spark_stream, where
     dbt/adapters/spark_stream/package_path.py finds it. An editable install reads the
     checkout directly.

@@ -13,7 +13,7 @@ from python_helpers.dvm.tree import WEIGHT
 
 @dataclass
 class Context:
-    """What a refresh binds the abstract relations to (DESIGN.md section 6).
+    """What a refresh binds the abstract relations to (docs/architecture.md, Engines).
 
     changes(relation) -> a FROM-able expression with the source's columns plus __dvm_w;
     snapshot(relation, "old"|"new") -> the source at the pinned old / new version;
@@ -54,6 +54,14 @@ def alias(expression: exp.Expression, name: str) -> exp.Alias:
 
 def weight(table: Optional[str] = None) -> exp.Column:
     return col(WEIGHT, table)
+
+
+def repeat_rows(query: exp.Select, times: exp.Expression, name: str) -> exp.Select:
+    """Each row of `query` repeated `times` times (a LATERAL VIEW over explode(sequence(1, n)),
+    `name` aliasing it): for consumers that take multiplicity as repeated rows."""
+    gen = exp.Explode(this=exp.Anonymous(this="sequence", expressions=[exp.Literal.number(1), times]))
+    return query.lateral(exp.Lateral(this=gen, view=True, alias=exp.TableAlias(
+        this=exp.to_identifier(name), columns=[exp.to_identifier("__dvm_n")])), copy=False)
 
 
 def select_from(columns: list, source: exp.Expression) -> exp.Select:

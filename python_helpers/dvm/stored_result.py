@@ -1,6 +1,6 @@
 """How the root of the tree is stored, and how a delta becomes rows to MERGE into it.
 
-Two layouts (DESIGN.md section 4), both keyed by `__dvm_row_id` (md5 of the key, 128 bits):
+Two layouts, both keyed by `__dvm_row_id` (md5 of the key, 128 bits):
 
 * AggregateResult — root is Project(Filter?(Aggregate)): one stored row per group with the
   group key, each aggregate's state (python_helpers.dvm.aggregate_state), `__dvm_count` (rows in
@@ -24,7 +24,7 @@ from sqlglot import exp
 from python_helpers.dvm import aggregate_state as state
 from python_helpers.dvm.differentiate import delta, plain
 from python_helpers.dvm.restrict import restricted
-from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, row_id, select_from, sub
+from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, repeat_rows, row_id, select_from, sub
 from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Node, Project
 from python_helpers.errors import UnsupportedSql
 
@@ -95,9 +95,7 @@ class BagResult(StoredResult):
         if self.distinct:
             return query
         # Repeat each tuple __dvm_count times (bag semantics: duplicates kept).
-        gen = exp.Explode(this=exp.Anonymous(this="sequence", expressions=[exp.Literal.number(1), col(COUNT)]))
-        return query.lateral(exp.Lateral(this=gen, view=True, alias=exp.TableAlias(
-            this=exp.to_identifier("__dvm_rep"), columns=[exp.to_identifier("__dvm_n")])), copy=False)
+        return repeat_rows(query, col(COUNT), "__dvm_rep")
 
     def _named(self, query, weighted_count: exp.Expression) -> list:
         return ([alias(row_id(self.input.columns), ROW_ID)]
@@ -312,11 +310,8 @@ def _unit_weights(delta_query: exp.Expression, columns: list) -> exp.Select:
     is its row count unless it repeats rows (duplicates, a bag upstream's counts)."""
     w = col("__dvm_w")
     sign = exp.Cast(this=exp.Anonymous(this="signum", expressions=[w.copy()]), to=exp.DataType.build("bigint"))
-    gen = exp.Explode(this=exp.Anonymous(this="sequence", expressions=[
-        exp.Literal.number(1), exp.Abs(this=w.copy())]))
     query = select_from([col(c) for c in columns] + [alias(sign, "__dvm_w")], sub(delta_query, "__dvm_uw"))
-    query = query.lateral(exp.Lateral(this=gen, view=True, alias=exp.TableAlias(
-        this=exp.to_identifier("__dvm_rep"), columns=[exp.to_identifier("__dvm_i")])), copy=False)
+    query = repeat_rows(query, exp.Abs(this=w.copy()), "__dvm_rep")
     return query.where(exp.NEQ(this=w.copy(), expression=exp.Literal.number(0)), copy=False)
 
 

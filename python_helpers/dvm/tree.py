@@ -3,7 +3,7 @@
 Every node outputs a relation with named columns (`columns`). Expressions held by a node refer
 to its input's columns by bare name (`exp.column(name)`), and names are unique within an input,
 so generated SQL never needs table qualifiers. During a refresh every relation may also carry
-the weight column `__dvm_w` (DESIGN.md section 2).
+the weight column `__dvm_w` (docs/architecture.md).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from sqlglot import exp
 WEIGHT = "__dvm_w"
 RECURSION_PREFIX = "__dvm_rec_"  # the relation name of a recursive CTE's working table
 
-# Aggregate strategies (DESIGN.md section 3)
+# Aggregate strategies (docs/supported-sql.md)
 ALGEBRAIC = "algebraic"
 SEMI_ALGEBRAIC = "semi-algebraic"
 RESCAN = "group-rescan"

@@ -161,7 +161,7 @@ class Bindings:
             return None
         self.files_read += len(files)
         self.files_skipped += total - len(files)
-        frame = delta_tables.keyed_frame(self.spark, src.state, number, files, self.columns.get(relation))
+        frame = delta_tables.keyed_frame(self.spark, src.state, table, files, self.columns.get(relation))
         return self.register(frame, f"s{self._index[relation]}_{version}_k{len(self.views)}")
 
     def _change_keys(self, relation: str, column: str):

@@ -210,9 +210,10 @@ def files_meeting_keys(table: DeltaTable, table_path: str, column: str, keys: pa
     return out
 
 
-def keyed_frame(spark, state: TableState, version: int, files: list, columns: Optional[list] = None):
-    """The rows of some of a version's files (those statistics leave in) as a DataFrame."""
-    table = open_table(state.path, version)
+def keyed_frame(spark, state: TableState, table: DeltaTable, files: list, columns: Optional[list] = None):
+    """The rows of some of `table`'s files (those statistics leave in; `table` opened at the
+    version read) as a DataFrame."""
+    version = table.version()
     schema = spark_schema(state.arrow_schema if version == state.version else arrow_schema(table))
     if not files:
         frame = spark.createDataFrame([], schema)

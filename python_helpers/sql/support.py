@@ -6,7 +6,7 @@ from sqlglot import exp
 from python_helpers.errors import UnsupportedSql
 
 # Functions whose value is not a function of the input rows: a differential refresh would
-# store values that a recompute would not reproduce (DESIGN.md section 7).
+# store values that a recompute would not reproduce (docs/supported-sql.md).
 VOLATILE_FUNCTIONS = {
     "rand", "randn", "random", "uuid", "shuffle", "current_timestamp", "now", "current_date",
     "curdate", "localtimestamp", "current_timezone", "monotonically_increasing_id",

@@ -127,7 +127,7 @@ def test_sql_that_does_not_parse(env, sql):
     assert not _view_exists(env.spark, stream.view)
 
 
-# Constructs that can never be differential (DESIGN.md section 7) or are outside the supported set.
+# Constructs that can never be differential (docs/supported-sql.md) or are outside the supported set.
 UNSUPPORTED = [
     # Non-linear recursion (the working table joined to itself): maintained by recompute only.
     ("WITH RECURSIVE r AS (SELECT id, k FROM {src}.t1 WHERE k = 0 UNION ALL SELECT r.id, r2.k + 1 FROM r "

@@ -1,4 +1,4 @@
-"""The stored row id (DESIGN.md section 4) must tell apart every pair of distinct keys and must
+"""The stored row id must tell apart every pair of distinct keys and must
 not depend on session settings."""
 import pytest
 

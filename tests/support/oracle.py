@@ -1,4 +1,4 @@
-"""The oracle (DESIGN.md section 8): a stream table must equal its query recomputed on the sources.
+"""The oracle: a stream table must equal its query recomputed on the sources.
 
 `assert_matches_recompute` reads the stream table through its user-facing view and recomputes
 the model's SQL independently of the engine: every source is read with the `deltalake` package

@@ -1,6 +1,6 @@
 """Where the dbt package (dbt_project.yml + macros/) of this plugin lives.
 
-The package sits at the top of the repository (DESIGN.md section 1), not inside the Python
+The package sits at the top of the repository, not inside the Python
 package, so two layouts have to be found:
 
 - editable install / source checkout: three folders above this file is the repository root;

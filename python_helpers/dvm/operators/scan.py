@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, select_from, weight
+from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, repeat_rows, select_from, weight
 from python_helpers.dvm.tree import Scan
 
 
@@ -46,10 +46,7 @@ def plain(node: Scan, ctx: Context, version: str) -> exp.Select:
     query = select_from(_columns(node), ctx.snapshot(node.relation, version))
     if node.weight_column is None:
         return query
-    repeat = exp.Explode(this=exp.Anonymous(this="sequence", expressions=[
-        exp.Literal.number(1), col(node.weight_column)]))
-    return query.lateral(exp.Lateral(this=repeat, view=True, alias=exp.TableAlias(
-        this=exp.to_identifier(ctx.alias("rep")), columns=[exp.to_identifier("__dvm_n")])), copy=False)
+    return repeat_rows(query, col(node.weight_column), ctx.alias("rep"))
 
 
 def delta(node: Scan, ctx: Context):
