@@ -53,7 +53,7 @@ setup(
         "sqlglot>=27,<31",
     ],
     extras_require={
-        # connect: the Spark Connect client (pyspark's own extra), for `SPARK_REMOTE` / the benchmark.
+        # connect: the Spark Connect client (pyspark's own extra), for profiles with `method: connect`.
         "connect": ["pyspark[connect]==4.1.4"],
         "dev": ["pytest", "hypothesis", "duckdb", "duckdb-extension-tpch", "matplotlib", "pyspark[connect]==4.1.4"],
     },

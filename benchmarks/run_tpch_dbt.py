@@ -55,7 +55,7 @@ def run(args, machine: str) -> int:
     paths = {r: os.path.join(lake, r.split(".")[1]) for r in pristine}
     server = None
     if args.spark == "connect":
-        from benchmarks.spark_server import ConnectServer
+        from python_helpers.testing.local_spark import ConnectServer
 
         server = ConnectServer(os.path.join(work, "server"), warehouse=os.path.join(work, "warehouse"),
                                memory="10g").start()

@@ -9,8 +9,8 @@ checks that both sets hold the same rows. Peak memory is sampled from /proc for 
 process and everything it starts (the local Spark JVM).
 
 Two ways to reach Spark: `session` (dbt-spark's method: session, a fresh local JVM in every
-`dbt run`) and `connect` (a long-lived Spark Connect server, SPARK_REMOTE; benchmarks/
-spark_server.py starts one).
+`dbt run`) and `connect` (a long-lived Spark Connect server, profile `method: connect`;
+python_helpers/testing/local_spark.py starts one).
 """
 from __future__ import annotations
 
@@ -95,8 +95,9 @@ class DbtBench:
             "spark.log.level": "ERROR",
             "spark.sql.session.timeZone": "UTC",
         }
+        method, host = ("connect", self.remote) if self.spark_mode == "connect" else ("session", "localhost")
         lines = ["tpch_bench:", "  target: bench", "  outputs:", "    bench:", "      type: spark_stream",
-                 "      method: session", "      host: localhost", "      schema: bench",
+                 f"      method: {method}", f"      host: \"{host}\"", "      schema: bench",
                  f"      threads: {self.threads}"]
         if self.spark_mode == "session":
             lines.append("      server_side_parameters:")
@@ -107,10 +108,8 @@ class DbtBench:
     def _environment(self) -> dict:
         env = {**os.environ, **self.env, "DBT_SPARK_STREAM_METRICS": "1", "PYSPARK_PYTHON": sys.executable}
         env.pop("SPARK_REMOTE", None)
-        if self.spark_mode == "connect":
-            env["SPARK_REMOTE"] = self.remote
-            if self.ui_url:
-                env["DBT_SPARK_STREAM_SPARK_UI"] = self.ui_url
+        if self.spark_mode == "connect" and self.ui_url:
+            env["DBT_SPARK_STREAM_SPARK_UI"] = self.ui_url
         return env
 
     def dbt(self, *args: str) -> RunReport:

@@ -10,6 +10,7 @@ from dbt_common.exceptions import DbtRuntimeError
 from dbt.adapters.spark_stream import Plugin
 from dbt.adapters.spark_stream.connections import SparkStreamCredentials
 from dbt.adapters.spark_stream.response import StreamTableResponse
+from dbt.adapters.spark_stream.spark_connect import check_reachable, connect_url
 from dbt.adapters.spark_stream.spark_session import require_session_method
 from python_helpers.runtime.api import RefreshResult
 
@@ -64,11 +65,47 @@ def test_stream_tables_need_method_session(method):
     with pytest.raises(DbtRuntimeError) as err:
         require_session_method(SimpleNamespace(method=method), "customer_totals")
     text = str(err.value)
-    assert "customer_totals" in text and "method: session" in text and "not implemented" in text
+    assert "customer_totals" in text and "method: session" in text and "method: connect" in text
+    assert "not implemented" in text
 
 
-def test_session_method_passes():
-    require_session_method(SimpleNamespace(method="session"), "m")
+@pytest.mark.parametrize("method", ["session", "connect"])
+def test_session_and_connect_methods_pass(method):
+    require_session_method(SimpleNamespace(method=method), "m")
+
+
+def _connect(**extra):
+    return SparkStreamCredentials(method="connect", schema="analytics", **extra)
+
+
+def test_connect_method_is_a_profile_method():
+    creds = _connect(host="sc://spark.internal:15002")
+    assert creds.method == "connect" and creds.type == "spark_stream"
+    assert connect_url(creds) == "sc://spark.internal:15002"
+
+
+def test_connect_url_from_host_and_port_defaults_to_the_connect_port():
+    assert connect_url(_connect(host="spark.internal")) == "sc://spark.internal:15002"
+    assert connect_url(_connect(host="spark.internal", port=16000)) == "sc://spark.internal:16000"
+
+
+def test_connect_url_carries_token_tls_and_user_as_connect_parameters():
+    url = connect_url(_connect(host="sc://h:15002", token="a/b+c", use_ssl=True, user="etl"))
+    assert url == "sc://h:15002/;token=a%2Fb%2Bc;use_ssl=true;user_id=etl"
+    # Parameters already in the URL are kept, not doubled.
+    assert connect_url(_connect(host="sc://h:15002/;token=t", token="t")) == "sc://h:15002/;token=t"
+
+
+def test_an_unreachable_connect_server_fails_fast_naming_the_profile_keys():
+    from dbt.adapters.exceptions import FailedToConnectError
+
+    from python_helpers.testing.local_spark import free_port
+
+    with pytest.raises(FailedToConnectError) as err:
+        check_reachable(f"sc://127.0.0.1:{free_port()}/;token=secret", timeout=2)
+    text = str(err.value)
+    assert "cannot reach the Spark Connect server" in text and "`host`" in text and "`port`" in text
+    assert "secret" not in text and "token=***" in text
 
 
 def test_response_carries_mode_and_rows_into_run_results():

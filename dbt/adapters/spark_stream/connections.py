@@ -1,4 +1,4 @@
-"""Profile and connection manager: dbt-spark's, plus the `engine` option.
+"""Profile and connection manager: dbt-spark's, plus the `engine` option and `method: connect`.
 
 Everything else (methods session/thrift/http/odbc, server_side_parameters, retries) is
 inherited unchanged so existing dbt-spark profiles keep working after `type: spark_stream`.
@@ -10,12 +10,13 @@ import sys
 from dataclasses import dataclass
 from typing import Tuple
 
-from dbt.adapters.contracts.connection import Connection
+from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.spark.connections import (
     SparkConnectionManager,
     SparkConnectionMethod,
     SparkCredentials,
 )
+from dbt_common.dataclass_schema import StrEnum
 from dbt_common.exceptions import DbtRuntimeError
 
 from python_helpers.runtime.api import ENGINES
@@ -23,8 +24,19 @@ from python_helpers.runtime.api import ENGINES
 ADAPTER_TYPE = "spark_stream"
 
 
+class SparkStreamConnectionMethod(StrEnum):
+    """dbt-spark's methods plus `connect` (Spark Connect, `sc://host:port`)."""
+
+    THRIFT = "thrift"
+    HTTP = "http"
+    ODBC = "odbc"
+    SESSION = "session"
+    CONNECT = "connect"
+
+
 @dataclass
 class SparkStreamCredentials(SparkCredentials):
+    method: SparkStreamConnectionMethod = None  # type: ignore[assignment]
     # How refreshes reach Delta: `embedded` (deltalake package, no Delta jars in Spark),
     # `spark` (Delta Lake loaded in Spark), or `auto` (decide per session).
     engine: str = "auto"
@@ -52,6 +64,14 @@ class SparkStreamConnectionManager(SparkConnectionManager):
 
     @classmethod
     def open(cls, connection: Connection) -> Connection:
+        if connection.credentials.method == SparkStreamConnectionMethod.CONNECT:
+            if connection.state == ConnectionState.OPEN:
+                return connection
+            from dbt.adapters.spark_stream.spark_connect import make_handle
+
+            connection.handle = make_handle(connection.credentials)
+            connection.state = ConnectionState.OPEN  # type: ignore[assignment]
+            return connection
         if connection.credentials.method == SparkConnectionMethod.SESSION:
             # Spark reads PYSPARK_PYTHON once, when the session's context starts, and the
             # engine runs Python UDFs / Arrow conversions in workers: they must run the

@@ -16,16 +16,21 @@ from dbt_common.exceptions import DbtRuntimeError
 
 
 def require_session_method(credentials, model: str) -> None:
-    if credentials.method != SparkConnectionMethod.SESSION:
+    if credentials.method not in (SparkConnectionMethod.SESSION, "connect"):
         raise DbtRuntimeError(
             f"stream table '{model}': the profile uses method: {credentials.method}, but stream "
-            "tables currently need `method: session` (the embedded engine computes in the "
-            "local SparkSession and writes Delta with the deltalake package). The spark engine "
-            "over thrift/http/odbc connections is not implemented yet."
+            "tables need a SparkSession: `method: session` (Spark in the dbt process) or "
+            "`method: connect` (a Spark Connect server, host: sc://host:15002). Refreshes over "
+            "thrift/http/odbc connections are not implemented yet; point a `connect` target at "
+            "the same cluster (Spark 3.4+ ships the Connect server) to use stream tables there."
         )
 
 
 def get_spark_session(credentials):
+    if credentials.method == "connect":
+        from dbt.adapters.spark_stream.spark_connect import connect_session
+
+        return connect_session(credentials)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 

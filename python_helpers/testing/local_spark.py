@@ -118,3 +118,37 @@ class ConnectServer:
                 except subprocess.TimeoutExpired:
                     proc.kill()
         self.procs.clear()
+
+
+def main(argv=None) -> int:
+    """Start a standalone master, a worker and a Spark Connect server; print the URL; wait."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--work", default="/tmp/dbt-spark-stream", help="logs, metastore and (default) warehouse")
+    parser.add_argument("--warehouse", default=None, help="spark.sql.warehouse.dir (default <work>/warehouse)")
+    parser.add_argument("--memory", default="2g")
+    args = parser.parse_args(argv)
+    server = ConnectServer(os.path.join(args.work, "server"), warehouse=args.warehouse or os.path.join(args.work, "warehouse"),
+                           memory=args.memory, cluster=True)
+    import signal
+
+    def _stop(signum, frame):  # a background job gets SIGTERM, not Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    server.start()
+    print(f"Spark Connect at {server.remote} (master {server.master}); logs in {server.work}; Ctrl-C stops it",
+          flush=True)
+    try:
+        while all(p.poll() is None for p in server.procs):
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
