@@ -31,6 +31,7 @@ def refreshes(run_results: dict) -> dict:
             "rows_changed": response.get("rows_changed"),
             "seconds": response.get("seconds"),
             "reason": response.get("reason"),
+            "counters": response.get("counters") or {},
             "message": result.get("message") or "",
         }
     return out

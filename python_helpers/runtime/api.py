@@ -70,7 +70,9 @@ class RefreshResult:
 def refresh_stream_table(spark, request: RefreshRequest, log=None) -> RefreshResult:
     """Create or refresh the stream table `request.schema.request.identifier`.
 
-    `log(level, text)` receives progress and fallback reasons ("warn" / "info").
+    `log(level, text)` receives progress and reasons: "info", "warn", and "fallback" for a full
+    refresh the user did not ask for (logged before anything is written; the callback may raise
+    to stop the refresh there).
     Raises a python_helpers.errors.StreamTableError subclass on bad input.
     """
     from python_helpers.runtime.refresh import run_refresh

@@ -103,7 +103,9 @@ def _refresh_once(spark, request: RefreshRequest, log: Log) -> RefreshResult:
             decision = Decision.full(f"{err.problem}; refreshing in full instead (nothing is lost)", warn=True)
         except FullIsCheaper as err:
             decision = Decision.full(str(err))
-    log("warn" if decision.warn else "info", f"{model}: full refresh ({decision.reason})")
+    # "fallback": a full refresh the user did not ask for; the adapter makes it a dbt warning
+    # that --warn-error can turn into an error (before anything is written).
+    log("fallback" if decision.warn else "info", f"{model}: full refresh ({decision.reason})")
     return result("full", _full(context), reason=decision.reason)
 
 
@@ -261,6 +263,7 @@ def _full(context: _Context) -> int:
                 read_version = existing.version() if existing is not None else None
             try:
                 storage.write_full(context.target, data, context.metadata("full", result), read_version)
+                context.counters["rows_written"] = data.num_rows
             except storage.ConcurrentCommit as err:
                 raise ConcurrentRefresh(request.model, f"another refresh committed to the stored result first ({err}); "
                                                        "nothing was written", "run the refresh again") from None
@@ -346,8 +349,12 @@ def _differential(context: _Context) -> int:
             steps.reached("merging")
             try:
                 if rows:
-                    storage.merge_rows(context.target, data, result.storage_columns(), ROW_ID, ACTION, metadata,
-                                       read_version)
+                    merged = storage.merge_rows(context.target, data, result.storage_columns(), ROW_ID, ACTION,
+                                                metadata, read_version)
+                    # What the MERGE did to the stored rows (one per group, or per distinct row
+                    # with its multiplicity): delta-rs counts them as it applies them.
+                    context.counters.update({f"rows_{what}": int((merged or {}).get(f"num_target_rows_{what}", 0))
+                                             for what in ("inserted", "updated", "deleted")})
                 else:
                     storage.commit_offsets_only(context.target, metadata, read_version)
             except storage.ConcurrentCommit as err:

@@ -100,6 +100,12 @@ def test_refresh_after_source_changes_is_differential_and_correct(project, seed)
     # A batch of changes touches orders and customers; the totals per customer must move.
     assert refreshes["customer_totals"]["rows_changed"] > 0
     assert "differential refresh" in refreshes["customer_totals"]["message"]
+    # rows_changed is what the MERGE did to the stored rows, reported by kind.
+    for model, info in refreshes.items():
+        if info["mode"] == "differential" and info["rows_changed"]:
+            done = info["counters"]
+            assert done["rows_inserted"] + done["rows_updated"] + done["rows_deleted"] == info["rows_changed"], \
+                (model, done, info["rows_changed"])
     project.test()
 
 
@@ -128,6 +134,28 @@ def test_auto_mode_falls_back_to_full_and_says_why(project):
     info = project.first_run["larger_orders"]
     assert info["mode"] == "full"
     assert "scalar subquery correlated by" in info["reason"], info
+
+
+def test_a_fallback_to_full_is_a_dbt_warning_that_warn_error_makes_an_error(project, warehouse):
+    from deltalake import DeltaTable
+
+    project.run()  # catch up with anything an earlier test left
+    stored = DeltaTable(f"{warehouse}/analytics.db/__dvm_stream_tables/larger_orders")
+    before = stored.version()
+    shop_data.mutate(41)
+    result = project.dbt("run", "--select", "larger_orders",
+                         "--warn-error-options", '{"error": ["AdapterEventWarning"]}')
+    assert not result.success
+    refresh = run_results.refreshes(run_results.load(project.path))["larger_orders"]
+    assert refresh["status"] == "error"
+    assert "larger_orders: full refresh (not differentiable: scalar subquery correlated by" in refresh["message"], \
+        refresh
+    stored.update_incremental()
+    assert stored.version() == before, "the refresh stopped before writing anything"
+    # Without the flag it is a warning, and the model refreshes (the others catch up).
+    again = project.run()
+    assert again["larger_orders"]["mode"] == "full"
+    project.test()
 
 
 def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(project):

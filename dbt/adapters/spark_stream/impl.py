@@ -14,6 +14,8 @@ from typing import Dict, Optional
 from dbt.adapters.base.meta import available
 from dbt.adapters.base.relation import AdapterTrackingRelationInfo
 from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.events.types import AdapterEventWarning
+from dbt_common.events.functions import warn_or_error
 from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 
@@ -77,6 +79,8 @@ class SparkStreamAdapter(SparkAdapter):
             raise CompilationError(str(exc)) from exc
         except StreamTableError as exc:
             raise DbtRuntimeError(str(exc)) from exc
+        except CompilationError:
+            raise  # a fallback warning turned into an error by --warn-error (nothing written)
         except Exception as exc:
             # Anything else is a bug or an environment problem (Spark, Delta files): keep the
             # traceback in logs/dbt.log and show the model and the error on the console.
@@ -171,7 +175,11 @@ def _engine_log(level: str, text: str) -> None:
     """The engine's `log(level, text)` callback, routed to dbt's log (console and logs/dbt.log).
 
     The engine's texts already name the model."""
-    if level == "warn":
+    if level == "fallback":
+        # A dbt warning event: `--warn-error` or
+        # `--warn-error-options '{"error": ["AdapterEventWarning"]}'` makes it an error.
+        warn_or_error(AdapterEventWarning(name="SparkStream", base_msg=text))
+    elif level == "warn":
         logger.warning(text)
     elif level == "info":
         logger.info(text)
