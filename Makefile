@@ -26,8 +26,10 @@ demo: install
 # DVM_HYPOTHESIS_SLOW_EXAMPLES=40 make test is the long run.
 export DVM_HYPOTHESIS_SLOW_EXAMPLES ?= 3
 
-# pytest exits 5 when it collected no test: that fails here too, never passes silently.
+# Lint first (ruff.toml), then pytest. pytest exits 5 when it collected no test: that fails
+# here too, never passes silently.
 test: install
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

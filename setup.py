@@ -55,6 +55,7 @@ setup(
     extras_require={
         # connect: the Spark Connect client (pyspark's own extra), for profiles with `method: connect`.
         "connect": ["pyspark[connect]==4.1.4"],
-        "dev": ["pytest", "hypothesis", "duckdb", "duckdb-extension-tpch", "matplotlib", "pyspark[connect]==4.1.4"],
+        "dev": ["pytest", "hypothesis", "duckdb", "duckdb-extension-tpch", "matplotlib", "pyspark[connect]==4.1.4",
+                "ruff==0.17.6"],
     },
 )

@@ -132,7 +132,8 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
         lines += [f"**{mixes[mix].name}** ("
                   + (f"{mixes[mix].orders} orders in, as many out" if mix == "rf"
                      else f"{mixes[mix].rows} lineitem rows and their orders updated") + ")", "",
-                  "| query | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF | mode | jobs FULL / DIFF | rows read FULL / DIFF | snapshot files read / skipped |",
+                  "| query | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF | mode | jobs FULL / DIFF "
+                  "| rows read FULL / DIFF | snapshot files read / skipped |",
                   "|---|---|---|---|---|---|---|---|"]
         for q in queries:
             f = _median([r[1].models[f"{q}_full"].seconds for r in rows])

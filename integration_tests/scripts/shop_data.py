@@ -138,7 +138,8 @@ def mutate(seed: int) -> None:
 
     # Updates of measures, of a filter column, of the group/join key, and to NULL.
     picked = rng.sample(order_ids, 12)
-    orders.update(updates={"amount": "amount + CAST(7.25 AS DECIMAL(10,2))"}, predicate=f"order_id IN {_in_list(picked[:4])}")
+    orders.update(updates={"amount": "amount + CAST(7.25 AS DECIMAL(10,2))"},
+                  predicate=f"order_id IN {_in_list(picked[:4])}")
     orders.update(updates={"status": f"'{rng.choice(STATUSES)}'"}, predicate=f"order_id IN {_in_list(picked[4:7])}")
     orders.update(
         updates={"customer_id": f"CAST({rng.choice(customer_ids)} AS INT)"},

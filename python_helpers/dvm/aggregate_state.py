@@ -16,7 +16,7 @@ import re
 from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import alias, col
-from python_helpers.dvm.tree import AggCall, WEIGHT
+from python_helpers.dvm.tree import WEIGHT, AggCall
 
 VAR_KINDS = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
 
@@ -271,10 +271,12 @@ def _variance(kind: str, n: exp.Expression, s: exp.Expression, q: exp.Expression
     denom = exp.Sub(this=nd.copy(), expression=exp.Literal.number(1)) if samp else nd.copy()
     if exact:
         big_n = exp.Cast(this=n.copy(), to=exp.DataType.build("decimal(20,0)"))
-        m2n = exp.Sub(this=exp.Mul(this=big_n, expression=q.copy()), expression=exp.Mul(this=s.copy(), expression=s.copy()))
+        m2n = exp.Sub(this=exp.Mul(this=big_n, expression=q.copy()),
+                      expression=exp.Mul(this=s.copy(), expression=s.copy()))
         var = exp.Div(this=exp.Div(this=_double(m2n), expression=nd.copy()), expression=denom)
     else:
-        m2 = exp.Sub(this=q.copy(), expression=exp.Div(this=exp.Mul(this=s.copy(), expression=s.copy()), expression=nd.copy()))
+        m2 = exp.Sub(this=q.copy(),
+                     expression=exp.Div(this=exp.Mul(this=s.copy(), expression=s.copy()), expression=nd.copy()))
         var = exp.Div(this=m2, expression=denom)
         floor = exp.Mul(this=exp.Literal.number("1e-12"), expression=exp.Div(this=q.copy(), expression=nd.copy()))
         var = _case(exp.LTE(this=var.copy(), expression=floor), exp.Literal.number("0.0"), var)

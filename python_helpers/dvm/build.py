@@ -12,13 +12,29 @@ from typing import Optional
 
 from sqlglot import exp
 
+from python_helpers.dvm.tree import (
+    RECURSION_PREFIX,
+    AggCall,
+    Aggregate,
+    Distinct,
+    Filter,
+    Generate,
+    Join,
+    Node,
+    OuterJoin,
+    Project,
+    Recursive,
+    Scan,
+    SemiJoin,
+    SetOp,
+    UnionAll,
+    Window,
+)
 from python_helpers.errors import UnsupportedSql
+from python_helpers.sql.aggregates import ORDER_DEPENDENT_AGGREGATES, is_aggregate
+from python_helpers.sql.parse import relation_name
 from python_helpers.sql.predicates import conjuncts
 from python_helpers.sql.rewrites.blocks import here
-from python_helpers.dvm.tree import (AggCall, Aggregate, Distinct, Filter, Join, Node, OuterJoin, Project, Scan,
-                                     SemiJoin, SetOp, UnionAll, Window, Generate, Recursive, RECURSION_PREFIX)
-from python_helpers.sql.parse import relation_name
-from python_helpers.sql.aggregates import ORDER_DEPENDENT_AGGREGATES, is_aggregate
 from python_helpers.sql.support import function_name
 
 _ALGEBRAIC_KIND = {
@@ -150,7 +166,8 @@ class TreeBuilder:
         inputs = []
         for side in (union.this, union.expression):
             child = self.build(side, ctes)
-            if isinstance(child, UnionAll) and not isinstance(side, exp.Subquery) and union.args.get("distinct") is False:
+            if (isinstance(child, UnionAll) and not isinstance(side, exp.Subquery)
+                    and union.args.get("distinct") is False):
                 inputs.extend(child.inputs)
             else:
                 inputs.append(child)
@@ -404,7 +421,8 @@ class TreeBuilder:
 
             def swap(node):
                 text = node.sql("spark") if isinstance(node, exp.Expression) else None
-                if text in calls and (is_aggregate(node) or isinstance(node, exp.Filter)) and not _window_function(node):
+                if (text in calls and (is_aggregate(node) or isinstance(node, exp.Filter))
+                        and not _window_function(node)):
                     return exp.column(calls[text])
                 if text in key_sql and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
                     return exp.column(key_sql[text])

@@ -9,8 +9,23 @@ from sqlglot import exp
 
 from python_helpers.dvm.operators import join, join_chain, key_restricted, keyed_recompute, linear, recursive, scan
 from python_helpers.dvm.sqlgen import Context
-from python_helpers.dvm.tree import (Aggregate, Distinct, Filter, Join, Node, OuterJoin, Project, Scan, SemiJoin,
-                                     SetOp, UnionAll, Window, Generate, Recursive, KeyFilter)
+from python_helpers.dvm.tree import (
+    Aggregate,
+    Distinct,
+    Filter,
+    Generate,
+    Join,
+    KeyFilter,
+    Node,
+    OuterJoin,
+    Project,
+    Recursive,
+    Scan,
+    SemiJoin,
+    SetOp,
+    UnionAll,
+    Window,
+)
 
 
 def plain(node: Node, ctx: Context, version: str) -> exp.Expression:

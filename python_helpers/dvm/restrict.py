@@ -19,8 +19,19 @@ from typing import Optional
 
 from sqlglot import exp
 
-from python_helpers.dvm.tree import (Filter, Generate, Join, KeyFilter, Node, OuterJoin, Project, Recursive, Scan,
-                                     SemiJoin, UnionAll)
+from python_helpers.dvm.tree import (
+    Filter,
+    Generate,
+    Join,
+    KeyFilter,
+    Node,
+    OuterJoin,
+    Project,
+    Recursive,
+    Scan,
+    SemiJoin,
+    UnionAll,
+)
 
 
 def restricted(node: Node, key_exprs: list, keys: exp.Expression, key_names: list) -> Optional[Node]:

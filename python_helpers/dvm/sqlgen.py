@@ -6,9 +6,8 @@ from typing import Callable, Optional
 
 from sqlglot import exp
 
-from python_helpers.sql.dialect import spark_sql
-
 from python_helpers.dvm.tree import WEIGHT
+from python_helpers.sql.dialect import spark_sql
 
 
 @dataclass

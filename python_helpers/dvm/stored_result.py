@@ -51,11 +51,6 @@ def _cast(e: exp.Expression, type_: str | None) -> exp.Expression:
     return exp.Cast(this=e, to=exp.DataType.build(type_)) if type_ else e
 
 
-def _changed(names: list[str], new: str, old: str) -> exp.Expression:
-    same = [exp.NullSafeEQ(this=col(n, new), expression=col(n, old)) for n in names]
-    return exp.Not(this=exp.and_(*same)) if same else exp.false()
-
-
 @dataclass
 class StoredResult:
     model: str
@@ -73,7 +68,8 @@ class StoredResult:
     top_k = None  # sql.top_k.TopK: the view shows only the query's first rows
 
     def view_sql(self, storage: exp.Expression, types: dict | None = None) -> exp.Select:
-        cols = [exp.alias_(col(s), n, quoted=True) if s != n else col(s) for s, n in zip(self.user_columns, self.output_names)]
+        cols = [exp.alias_(col(s), n, quoted=True) if s != n else col(s)
+                for s, n in zip(self.user_columns, self.output_names)]
         view = self._view(select_from(cols, storage))
         if self.top_k is None:
             return view
@@ -124,7 +120,8 @@ class BagResult(StoredResult):
         m = m.join(sub(storage, s), on=exp.EQ(this=col(ROW_ID, s), expression=rid.copy()), join_type="LEFT", copy=False)
         mm = ctx.alias("m")
         gone = exp.LTE(this=col(COUNT), expression=exp.Literal.number(0))
-        out = [col(ROW_ID), alias(exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U")), ACTION)]
+        action = exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U"))
+        out = [col(ROW_ID), alias(action, ACTION)]
         out += [_cast(col(u), types.get(u)).as_(u) if types.get(u) else col(u) for u in self.user_columns]
         out.append(_cast(col(COUNT), "bigint").as_(COUNT))
         keep = exp.Not(this=exp.and_(gone.copy(), exp.Not(this=col("__dvm_existed"))))

@@ -30,7 +30,7 @@ class RefreshRequest:
     # Config that shapes the stored result; a change of it forces a full rebuild.
     shaping_config: dict = field(default_factory=dict)
     # `auto` refreshes in full when the changed rows of a source exceed this fraction of its rows
-    # (a full refresh is then cheaper; benchmarks/README.md has the measurement). 0 disables.
+    # (a full refresh is then cheaper: the change-rate sweep in the README's Performance section). 0 disables.
     auto_full_threshold: float = DEFAULT_AUTO_FULL_THRESHOLD
     # Recompute in full after this many differential refreshes when the result holds algebraic
     # aggregates over floating point (SUM/AVG/VAR of DOUBLE), so rounding drift cannot pile up.

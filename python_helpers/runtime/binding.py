@@ -14,7 +14,6 @@ from python_helpers.dvm.sqlgen import Context, render
 from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime import change_feed, delta_log, delta_tables, paths
 
-
 # Up to this many change rows (all sources together) the delta side of a join is broadcast.
 SMALL_DELTA_ROWS = 200_000
 # Distinct join keys of a change beyond which file statistics are not consulted (each key is

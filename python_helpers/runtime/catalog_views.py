@@ -180,7 +180,8 @@ class Catalog:
             else:
                 kind = (self.table_type(schema, name) or "object").lower()
                 raise NameTaken(model, f"{schema}.{name} is a {kind} that dbt-spark-stream did not create; "
-                                       "it is left as it is", "drop or rename it, or give the stream table another name")
+                                       "it is left as it is",
+                                "drop or rename it, or give the stream table another name")
             _PUBLISHED[key] = text
             return True
 
@@ -210,7 +211,8 @@ def catalog_key(spark) -> str:
     import hashlib
 
     parts = []
-    for key in ("spark.sql.catalogImplementation", "spark.hadoop.hive.metastore.uris", "spark.hadoop.javax.jdo.option.ConnectionURL"):
+    for key in ("spark.sql.catalogImplementation", "spark.hadoop.hive.metastore.uris",
+                "spark.hadoop.javax.jdo.option.ConnectionURL"):
         try:
             parts.append(str(spark.conf.get(key, "")))
         except Exception:  # noqa: BLE001

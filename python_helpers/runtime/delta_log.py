@@ -106,8 +106,8 @@ def change_files(table_path: str, start: int, end: int) -> ChangeFiles:
         # removes are then its change, which is exact (a rewritten file is all its old rows
         # deleted and all its new rows inserted), only larger.
         if cdc:
-            out.files += [ChangeFile(_absolute(table_path, c["path"]), "cdc", _partition_key(c), int(c.get("size") or 0),
-                                     None) for c in cdc]
+            out.files += [ChangeFile(_absolute(table_path, c["path"]), "cdc", _partition_key(c),
+                                     int(c.get("size") or 0), None) for c in cdc]
             continue
         for a in actions:
             for kind in ("add", "remove"):

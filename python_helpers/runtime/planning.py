@@ -45,7 +45,8 @@ def plan_request(spark, request: RefreshRequest) -> Plan:
                          inlined.pinned_by)
     query, volatile = functions.mark_user_functions(spark, model, inlined.query)
     plan = _plan(model, query, pinned, inlined.unsupported or volatile, inlined.weights)
-    plan.definition = request.sql if not inlined.views else f"{request.sql}\n-- views inlined:\n{inlined.query.sql(DIALECT)}"
+    plan.definition = (request.sql if not inlined.views
+                       else f"{request.sql}\n-- views inlined:\n{inlined.query.sql(DIALECT)}")
     return plan
 
 

@@ -89,7 +89,8 @@ def _live_generations(root: str) -> set:
 
 
 def link_generation(root: str, version: int, files: list, partitions: Optional[list] = None,
-                    data_schema: Optional[pa.Schema] = None, partition_schema: Optional[pa.Schema] = None) -> Optional[str]:
+                    data_schema: Optional[pa.Schema] = None,
+                    partition_schema: Optional[pa.Schema] = None) -> Optional[str]:
     """The directory `<root>/g<version>` holding links to `files` (made once; reused after).
 
     `partitions[i]` is the tuple of partition values of `files[i]` (None: not partitioned).

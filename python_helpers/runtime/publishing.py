@@ -110,7 +110,8 @@ def publish_source(spark, relation: str, src, model: str, log: Log, retention_se
     types = src.spark_types
     parts = list(state.partition_columns)
     if not files:
-        cols = [exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True) for n, t in types.items()]
+        cols = [exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True)
+                for n, t in types.items()]
         query = exp.select(*cols).where(exp.false())
         gen = None
     else:

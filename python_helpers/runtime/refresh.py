@@ -18,8 +18,14 @@ from typing import Callable, Optional
 from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import render
-from python_helpers.dvm.stored_result import (ACTION, ROW_ID, RecomputeResult, StoredResult, plan_stored_result,
-                                              storage_names)
+from python_helpers.dvm.stored_result import (
+    ACTION,
+    ROW_ID,
+    RecomputeResult,
+    StoredResult,
+    plan_stored_result,
+    storage_names,
+)
 from python_helpers.dvm.tree import Recursive, describe, walk
 from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh, InvalidConfig, StreamTableError
 from python_helpers.runtime import delta_tables, housekeeping, publishing, steps, storage
@@ -359,7 +365,8 @@ def _differential(context: _Context) -> int:
                     storage.commit_offsets_only(context.target, metadata, read_version)
             except storage.ConcurrentCommit as err:
                 raise ConcurrentRefresh(request.model, f"another refresh committed to the stored result first "
-                                                       f"({err}); nothing was applied", "run the refresh again") from None
+                                                       f"({err}); nothing was applied",
+                                        "run the refresh again") from None
             steps.reached("committed")
             if storage.maybe_compact(context.target):
                 steps.reached("compacted")
@@ -384,7 +391,8 @@ def explain(spark, request: RefreshRequest) -> str:
         decision = Decision.full(f"it fails: {err}")
     if decision == DIFFERENTIAL:
         moved = [r for r, s in plan.pinned.items() if meta["offsets"][r]["version"] != s.state.version]
-        mode = ("differential" + (f" (changes in {', '.join(moved)})" if moved else " (no source moved: nothing to do)"))
+        mode = "differential" + (f" (changes in {', '.join(moved)})" if moved
+                                 else " (no source moved: nothing to do)")
     else:
         mode = f"full ({decision.reason})"
     lines = [f"stream table {model}", f"  next refresh: {mode}",
@@ -395,7 +403,8 @@ def explain(spark, request: RefreshRequest) -> str:
     if plan.definition != request.sql:
         lines.append("  views inlined: the tree reads their base tables")
     if plan.top_k is not None:
-        lines.append(f"  Top-K: the view shows rows {plan.top_k.offset + 1}..{plan.top_k.offset + (plan.top_k.limit or 0)} "
+        first, last = plan.top_k.offset + 1, plan.top_k.offset + (plan.top_k.limit or 0)
+        lines.append(f"  Top-K: the view shows rows {first}..{last} "
                      "of the stored result in the query's order")
     lines.append("  operator tree (strategy per operator: docs/supported-sql.md):")
     lines.extend("    " + line for line in describe(plan.tree).splitlines())

@@ -79,7 +79,9 @@ def pin_sources(spark, model: str, relations: list, overrides: dict, versions: O
             raise SourceMissing(
                 model, f"source {relation} uses Delta features the embedded engine cannot read: "
                        f"{', '.join(state.unreadable_features)}",
-                "disable them (e.g. REORG TABLE ... APPLY (PURGE) for deletion vectors) or use the spark engine",
+                "disable them (e.g. REORG TABLE ... APPLY (PURGE) for deletion vectors, then ALTER TABLE ... SET "
+                "TBLPROPERTIES ('delta.enableDeletionVectors' = false)); the spark engine that could read them is "
+                "not implemented yet",
             )
         pinned[relation] = PinnedSource(relation, path, state, (pinned_by or {}).get(relation))
     return pinned

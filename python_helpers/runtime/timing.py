@@ -17,5 +17,3 @@ class Phases:
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
 
-    def summary(self) -> str:
-        return ", ".join(f"{k} {v * 1000:.0f}ms" for k, v in self.seconds.items())

@@ -5,7 +5,7 @@ import hashlib
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError, OptimizeError
+from sqlglot.errors import OptimizeError, ParseError
 from sqlglot.optimizer.qualify import qualify
 
 from python_helpers.errors import SqlParseError, UnsupportedSql

@@ -77,5 +77,6 @@ def check_supported(model: str, query: exp.Expression) -> None:
                                         "only as the query's last clause)")
         if isinstance(node, (exp.Unnest, exp.Explode, exp.Posexplode)) and not isinstance(node.parent, exp.Lateral):
             raise UnsupportedSql(model, f"generator {node.sql('spark')[:60]} outside LATERAL (write it as "
-                                        "FROM t LATERAL VIEW explode(...) x AS col or FROM t, LATERAL explode(...) AS x(col))")
+                                        "FROM t LATERAL VIEW explode(...) x AS col "
+                                        "or FROM t, LATERAL explode(...) AS x(col))")
 

@@ -59,7 +59,8 @@ def split_top_k(model: str, query: exp.Query) -> tuple[exp.Query, Optional[TopK]
     first = query
     while isinstance(first, exp.SetOperation):
         first = first.this
-    projections = [unaliased(p).sql("spark").lower() for p in first.expressions] if isinstance(first, exp.Select) else []
+    projections = ([unaliased(p).sql("spark").lower() for p in first.expressions]
+                   if isinstance(first, exp.Select) else [])
     order = []
     for ordered in (query.args.get("order").expressions if query.args.get("order") else []):
         order.append((_position(model, ordered.this, names, projections), ordered))

@@ -129,7 +129,8 @@ def main(argv=None) -> int:
     parser.add_argument("--warehouse", default=None, help="spark.sql.warehouse.dir (default <work>/warehouse)")
     parser.add_argument("--memory", default="2g")
     args = parser.parse_args(argv)
-    server = ConnectServer(os.path.join(args.work, "server"), warehouse=args.warehouse or os.path.join(args.work, "warehouse"),
+    warehouse = args.warehouse or os.path.join(args.work, "warehouse")
+    server = ConnectServer(os.path.join(args.work, "server"), warehouse=warehouse,
                            memory=args.memory, cluster=True)
     import signal
 

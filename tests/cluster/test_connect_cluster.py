@@ -82,7 +82,8 @@ def project(cluster, tmp_path_factory):
     path = tmp_path_factory.mktemp("dbt_connect") / "integration_tests"
     shutil.copytree(PROJECT_SRC, path, ignore=shutil.ignore_patterns("target", "logs", "__pycache__"))
     env = {**os.environ, "DBT_SPARK_STREAM_WORK_DIR": str(work), "DBT_SPARK_STREAM_CONNECT_URL": server.remote,
-           "DBT_SPARK_STREAM_THREADS": "4", "DBT_SPARK_STREAM_ENGINE": "auto", "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+           "DBT_SPARK_STREAM_THREADS": "4", "DBT_SPARK_STREAM_ENGINE": "auto",
+           "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
     env.pop("SPARK_REMOTE", None)
     proj = ConnectProject(path, env)
     proj.shop_data("create", "--force")

@@ -56,7 +56,7 @@ def setup(work: str) -> None:
     from tests.support import sources as S
 
     rng = random.Random(1)
-    for name, path in paths(work).items():
+    for path in paths(work).values():
         rows = [S.row(i, k=rng.randint(0, 3), g=rng.choice("abc"), v=rng.randint(-5, 5), d=rng.randint(0, 50))
                 for i in range(1, 41)]
         S.create_source(path, rows)

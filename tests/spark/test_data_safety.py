@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import decimal
 import os
-import shutil
 import threading
 
 import pyarrow as pa
@@ -15,7 +14,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from python_helpers.errors import SourceBehind
-from python_helpers.runtime import catalog_views, change_feed, publishing, published_files, storage
+from python_helpers.runtime import catalog_views, change_feed, published_files, publishing, storage
 from python_helpers.runtime.api import refresh_stream_table
 from python_helpers.runtime.sources import storage_path
 from tests.support import sources as S

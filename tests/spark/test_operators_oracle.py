@@ -103,7 +103,8 @@ def _null_heavy_batch(tables):
 def _dup_heavy_batch(tables):
     return st.lists(
         st.one_of(
-            st.builds(S.InsertDuplicates, st.sampled_from(tables), st.lists(st.integers(0, 99), min_size=1, max_size=4)),
+            st.builds(S.InsertDuplicates, st.sampled_from(tables),
+                      st.lists(st.integers(0, 99), min_size=1, max_size=4)),
             st.builds(S.DeleteRows, st.sampled_from(tables), st.lists(st.integers(0, 99), min_size=1, max_size=2)),
             gen.change_op(tables),
         ),

@@ -19,7 +19,6 @@ from tests.support.oracle import (
 )
 from tests.support.shapes import INITIAL, SHAPES, SMOKE_BATCHES
 
-
 # --- pure comparison (no Spark) ---------------------------------------------------------------
 
 def test_compare_rows_is_a_multiset_comparison():

@@ -70,7 +70,8 @@ class RefreshFunctions:
         per_line = math.ceil(301 / max(1, new_keys.count(big)))
         qty = [decimal.Decimal(per_line) if k == big else q
                for k, q in zip(new_keys, lines.column("l_quantity").to_pylist())]
-        lines = lines.set_column(lines.schema.get_field_index("l_orderkey"), "l_orderkey", pa.array(new_keys, pa.int64()))
+        lines = lines.set_column(lines.schema.get_field_index("l_orderkey"), "l_orderkey",
+                                 pa.array(new_keys, pa.int64()))
         lines = lines.set_column(lines.schema.get_field_index("l_quantity"), "l_quantity",
                                  pa.array(qty, lines.schema.field("l_quantity").type))
         write_deltalake(self.paths["orders"], new_orders, mode="append")

@@ -59,5 +59,6 @@ def test_statistics_keep_only_files_that_can_hold_the_keys(tmp_path):
 def test_statistics_that_cannot_decide_read_everything(tmp_path):
     path = str(tmp_path / "t")
     write_deltalake(path, pa.table({"ts": pa.array([datetime.datetime(2024, 1, 1)], pa.timestamp("us"))}))
-    assert delta_tables.files_meeting_keys(DeltaTable(path), path, "ts", pa.array([datetime.datetime(2024, 1, 1)])) is None
+    keys = pa.array([datetime.datetime(2024, 1, 1)])
+    assert delta_tables.files_meeting_keys(DeltaTable(path), path, "ts", keys) is None
     assert delta_tables.files_meeting_keys(DeltaTable(path), path, "nope", pa.array([1])) is None

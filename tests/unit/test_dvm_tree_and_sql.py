@@ -4,12 +4,12 @@ import sqlglot
 from sqlglot import exp
 
 from python_helpers.dvm.differentiate import delta, plain
+from python_helpers.dvm.plan_query import query_tree
 from python_helpers.dvm.sqlgen import Context, parenthesize, render
 from python_helpers.dvm.stored_result import AggregateResult, BagResult, plan_stored_result, storage_names
 from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Join, Project, Recursive, Scan, UnionAll, describe
 from python_helpers.errors import SqlParseError, UnsupportedSql
 from python_helpers.sql.parse import fingerprint, parse_query, source_relations
-from python_helpers.dvm.plan_query import query_tree
 
 SCHEMAS = {
     "shop.orders": {"id": "bigint", "customer_id": "bigint", "amount": "double", "status": "string",

@@ -10,8 +10,16 @@ from sqlglot import exp
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql import rewrites
 from python_helpers.sql.parse import parse_query, qualify_query
-from python_helpers.sql.rewrites import (blocks, exists_values, grouping_sets, lateral_joins, having_subqueries, scalar_subqueries,
-                                        semi_anti_joins, sublinks_in_or)
+from python_helpers.sql.rewrites import (
+    blocks,
+    exists_values,
+    grouping_sets,
+    having_subqueries,
+    lateral_joins,
+    scalar_subqueries,
+    semi_anti_joins,
+    sublinks_in_or,
+)
 from python_helpers.sql.top_k import split_top_k
 
 SCHEMAS = {

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import os
 import traceback
-from importlib import import_module
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Dict, Optional
 
 from dbt.adapters.base.meta import available
 from dbt.adapters.base.relation import AdapterTrackingRelationInfo
 from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.events.types import AdapterEventWarning
-from dbt_common.events.functions import warn_or_error
 from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
+from dbt_common.events.functions import warn_or_error
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 
 from dbt.adapters.spark_stream.connections import ADAPTER_TYPE, SparkStreamConnectionManager

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Dict, Optional
+from typing import Dict
 from urllib.parse import quote
 
 from dbt.adapters.events.logging import AdapterLogger
@@ -61,6 +61,11 @@ def _address(url: str):
     if not host:
         return netloc, DEFAULT_PORT
     return host.strip("[]"), int(port)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""
 
 
 def _redacted(url: str) -> str:
@@ -136,7 +141,7 @@ def _require_version(session, url: str) -> None:
     except Exception as exc:  # noqa: BLE001 - the first RPC: a server that is not Spark Connect
         raise FailedToConnectError(
             f"spark_stream profile (method: connect): {_redacted(url)} did not answer as a Spark "
-            f"Connect server: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}. "
+            f"Connect server: {type(exc).__name__}: {_first_line(exc)}. "
             "Check `host`/`port` (the Connect port, 15002 by default, not the Thrift or UI port) and "
             "`token`/`use_ssl`."
         ) from exc

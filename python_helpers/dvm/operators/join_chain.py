@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from python_helpers.sql.predicates import conjuncts
 from python_helpers.dvm.operators import linear, scan
 from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, union_all, weight
 from python_helpers.dvm.tree import WEIGHT, Filter, Join, Node, Project, Scan
+from python_helpers.sql.predicates import conjuncts
 
 
 def flatten(node: Node) -> tuple[list[Node], list[exp.Expression]]:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from python_helpers.sql.predicates import conjuncts
 from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, select_from, sub, union_all, weight
 from python_helpers.dvm.tree import WEIGHT, Node, OuterJoin, SemiJoin, SetOp, Window
+from python_helpers.sql.predicates import conjuncts
 
 _KEY = "__dvm_rk"
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import (Context, alias, col, consolidate, select_from, semi_join, sub,
-                                       union_all)
+from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, select_from, semi_join, sub, union_all
 from python_helpers.dvm.tree import Aggregate, Distinct
 
 

@@ -22,10 +22,19 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
-from python_helpers.sql.rewrites import (blocks, exists_values, grouping_sets, having_subqueries,
-                                        lateral_joins, scalar_subqueries, semi_anti_joins, sublinks_in_or)
+from python_helpers.sql.rewrites import (
+    blocks,
+    exists_values,
+    grouping_sets,
+    having_subqueries,
+    lateral_joins,
+    scalar_subqueries,
+    semi_anti_joins,
+    sublinks_in_or,
+)
 
-PASSES = (lateral_joins, grouping_sets, having_subqueries, exists_values, scalar_subqueries, sublinks_in_or, semi_anti_joins)
+PASSES = (lateral_joins, grouping_sets, having_subqueries, exists_values, scalar_subqueries, sublinks_in_or,
+          semi_anti_joins)
 
 
 def rewrite(model: str, query: exp.Expression) -> exp.Expression:
@@ -45,7 +54,8 @@ def _check_no_sublinks(model: str, query: exp.Expression) -> None:
                                         "and not a plain EXISTS or uncorrelated IN used as a value")
         if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation)):
             place = _place(node)
-            raise UnsupportedSql(model, f"scalar subquery {place} (rewritten into joins only in WHERE, HAVING and the SELECT list)")
+            raise UnsupportedSql(model, f"scalar subquery {place} "
+                                        "(rewritten into joins only in WHERE, HAVING and the SELECT list)")
 
 
 def _place(node: exp.Expression) -> str:

@@ -111,7 +111,8 @@ def _expand(model: str, select: exp.Select) -> exp.Expression:
                 args = node.expressions if isinstance(node, exp.Grouping) else node.expressions
                 bit = 0 if args and args[0].sql("spark") in present else 1
                 return exp.Cast(this=exp.Literal.number(bit), to=exp.DataType.build("tinyint"))
-            if isinstance(node, exp.GroupingId) or (isinstance(node, exp.Anonymous) and node.name.lower() == "grouping_id"):
+            if isinstance(node, exp.GroupingId) or (isinstance(node, exp.Anonymous)
+                                                    and node.name.lower() == "grouping_id"):
                 args = [a.sql("spark") for a in node.expressions] or texts
                 value = sum(1 << (len(args) - 1 - i) for i, a in enumerate(args) if a not in present)
                 return exp.Cast(this=exp.Literal.number(value), to=exp.DataType.build("bigint"))

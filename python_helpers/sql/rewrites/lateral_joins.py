@@ -186,7 +186,8 @@ def _as_join(model, select, join, inner, outputs, side, fresh) -> dict:
     values = {c: to_derived(e) for c, e in outputs.items()}
     derived = inner.copy()
     blocks.set_where(derived, [c.copy() for c in kept])
-    derived.set("expressions", [exp.alias_(exp.column(col, table=tab), out) for (tab, col), out in inner_columns.items()]
+    derived.set("expressions", [exp.alias_(exp.column(col, table=tab), out)
+                                for (tab, col), out in inner_columns.items()]
                 + [exp.alias_(exp.Literal.number(1), "__dvm_m")])
     sub = exp.Subquery(this=derived, alias=exp.TableAlias(this=exp.to_identifier(derived_alias)))
     join.set("this", sub)
@@ -195,7 +196,8 @@ def _as_join(model, select, join, inner, outputs, side, fresh) -> dict:
         join.set("side", "LEFT")
         join.set("kind", None)
         unmatched = exp.Is(this=exp.column("__dvm_m", table=derived_alias), expression=exp.Null())
-        values = {c: exp.Case(ifs=[exp.If(this=unmatched.copy(), true=exp.Null())], default=v) for c, v in values.items()}
+        values = {c: exp.Case(ifs=[exp.If(this=unmatched.copy(), true=exp.Null())], default=v)
+                  for c, v in values.items()}
     else:
         join.set("side", None)
         join.set("kind", None if on_parts else "CROSS")

@@ -106,7 +106,8 @@ def _inside_aggregate(node: exp.Expression, top: exp.Expression) -> bool:
     return False
 
 
-def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj, fresh: blocks.FreshNames) -> tuple[list, exp.Expression]:
+def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj,
+           fresh: blocks.FreshNames) -> tuple[list, exp.Expression]:
     """Replace `sq` by a column of a joined derived table; returns (conjuncts to add to WHERE, the
     replacement). `conj` is the WHERE conjunct holding it (None: the SELECT list)."""
     inner = sq.this
@@ -131,10 +132,12 @@ def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj, fresh: blocks
     derived = inner.copy()
     blocks.set_where(derived, [c.copy() for c in local])
     derived.set("expressions", [exp.alias_(i.copy(), f"__dvm_k{n}") for n, (_, i) in enumerate(pairs)]
-                + [exp.alias_(value, "__dvm_v")] + ([] if inner_join else [exp.alias_(exp.Literal.number(1), "__dvm_m")]))
+                + [exp.alias_(value, "__dvm_v")]
+                + ([] if inner_join else [exp.alias_(exp.Literal.number(1), "__dvm_m")]))
     if pairs:
         derived = derived.group_by(*[i.copy() for _, i in pairs], copy=False)
-    matches = [exp.EQ(this=o.copy(), expression=exp.column(f"__dvm_k{n}", table=alias)) for n, (o, _) in enumerate(pairs)]
+    matches = [exp.EQ(this=o.copy(), expression=exp.column(f"__dvm_k{n}", table=alias))
+               for n, (o, _) in enumerate(pairs)]
     replacement = exp.column("__dvm_v", table=alias)
     if inner_join:
         # Uncorrelated: exactly one row. Correlated in a comparison that NULL fails: a missing

@@ -98,7 +98,8 @@ def _exists(model: str, select: exp.Select, inner: exp.Expression, anti: bool, f
     condition = exp.and_(*[c.copy().transform(swap) for c in correlated])
     derived = inner.copy()
     blocks.set_where(derived, [c.copy() for c in local])
-    derived.set("expressions", [exp.alias_(c, n) for n, c in inner_cols.values()] or [exp.alias_(exp.true(), "__dvm_c0")])
+    derived.set("expressions", [exp.alias_(c, n) for n, c in inner_cols.values()]
+                or [exp.alias_(exp.true(), "__dvm_c0")])
     derived.set("distinct", None)
     blocks.add_join(select, derived, alias, side="LEFT", kind="ANTI" if anti else "SEMI", on=condition)
     return []
