@@ -10,6 +10,7 @@ its SQL recomputed as a plain view on the current sources.
 """
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -156,6 +157,29 @@ def test_a_fallback_to_full_is_a_dbt_warning_that_warn_error_makes_an_error(proj
     again = project.run()
     assert again["larger_orders"]["mode"] == "full"
     project.test()
+
+
+def test_stream_table_status_lists_each_stream_table_and_how_far_its_sources_moved(project):
+    project.run()  # catch up with anything an earlier test left
+
+    def status() -> dict:
+        result = project.dbt("run-operation", "stream_table_status")
+        assert result.success, result.exception
+        with open(project.path / "target" / "stream_table_status.json", encoding="utf-8") as handle:
+            return {s["name"]: s for s in json.load(handle)["stream_tables"]}
+
+    caught_up = status()
+    assert set(STREAM_TABLES) <= set(caught_up), sorted(caught_up)
+    for name in STREAM_TABLES:
+        assert caught_up[name]["commits_behind"] == 0, caught_up[name]
+        assert caught_up[name]["refreshed_at"] and caught_up[name]["sources"], caught_up[name]
+    shop_data.mutate(51)
+    behind = status()
+    orders = next(s for s in behind["customer_totals"]["sources"] if s["relation"] == "shop.orders")
+    assert orders["current_version"] > orders["consumed_version"], orders
+    assert behind["customer_totals"]["commits_behind"] > 0
+    project.run()
+    assert all(status()[name]["commits_behind"] == 0 for name in STREAM_TABLES)
 
 
 def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(project):

@@ -5,6 +5,7 @@ The adapter builds no SQL of its own for refreshes; it hands the model's compile
 """
 from __future__ import annotations
 
+import json
 import os
 import traceback
 from dataclasses import dataclass
@@ -93,14 +94,18 @@ class SparkStreamAdapter(SparkAdapter):
         logger.debug(f"stream table {model}: {response}")
         return response
 
+    def _spark(self, what: str):
+        """The SparkSession of this thread's connection (opened if dbt has not yet: it is lazy)."""
+        connection = self.connections.get_thread_connection()
+        require_session_method(connection.credentials, what)
+        _ = connection.handle
+        return get_spark_session(connection.credentials)
+
     def _request(self, model, schema, identifier, sql, refresh_mode, full_refresh, sources, shaping_config,
                  auto_full_threshold, float_recompute_every, retention_hours=None):
         """(the Spark session, the engine's RefreshRequest) for one model."""
-        connection = self.connections.get_thread_connection()
-        credentials = connection.credentials
-        require_session_method(credentials, model)
-        _ = connection.handle  # opens the connection if dbt has not yet (it is lazy)
-        spark = get_spark_session(credentials)
+        credentials = self.connections.get_thread_connection().credentials
+        spark = self._spark(model)
         try:
             from python_helpers.runtime.api import RefreshRequest
         except ImportError as exc:  # a broken install should say so, not show a traceback
@@ -156,6 +161,20 @@ class SparkStreamAdapter(SparkAdapter):
         first = text.splitlines()[1].strip() if len(text.splitlines()) > 1 else text
         return StreamTableResponse(_message=f"explained, nothing refreshed: {first}", code="explain",
                                    rows_affected=0)
+
+    @available
+    def stream_table_status(self, schema: str) -> str:
+        """Every stream table of `schema`: its last refresh and how many commits its sources have
+        moved since (Delta logs only: no Spark job). Also written to target/stream_table_status.json."""
+        from python_helpers.runtime.status import format_status, schema_status
+
+        statuses = schema_status(self._spark(f"stream_table_status({schema})"), schema)
+        target = os.path.join(getattr(self.config, "project_root", None) or os.getcwd(),
+                              getattr(self.config, "target_path", None) or "target")
+        os.makedirs(target, exist_ok=True)
+        with open(os.path.join(target, "stream_table_status.json"), "w", encoding="utf-8") as handle:
+            json.dump({"schema": schema, "stream_tables": [s.as_dict() for s in statuses]}, handle, indent=2)
+        return format_status(statuses, schema)
 
     def _resolve_path(self, path: str) -> str:
         """A relative `delta_path` is relative to the dbt project, not to wherever dbt was started."""
