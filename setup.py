@@ -55,7 +55,9 @@ setup(
     extras_require={
         # connect: the Spark Connect client (pyspark's own extra), for profiles with `method: connect`.
         "connect": ["pyspark[connect]==4.1.4"],
+        # thrift: dbt-spark's Thrift client, for `method: thrift` with `connect_url`.
+        "thrift": ["dbt-spark[PyHive]==1.11.0", "pyspark[connect]==4.1.4"],
         "dev": ["pytest", "hypothesis", "duckdb", "duckdb-extension-tpch", "matplotlib", "pyspark[connect]==4.1.4",
-                "ruff==0.17.6"],
+                "dbt-spark[PyHive]==1.11.0", "ruff==0.17.6"],
     },
 )

@@ -5,6 +5,10 @@ pyspark package: no download. Used by the benchmark (`--spark connect`) and the 
     ...
     server.stop()                                               # by process id
 
+With `thrift=True` the application is a Spark Thrift server (HiveThriftServer2, on
+`thrift_port`) that also loads the Spark Connect plugin: the set-up a `method: thrift` profile
+with `connect_url` needs.
+
 Everything it starts gets free ports and is stopped by its process id.
 """
 from __future__ import annotations
@@ -43,9 +47,11 @@ def _wait_port(port: int, proc: subprocess.Popen, what: str, log: str, timeout: 
 
 class ConnectServer:
     def __init__(self, work: str, warehouse: str, memory: str = "4g", cluster: bool = False, cores: int = 2,
-                 extra_conf: Optional[dict] = None):
+                 extra_conf: Optional[dict] = None, thrift: bool = False):
         self.work, self.warehouse, self.memory, self.cluster, self.cores = work, warehouse, memory, cluster, cores
         self.extra_conf = dict(extra_conf or {})
+        self.thrift = thrift
+        self.thrift_port = free_port() if thrift else None
         self.procs: list = []
         self.port = free_port()
         self.ui_port = free_port()
@@ -100,13 +106,24 @@ class ConnectServer:
         }
         if self.cluster:
             conf["spark.executor.memory"] = self.memory
-        args = [os.path.join(home, "bin", "spark-submit"), "--class",
-                "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", self.master]
+        if self.thrift:
+            main_class = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
+            conf["spark.plugins"] = "org.apache.spark.sql.connect.SparkConnectPlugin"
+        else:
+            main_class = "org.apache.spark.sql.connect.service.SparkConnectServer"
+        args = [os.path.join(home, "bin", "spark-submit"), "--class", main_class, "--master", self.master]
         for k, v in conf.items():
             args += ["--conf", f"{k}={v}"]
+        if self.thrift:
+            args += ["--hiveconf", f"hive.server2.thrift.port={self.thrift_port}",
+                     "--hiveconf", "hive.server2.thrift.bind.host=127.0.0.1"]
         args.append("spark-internal")
-        server = self._spawn(args, "connect")
-        _wait_port(self.port, server, "the Spark Connect server", os.path.join(self.work, "connect.log"), timeout=180)
+        name = "thrift" if self.thrift else "connect"
+        server = self._spawn(args, name)
+        log = os.path.join(self.work, f"{name}.log")
+        _wait_port(self.port, server, "the Spark Connect server", log, timeout=180)
+        if self.thrift:
+            _wait_port(self.thrift_port, server, "the Spark Thrift server", log, timeout=180)
         return self
 
     def stop(self) -> None:

@@ -74,6 +74,15 @@ def test_session_and_connect_methods_pass(method):
     require_session_method(SimpleNamespace(method=method), "m")
 
 
+def test_thrift_with_a_connect_url_refreshes_over_that_endpoint():
+    creds = SparkStreamCredentials(method="thrift", host="thrift.internal", port=10000, schema="analytics",
+                                   connect_url="sc://thrift.internal:15002", token="hive-token")
+    require_session_method(creds, "m")
+    # The Thrift server's token is not the Connect endpoint's: the URL is taken as given.
+    assert connect_url(creds) == "sc://thrift.internal:15002"
+    assert "connect_url" in creds._connection_keys()
+
+
 def _connect(**extra):
     return SparkStreamCredentials(method="connect", schema="analytics", **extra)
 

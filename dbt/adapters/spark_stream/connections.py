@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Optional, Tuple
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.spark.connections import (
@@ -40,6 +40,10 @@ class SparkStreamCredentials(SparkCredentials):
     # How refreshes reach Delta: `embedded` (deltalake package, no Delta jars in Spark),
     # `spark` (Delta Lake loaded in Spark), or `auto` (decide per session).
     engine: str = "auto"
+    # method: thrift/http/odbc: the Spark Connect endpoint of the same Spark application (a Thrift
+    # server started with spark.plugins=org.apache.spark.sql.connect.SparkConnectPlugin), over
+    # which stream tables refresh while every other statement goes through the Thrift server.
+    connect_url: Optional[str] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -56,7 +60,7 @@ class SparkStreamCredentials(SparkCredentials):
 
     def _connection_keys(self) -> Tuple[str, ...]:
         # Shown by `dbt debug`.
-        return super()._connection_keys() + ("engine",)
+        return super()._connection_keys() + ("engine", "connect_url")
 
 
 class SparkStreamConnectionManager(SparkConnectionManager):

@@ -35,7 +35,11 @@ _lock = threading.Lock()
 
 
 def connect_url(credentials) -> str:
-    """The `sc://` URL of a `method: connect` profile, with its token/TLS/user parameters."""
+    """The `sc://` URL of a `method: connect` profile, with its token/TLS/user parameters; for
+    another method, its `connect_url` as given (the Thrift server's `token`/`user` are not the
+    Connect endpoint's)."""
+    if credentials.method != "connect":
+        return str(credentials.connect_url).strip()
     host = (credentials.host or "").strip()
     if host.startswith("sc://"):
         url = host
@@ -72,7 +76,7 @@ def _redacted(url: str) -> str:
     return ";".join(p if not p.startswith("token=") else "token=***" for p in url.split(";"))
 
 
-def check_reachable(url: str, timeout: float) -> None:
+def check_reachable(url: str, timeout: float, keys: str = "`host` (sc://host:port) and `port`") -> None:
     """Fail fast, naming the profile keys, when nothing listens at the server's address.
 
     The Connect client itself retries an unreachable server with back-off for minutes before it
@@ -84,7 +88,7 @@ def check_reachable(url: str, timeout: float) -> None:
     except OSError as exc:
         raise FailedToConnectError(
             f"spark_stream profile (method: connect): cannot reach the Spark Connect server at "
-            f"{_redacted(url)} ({exc.strerror or exc}). Check `host` (sc://host:port) and `port` in "
+            f"{_redacted(url)} ({exc.strerror or exc}). Check {keys} in "
             "profiles.yml, and that the server runs (sbin/start-connect-server.sh, or spark-submit "
             "--class org.apache.spark.sql.connect.service.SparkConnectServer)."
         ) from exc
@@ -97,7 +101,8 @@ def connect_session(credentials):
         session = _sessions.get(url)
         if session is not None:
             return session
-        check_reachable(url, float(credentials.connect_timeout or 10))
+        keys = "`host` (sc://host:port) and `port`" if credentials.method == "connect" else "`connect_url`"
+        check_reachable(url, float(credentials.connect_timeout or 10), keys)
         from pyspark.sql import SparkSession
 
         try:

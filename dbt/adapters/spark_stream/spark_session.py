@@ -16,18 +16,21 @@ from dbt_common.exceptions import DbtRuntimeError
 
 
 def require_session_method(credentials, model: str) -> None:
-    if credentials.method not in (SparkConnectionMethod.SESSION, "connect"):
+    if credentials.method not in (SparkConnectionMethod.SESSION, "connect") and not getattr(
+            credentials, "connect_url", None):
         raise DbtRuntimeError(
             f"stream table '{model}': the profile uses method: {credentials.method}, but stream "
             "tables need a SparkSession: `method: session` (Spark in the dbt process) or "
-            "`method: connect` (a Spark Connect server, host: sc://host:15002). Refreshes over "
-            "thrift/http/odbc connections are not implemented yet; point a `connect` target at "
-            "the same cluster (Spark 3.4+ ships the Connect server) to use stream tables there."
+            "`method: connect` (a Spark Connect server, host: sc://host:15002). Over "
+            f"method: {credentials.method}, set `connect_url: sc://host:15002` to the Spark Connect "
+            "endpoint of the same Spark application (start the Thrift server with "
+            "--conf spark.plugins=org.apache.spark.sql.connect.SparkConnectPlugin); refreshes through "
+            "the Thrift protocol alone are not implemented yet."
         )
 
 
 def get_spark_session(credentials):
-    if credentials.method == "connect":
+    if credentials.method == "connect" or getattr(credentials, "connect_url", None):
         from dbt.adapters.spark_stream.spark_connect import connect_session
 
         return connect_session(credentials)

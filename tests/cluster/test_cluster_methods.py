@@ -1,10 +1,13 @@
-"""Stream tables over Spark Connect, against a real local cluster.
+"""Stream tables against a real local cluster, through each connection method that supports them.
 
-A standalone master, a worker and a Spark Connect server are started from the installed pyspark
-package (python_helpers/testing/local_spark.py) on free ports and stopped by process id. The
-integration_tests project runs against them with its `connect` target (`method: connect`,
-threads: 4), each `dbt` command a fresh process, as a scheduled job runs it: nothing of Spark
-runs in the dbt process, the executors read the Delta files the client wrote.
+A standalone master and a worker are started from the installed pyspark package
+(python_helpers/testing/local_spark.py) on free ports and stopped by process id, with either
+- a Spark Connect server: the example project's `connect` target (`method: connect`), or
+- a Spark Thrift server that also loads the Connect plugin: the `thrift` target (`method:
+  thrift`, dbt-spark's PyHive client, with `connect_url` for the stream tables' refreshes).
+The integration_tests project runs with threads: 4, each `dbt` command a fresh process, as a
+scheduled job runs it: nothing of Spark runs in the dbt process, the executors read the Delta
+files the client wrote.
 
 The oracle is the project's `equals_recompute` data tests: each stream table against its SQL
 recomputed by the cluster, as a plain view, on the same source versions.
@@ -34,12 +37,12 @@ FULL_ONLY = {"larger_orders"}  # auto falls back to full (non-equality correlati
 DBT = [sys.executable, "-c", "from dbt.cli.main import cli; cli()"]
 
 
-class ConnectProject:
-    def __init__(self, path: Path, env: dict):
-        self.path, self.env = path, env
+class ClusterProject:
+    def __init__(self, path: Path, env: dict, target: str):
+        self.path, self.env, self.target = path, env, target
 
     def dbt(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([*DBT, *args, "--target", "connect", "--project-dir", str(self.path),
+        return subprocess.run([*DBT, *args, "--target", self.target, "--project-dir", str(self.path),
                                "--profiles-dir", str(self.path)],
                               env=env or self.env, cwd=self.path, capture_output=True, text=True, timeout=900)
 
@@ -62,30 +65,31 @@ class ConnectProject:
                        check=True, capture_output=True, text=True)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+@pytest.fixture(scope="module", params=["connect", "thrift"])
+def cluster(request, tmp_path_factory):
     from python_helpers.testing.local_spark import ConnectServer
 
-    work = tmp_path_factory.mktemp("cluster")
+    work = tmp_path_factory.mktemp(f"cluster_{request.param}")
     server = ConnectServer(str(work / "server"), warehouse=str(work / "warehouse"), memory="1g", cluster=True,
-                           cores=2)
+                           cores=2, thrift=request.param == "thrift")
     try:
         server.start()
-        yield work, server
+        yield request.param, work, server
     finally:
         server.stop()
 
 
 @pytest.fixture(scope="module")
 def project(cluster, tmp_path_factory):
-    work, server = cluster
-    path = tmp_path_factory.mktemp("dbt_connect") / "integration_tests"
+    method, work, server = cluster
+    path = tmp_path_factory.mktemp(f"dbt_{method}") / "integration_tests"
     shutil.copytree(PROJECT_SRC, path, ignore=shutil.ignore_patterns("target", "logs", "__pycache__"))
     env = {**os.environ, "DBT_SPARK_STREAM_WORK_DIR": str(work), "DBT_SPARK_STREAM_CONNECT_URL": server.remote,
            "DBT_SPARK_STREAM_THREADS": "4", "DBT_SPARK_STREAM_ENGINE": "auto",
-           "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+           "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+           "DBT_SPARK_STREAM_THRIFT_PORT": str(server.thrift_port or 0)}
     env.pop("SPARK_REMOTE", None)
-    proj = ConnectProject(path, env)
+    proj = ClusterProject(path, env, method)
     proj.shop_data("create", "--force")
     proj.first_run = proj.run()
     return proj
@@ -98,13 +102,13 @@ def _assert_modes(refreshes: dict, expected: str) -> None:
         assert info["mode"] == want, f"{model}: {info['mode']} refresh, expected {want} ({info['message']})"
 
 
-def test_first_run_over_connect_builds_every_stream_table(project):
+def test_first_run_builds_every_stream_table(project):
     _assert_modes(project.first_run, "full")
     project.test()
 
 
 @pytest.mark.parametrize("seed", [31, 32])
-def test_refresh_over_connect_is_differential_and_equals_recompute(project, seed):
+def test_refresh_is_differential_and_equals_recompute(project, seed):
     project.shop_data("mutate", "--seed", str(seed))
     refreshes = project.run()
     _assert_modes(refreshes, "differential")
@@ -114,7 +118,7 @@ def test_refresh_over_connect_is_differential_and_equals_recompute(project, seed
 
 def test_a_run_killed_mid_refresh_is_repaired_by_the_next_run(project):
     project.shop_data("mutate", "--seed", "33")
-    proc = subprocess.Popen([*DBT, "run", "--target", "connect", "--project-dir", str(project.path),
+    proc = subprocess.Popen([*DBT, "run", "--target", project.target, "--project-dir", str(project.path),
                              "--profiles-dir", str(project.path)], env=project.env, cwd=project.path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     finished = 0
@@ -139,12 +143,13 @@ def test_a_run_killed_mid_refresh_is_repaired_by_the_next_run(project):
             assert info["mode"] == "differential" and info["rows_changed"] == 0, f"{model}: {info['message']}"
 
 
-def test_an_unreachable_server_fails_fast_naming_the_profile_keys(project, tmp_path):
+def test_an_unreachable_connect_endpoint_fails_fast_naming_the_profile_keys(project, tmp_path):
     from python_helpers.testing.local_spark import free_port
 
     env = {**project.env, "DBT_SPARK_STREAM_CONNECT_URL": f"sc://127.0.0.1:{free_port()}"}
     started = time.time()
     done = project.dbt("run", "--select", "customer_totals", env=env)
     assert done.returncode != 0
-    assert "cannot reach the Spark Connect server" in done.stdout and "`host`" in done.stdout, done.stdout[-3000:]
+    key = "`host`" if project.target == "connect" else "`connect_url`"
+    assert "cannot reach the Spark Connect server" in done.stdout and key in done.stdout, done.stdout[-3000:]
     assert time.time() - started < 120
