@@ -31,44 +31,17 @@ from python_helpers.dvm.tree import (
     Window,
 )
 from python_helpers.errors import UnsupportedSql
-from python_helpers.sql.aggregates import ORDER_DEPENDENT_AGGREGATES, is_aggregate
+from python_helpers.sql.aggregates import (
+    ALGEBRAIC_KIND,
+    ORDER_DEPENDENT_AGGREGATES,
+    group_aggregates,
+    is_aggregate,
+    window_function,
+)
 from python_helpers.sql.parse import relation_name
 from python_helpers.sql.predicates import conjuncts
-from python_helpers.sql.rewrites.blocks import here
 from python_helpers.sql.support import function_name
-
-_ALGEBRAIC_KIND = {
-    exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max",
-    exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop",
-    exp.Variance: "var_samp", exp.VariancePop: "var_pop",
-}
-
-
-def _window_function(node: exp.Expression) -> bool:
-    """The function a window applies (SUM in SUM(x) OVER (...)), as opposed to a group aggregate."""
-    return isinstance(node.parent, exp.Window) and node.arg_key == "this"
-
-
-def group_aggregates(expression: exp.Expression) -> list:
-    return [n for n in expression.walk() if is_aggregate(n) and not _window_function(n)]
-
-
-def inline_named_windows(select: exp.Select) -> None:
-    """`OVER w ... WINDOW w AS (...)`: copy each named definition into the calls that use it."""
-    defs = {w.name.lower(): w for w in select.args.get("windows") or []}
-    if not defs:
-        return
-    # Only this block's own calls: a subquery's `OVER w` names its own WINDOW clause.
-    own = [n for p in select.expressions for n in here(p) if isinstance(n, exp.Window)]
-    for call in own:
-        ref = call.args.get("alias")
-        if ref is not None and ref.name.lower() in defs:
-            spec = defs[ref.name.lower()]
-            for key in ("partition_by", "order", "spec"):
-                if not call.args.get(key) and spec.args.get(key):
-                    call.set(key, spec.args[key].copy())
-            call.set("alias", None)
-    select.set("windows", None)
+from python_helpers.sql.windows import inline_named_windows
 
 
 @dataclass
@@ -403,7 +376,7 @@ class TreeBuilder:
                 target = node
                 if isinstance(node, exp.Filter) and is_aggregate(node.this):
                     target = node
-                elif not is_aggregate(node) or isinstance(node.parent, exp.Filter) or _window_function(node):
+                elif not is_aggregate(node) or isinstance(node.parent, exp.Filter) or window_function(node):
                     continue
                 key = target.sql("spark")
                 if key not in calls:
@@ -422,7 +395,7 @@ class TreeBuilder:
             def swap(node):
                 text = node.sql("spark") if isinstance(node, exp.Expression) else None
                 if (text in calls and (is_aggregate(node) or isinstance(node, exp.Filter))
-                        and not _window_function(node)):
+                        and not window_function(node)):
                     return exp.column(calls[text])
                 if text in key_sql and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
                     return exp.column(key_sql[text])
@@ -464,7 +437,7 @@ class TreeBuilder:
                     return AggCall(name, "count_star", None, call.copy())
                 return AggCall(name, "count", fold(exp.true()), call.copy())
             return AggCall(name, "count", fold(arg.copy()), call.copy())
-        kind = _ALGEBRAIC_KIND.get(type(inner))
+        kind = ALGEBRAIC_KIND.get(type(inner))
         if kind is not None and not isinstance(inner.this, exp.Distinct) and len(inner.expressions or []) == 0:
             return AggCall(name, kind, fold(inner.this.copy()), call.copy())
         return AggCall(name, "other", None, call.copy())

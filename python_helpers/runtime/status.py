@@ -66,12 +66,9 @@ def status_of(spark, schema: str, name: str) -> Optional[StreamTableStatus]:
     meta = storage.read_metadata(path)
     if meta is None:
         return None  # a directory without a refresh commit (a build killed before its first commit)
-    table = delta_tables.open_table(path, meta["storage_version"])
-    when = None
-    if table is not None:
-        stamp = next((c.get("timestamp") for c in table.history(1)), None)
-        if stamp is not None:
-            when = dt.datetime.fromtimestamp(stamp / 1000, dt.timezone.utc).isoformat(timespec="seconds")
+    stamp = meta.get("committed_at_ms")
+    when = (dt.datetime.fromtimestamp(stamp / 1000, dt.timezone.utc).isoformat(timespec="seconds")
+            if stamp is not None else None)
     sources = []
     for relation, offset in sorted((meta.get("offsets") or {}).items()):
         current = None

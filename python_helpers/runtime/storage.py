@@ -50,6 +50,7 @@ def read_metadata(path: str) -> Optional[dict]:
             if raw:
                 meta = json.loads(raw)
                 meta["storage_version"] = commit.get("version")
+                meta["committed_at_ms"] = commit.get("timestamp")
                 meta["read_version"] = pinned
                 return meta
         if limit is not None and len(commits) < limit:

@@ -21,6 +21,7 @@ from dbt_common.events.functions import warn_or_error
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 
 from dbt.adapters.spark_stream.connections import ADAPTER_TYPE, SparkStreamConnectionManager
+from dbt.adapters.spark_stream.messages import first_line
 from dbt.adapters.spark_stream.response import StreamTableResponse
 from dbt.adapters.spark_stream.spark_session import get_spark_session, require_session_method
 
@@ -87,7 +88,7 @@ class SparkStreamAdapter(SparkAdapter):
             # traceback in logs/dbt.log and show the model and the error on the console.
             logger.debug(f"stream table {model}: refresh failed\n{traceback.format_exc()}")
             raise DbtRuntimeError(
-                f"stream table '{model}': refresh failed: {type(exc).__name__}: {_first_line(exc)}"
+                f"stream table '{model}': refresh failed: {type(exc).__name__}: {first_line(exc)}"
                 " (full error in logs/dbt.log)"
             ) from exc
         response = StreamTableResponse.from_result(result)
@@ -182,12 +183,6 @@ class SparkStreamAdapter(SparkAdapter):
             return path
         root = getattr(self.config, "project_root", None) or os.getcwd()
         return os.path.normpath(os.path.join(root, os.path.expanduser(path)))
-
-
-def _first_line(exc: Exception, limit: int = 500) -> str:
-    """Spark errors carry whole query plans; the console gets the first line of it."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _engine_log(level: str, text: str) -> None:

@@ -23,6 +23,8 @@ from urllib.parse import quote
 from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.exceptions import FailedToConnectError
 
+from dbt.adapters.spark_stream.messages import first_line
+
 logger = AdapterLogger("SparkStream")
 
 DEFAULT_PORT = 15002
@@ -65,11 +67,6 @@ def _address(url: str):
     if not host:
         return netloc, DEFAULT_PORT
     return host.strip("[]"), int(port)
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else ""
 
 
 def _redacted(url: str) -> str:
@@ -123,15 +120,14 @@ def _apply_parameters(session, parameters: Dict[str, str], url: str) -> None:
     warehouse, the metastore, memory) belong to the server's own configuration."""
     for key, value in parameters.items():
         try:
-            current = session.conf.get(key, None)
-            if current == value:
-                continue
+            if session.conf.get(key, None) == value:
+                continue  # a static setting the server already has is no conflict
             session.conf.set(key, value)
         except Exception as exc:  # noqa: BLE001 - Spark's error class names the reason
             logger.warning(
                 f"spark_stream (method: connect): server_side_parameters.{key} cannot be set from "
                 f"a client of {_redacted(url)}; set it in the Connect server's configuration "
-                f"instead ({str(exc).strip().splitlines()[0][:200]})"
+                f"instead ({first_line(exc, 200)})"
             )
 
 
@@ -146,7 +142,7 @@ def _require_version(session, url: str) -> None:
     except Exception as exc:  # noqa: BLE001 - the first RPC: a server that is not Spark Connect
         raise FailedToConnectError(
             f"spark_stream profile (method: connect): {_redacted(url)} did not answer as a Spark "
-            f"Connect server: {type(exc).__name__}: {_first_line(exc)}. "
+            f"Connect server: {type(exc).__name__}: {first_line(exc, 300)}. "
             "Check `host`/`port` (the Connect port, 15002 by default, not the Thrift or UI port) and "
             "`token`/`use_ssl`."
         ) from exc

@@ -32,7 +32,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
-from python_helpers.sql.aggregates import is_aggregate
+from python_helpers.sql.aggregates import is_aggregate, window_function
 from python_helpers.sql.rewrites import blocks
 
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Paren, exp.Cast)
@@ -94,7 +94,7 @@ def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.
 
 def _grouped(select: exp.Select) -> bool:
     return bool(select.args.get("group") or select.args.get("having")) or any(
-        is_aggregate(n) and not (isinstance(n.parent, exp.Window) and n.arg_key == "this")
+        is_aggregate(n) and not window_function(n)
         for p in select.expressions for n in blocks.here(p))
 
 
