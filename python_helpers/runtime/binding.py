@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import Context, render
 from python_helpers.errors import ChangesUnavailable
-from python_helpers.runtime import change_feed, delta_log, delta_tables, paths
+from python_helpers.runtime import change_feed, delta_log, delta_tables, paths, read_cost
 
 # Up to this many change rows (all sources together) the delta side of a join is broadcast.
 SMALL_DELTA_ROWS = 200_000
@@ -39,6 +39,7 @@ class Bindings:
         self.consolidated: set = set()  # relations whose change rows are consolidated already
         self._index = {r: i for i, r in enumerate(sorted(pinned))}
         self._keys: dict = {}  # (relation, column) -> distinct values of the column in its change
+        self.view_bytes: dict = {}  # bound snapshot view -> bytes of the data files it covers (read_cost)
 
     def register(self, frame, suffix: str) -> exp.Table:
         name = f"__dvm_{self.id}_{suffix}"
@@ -55,6 +56,10 @@ class Bindings:
                 self._check_readable(relation, number)
             frame = delta_tables.snapshot_frame(self.spark, src.state, number, self.columns.get(relation))
             self.views_by_key[key] = self.register(frame, key)
+            table = delta_tables.open_table(src.path, number)
+            if table is not None:
+                self.view_bytes[self.views_by_key[key].name] = read_cost.bytes_of_files(
+                    delta_tables.add_actions(table), [])
         return self.views_by_key[key].copy()
 
     def _check_readable(self, relation: str, version: int) -> None:
@@ -161,7 +166,10 @@ class Bindings:
         self.files_read += len(files)
         self.files_skipped += total - len(files)
         frame = delta_tables.keyed_frame(self.spark, src.state, table, files, self.columns.get(relation))
-        return self.register(frame, f"s{self._index[relation]}_{version}_k{len(self.views)}")
+        view = self.register(frame, f"s{self._index[relation]}_{version}_k{len(self.views)}")
+        self.view_bytes[view.name] = read_cost.bytes_of_files(
+            delta_tables.add_actions(table), delta_tables.file_paths(table, src.path), files)
+        return view
 
     def _change_keys(self, relation: str, column: str):
         """The distinct values of `column` in `relation`'s change (an Arrow array), or None when

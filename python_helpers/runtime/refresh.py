@@ -28,7 +28,7 @@ from python_helpers.dvm.stored_result import (
 )
 from python_helpers.dvm.tree import Recursive, describe, walk
 from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh, InvalidConfig, StreamTableError
-from python_helpers.runtime import delta_tables, housekeeping, publishing, steps, storage
+from python_helpers.runtime import delta_tables, housekeeping, publishing, read_cost, steps, storage
 from python_helpers.runtime.api import ENGINES, REFRESH_MODES, RefreshRequest, RefreshResult
 from python_helpers.runtime.binding import Bindings
 from python_helpers.runtime.catalog_views import Catalog
@@ -221,6 +221,23 @@ def _check_change_size(request: RefreshRequest, plan: Plan, counts: dict) -> Non
                                 f"over auto_full_threshold={threshold:g}: a full refresh is cheaper")
 
 
+def _check_read_cost(request: RefreshRequest, plan: Plan, merge: exp.Expression, bindings: Bindings,
+                     counters: dict) -> None:
+    """Under `auto`, give up the differential refresh when its SQL would read several times the
+    bytes a rebuild reads (read_cost.py), judged from the Delta logs before the query runs."""
+    full_bytes = 0
+    for src in plan.pinned.values():
+        table = delta_tables.open_table(src.path, src.state.version)
+        if table is not None:
+            full_bytes += read_cost.bytes_of_files(delta_tables.add_actions(table), [])
+    estimate = read_cost.estimate(merge, bindings.view_bytes, full_bytes)
+    counters.update(read_bytes=estimate.differential_bytes, full_read_bytes=estimate.full_bytes,
+                    read_ratio=round(estimate.ratio, 2))
+    reason = estimate.full_reason()
+    if reason is not None and request.refresh_mode == "auto":
+        raise FullIsCheaper(reason)
+
+
 def _schema_key(plan: Plan) -> str:
     import hashlib
     import json
@@ -341,6 +358,9 @@ def _differential(context: _Context) -> int:
                 _recursion_limit(plan, err)
                 raise
             metadata = context.metadata("differential", result)
+            if merge is not None:
+                bindings.view_bytes[store_rel.name] = read_cost.bytes_of_files(delta_tables.add_actions(stored), [])
+                _check_read_cost(request, plan, merge, bindings, context.counters)
         context.counters.update(change_rows=dict(bindings.change_counts), files_read=bindings.files_read,
                                 files_skipped=bindings.files_skipped)
         with phases("delta"):

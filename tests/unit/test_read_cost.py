@@ -1,0 +1,49 @@
+"""The read estimate that lets `auto` prefer a rebuild over a differential refresh that would
+read several times what the rebuild reads (python_helpers/runtime/read_cost.py)."""
+import pyarrow as pa
+from sqlglot import exp, parse_one
+
+from python_helpers.runtime import read_cost
+
+
+def test_each_reference_of_a_view_counts():
+    query = parse_one("SELECT * FROM v_new a JOIN v_new b ON a.k = b.k JOIN chg c ON c.k = a.k "
+                      "UNION ALL SELECT * FROM v_old")
+    est = read_cost.estimate(query, {"v_new": 100, "v_old": 80}, full_bytes=100)
+    assert (est.differential_bytes, est.references) == (280, 3)
+    assert est.ratio == 2.8
+    reason = est.full_reason(threshold=2.5)
+    assert reason is not None and "3 reads" in reason and "2.8x" in reason
+
+
+def test_a_cte_is_read_at_each_use():
+    query = parse_one("WITH c AS (SELECT * FROM v_new WHERE k > 1) SELECT * FROM c JOIN c AS d ON c.k = d.k")
+    est = read_cost.estimate(query, {"V_NEW": 10}, full_bytes=10)
+    assert (est.differential_bytes, est.references) == (20, 2)
+
+
+def test_a_recursive_cte_referencing_itself_terminates():
+    query = parse_one("WITH RECURSIVE r AS (SELECT k FROM base UNION ALL SELECT e.k FROM r JOIN edges e ON r.k = e.p) "
+                      "SELECT * FROM r")
+    est = read_cost.estimate(query, {"base": 5, "edges": 50}, full_bytes=55)
+    assert (est.differential_bytes, est.references) == (55, 2)
+    assert est.full_reason() is None
+
+
+def test_qualified_tables_and_unknown_names_are_not_counted():
+    query = exp.select("*").from_(exp.Table(this=exp.to_identifier("v"), db=exp.to_identifier("parquet")))
+    assert read_cost.estimate(query, {"v": 7}, full_bytes=7).differential_bytes == 0
+    assert read_cost.estimate(parse_one("SELECT * FROM other"), {"v": 7}, 7).references == 0
+
+
+def test_no_full_bytes_means_no_verdict():
+    est = read_cost.estimate(parse_one("SELECT * FROM v"), {"v": 7}, full_bytes=0)
+    assert est.full_reason() is None
+
+
+def test_bytes_of_files_follows_the_file_list_order():
+    actions = pa.table({"path": ["a", "b", "c"], "size_bytes": [10, 20, 40]})
+    files = ["/t/a", "/t/b", "/t/c"]
+    assert read_cost.bytes_of_files(actions, files) == 70
+    assert read_cost.bytes_of_files(actions, files, ["/t/c", "/t/a"]) == 50
+    assert read_cost.bytes_of_files(pa.table({"path": ["a"]}), ["/t/a"]) == 0
