@@ -24,7 +24,10 @@ from sqlglot import exp
 # goes full under `auto`. Above 1 because the rebuild also rewrites the whole result while the
 # differential refresh merges a few rows: a join whose other input is read in full once (random
 # keys meet every file's min/max) is still several times faster than a rebuild.
-FULL_WHEN_READ_RATIO_OVER = 2.5
+FULL_WHEN_READ_RATIO_OVER = 3.0
+# Sources smaller than this together are not judged: a refresh over them costs its round trips
+# and query planning, not its reads, and the differential one stays the cheaper.
+MIN_FULL_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -37,9 +40,10 @@ class ReadEstimate:
     def ratio(self) -> float:
         return self.differential_bytes / self.full_bytes if self.full_bytes else 0.0
 
-    def full_reason(self, threshold: float = FULL_WHEN_READ_RATIO_OVER) -> Optional[str]:
+    def full_reason(self, threshold: float = FULL_WHEN_READ_RATIO_OVER,
+                    min_full_bytes: int = MIN_FULL_BYTES) -> Optional[str]:
         """Why a rebuild is cheaper, or None when the differential refresh should go on."""
-        if not self.full_bytes or self.ratio <= threshold:
+        if not self.full_bytes or self.full_bytes < min_full_bytes or self.ratio <= threshold:
             return None
         return (f"the differential refresh would read {_size(self.differential_bytes)} of snapshots "
                 f"({self.references} reads), {self.ratio:.1f}x the {_size(self.full_bytes)} a full refresh reads "

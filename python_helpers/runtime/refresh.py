@@ -232,8 +232,8 @@ def _check_read_cost(request: RefreshRequest, plan: Plan, merge: exp.Expression,
             full_bytes += read_cost.bytes_of_files(delta_tables.add_actions(table), [])
     estimate = read_cost.estimate(merge, bindings.view_bytes, full_bytes)
     counters.update(read_bytes=estimate.differential_bytes, full_read_bytes=estimate.full_bytes,
-                    read_ratio=round(estimate.ratio, 2))
-    reason = estimate.full_reason()
+                    read_ratio_pct=int(round(estimate.ratio * 100)))
+    reason = estimate.full_reason(read_cost.FULL_WHEN_READ_RATIO_OVER, read_cost.MIN_FULL_BYTES)
     if reason is not None and request.refresh_mode == "auto":
         raise FullIsCheaper(reason)
 

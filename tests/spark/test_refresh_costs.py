@@ -41,6 +41,36 @@ def test_auto_refreshes_in_full_when_the_change_is_large_and_says_why(env):
     stream.check()
 
 
+def test_auto_refreshes_in_full_when_the_delta_would_read_more_than_a_rebuild(env, monkeypatch):
+    """A semi join under an aggregate whose both inputs changed reads each snapshot several
+    times; with the size floor lowered to these small tables, `auto` rebuilds and says why."""
+    from python_helpers.runtime import read_cost
+
+    sql = SHAPES_BY_NAME["exists_correlated"].sql
+    for t in ("t1", "t2"):
+        env.source(t, INITIAL[t])
+    stream = env.stream("read_cost", sql)
+    stream.refresh(expect="full")
+    forced = env.stream("read_cost_diff", sql, refresh_mode="differential")
+    forced.refresh(expect="full")
+    batch = [S.Insert("t1", [S.row(900, 1, "a", 3, 0.5, "1.00", None)]), S.UpdateWhere("t2", "k", 1, {"v": 7})]
+    env.apply(batch)
+    # With the defaults, small sources are never judged: differential.
+    kept = stream.refresh(expect="differential")
+    ratio = kept.counters["read_ratio_pct"] / 100
+    assert kept.counters["read_bytes"] > 0 and kept.counters["full_read_bytes"] > 0 and ratio > 0
+    stream.check()
+    monkeypatch.setattr(read_cost, "MIN_FULL_BYTES", 0)
+    monkeypatch.setattr(read_cost, "FULL_WHEN_READ_RATIO_OVER", ratio / 2)
+    env.apply(batch[:1] + [S.UpdateWhere("t2", "k", 2, {"v": 9})])
+    rebuilt = stream.refresh(expect="full")
+    assert "would read" in rebuilt.reason and "a full refresh is cheaper" in rebuilt.reason, rebuilt.reason
+    stream.check()
+    # refresh_mode='differential' never switches
+    forced.refresh(expect="differential")
+    forced.check()
+
+
 @pytest.mark.parametrize("rows, config, ops", [
     # The switch is for large deltas: under AUTO_FULL_MIN_CHANGE_ROWS change rows it never fires.
     (10, {"auto_full_threshold": 0.01},

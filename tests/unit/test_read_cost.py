@@ -12,7 +12,7 @@ def test_each_reference_of_a_view_counts():
     est = read_cost.estimate(query, {"v_new": 100, "v_old": 80}, full_bytes=100)
     assert (est.differential_bytes, est.references) == (280, 3)
     assert est.ratio == 2.8
-    reason = est.full_reason(threshold=2.5)
+    reason = est.full_reason(threshold=2.5, min_full_bytes=0)
     assert reason is not None and "3 reads" in reason and "2.8x" in reason
 
 
@@ -27,7 +27,7 @@ def test_a_recursive_cte_referencing_itself_terminates():
                       "SELECT * FROM r")
     est = read_cost.estimate(query, {"base": 5, "edges": 50}, full_bytes=55)
     assert (est.differential_bytes, est.references) == (55, 2)
-    assert est.full_reason() is None
+    assert est.full_reason(min_full_bytes=0) is None
 
 
 def test_qualified_tables_and_unknown_names_are_not_counted():
@@ -47,3 +47,10 @@ def test_bytes_of_files_follows_the_file_list_order():
     assert read_cost.bytes_of_files(actions, files) == 70
     assert read_cost.bytes_of_files(actions, files, ["/t/c", "/t/a"]) == 50
     assert read_cost.bytes_of_files(pa.table({"path": ["a"]}), ["/t/a"]) == 0
+
+
+def test_small_sources_are_not_judged():
+    est = read_cost.estimate(parse_one("SELECT * FROM v JOIN v AS w JOIN v AS x JOIN v AS y"), {"v": 10}, 10)
+    assert est.ratio == 4.0
+    assert est.full_reason(threshold=3.0, min_full_bytes=11) is None
+    assert "4.0x" in est.full_reason(threshold=3.0, min_full_bytes=10)
