@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     bench = Bench(spark, paths)
 
     results = {q: {"build": None, "full": [], "differential": [], "noop": None, "modes": [], "phases": [],
-                   "rows": []} for q in queries}
+                   "rows": [], "read_ratio": []} for q in queries}
     for q in queries:
         first = bench.refresh(q, "differential")
         bench.refresh(q, "full")
@@ -188,8 +188,12 @@ def main(argv=None) -> int:
             r["modes"].append(diff.mode)
             r["phases"].append(diff.phases)
             r["rows"].append(diff.rows_changed)
+            # the delta query's reads over a rebuild's (read_cost.py; what `auto` switches on)
+            ratio = (diff.counters or {}).get("read_ratio_pct")
+            r["read_ratio"].append(ratio / 100 if ratio is not None else None)
             print(f"  {q}: full {full.seconds:.2f}s, {diff.mode} {diff.seconds:.2f}s "
-                  f"({diff.rows_changed} rows changed; {_phases(diff.phases)}), equal={same}", flush=True)
+                  f"({diff.rows_changed} rows changed; reads {_ratio(r['read_ratio'][-1])} of a rebuild's; "
+                  f"{_phases(diff.phases)}), equal={same}", flush=True)
             if not same:
                 print(f"  !! {q}: differential result differs from the full refresh", file=sys.stderr)
                 return 1
@@ -230,6 +234,10 @@ def _load(spark, work: str, sf: float, schema: str) -> dict:
 def _max_into(into: dict, values: dict) -> None:
     for k, v in values.items():
         into[k] = max(into.get(k, 0), v)
+
+
+def _ratio(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
 
 
 def _phases(phases: dict) -> str:
@@ -289,13 +297,14 @@ def _report(args, paths, queries, results, peaks, scale_rows, rate_rows) -> str:
     lines = [f"TPC-H SF {args.sf:g} ({lineitem_rows(paths)} lineitem rows), {args.changes} changed rows per "
              f"cycle, {args.cycles} cycles; medians. Machine: {machine()}.", "",
              "| query | initial build (s) | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF | no-change refresh (s) | "
-             "rows changed | modes |",
-             "|---|---|---|---|---|---|---|---|"]
+             "rows changed | delta reads / rebuild reads | modes |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for q in queries:
         r = results[q]
         full, diff = statistics.median(r["full"]), statistics.median(r["differential"])
         lines.append(f"| {q} | {r['build']:.2f} | {full:.2f} | {diff:.2f} | {full / diff:.1f}x | {r['noop']:.3f} | "
-                     f"{statistics.median(r['rows']):.0f} | {', '.join(sorted(set(r['modes'])))} |")
+                     f"{statistics.median(r['rows']):.0f} | {_ratio(_median_of(r['read_ratio']))} | "
+                     f"{', '.join(sorted(set(r['modes'])))} |")
     lines += ["", "Where a differential refresh spends its time (median ms per phase):", "",
               "| query | " + " | ".join(_PHASES) + " |", "|---|" + "---|" * len(_PHASES)]
     for q in queries:
@@ -317,6 +326,11 @@ def _report(args, paths, queries, results, peaks, scale_rows, rate_rows) -> str:
         for q, rate, full, diff in rate_rows:
             lines.append(f"| {q} | {rate:.2%} | {full:.2f} | {diff:.2f} | {full / diff:.2f}x |")
     return "\n".join(lines)
+
+
+def _median_of(values: list):
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 _PHASES = ("plan", "changes", "analyze", "delta", "merge", "publish")
