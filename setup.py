@@ -58,6 +58,8 @@ setup(
         # thrift: dbt-spark's Thrift client, for `method: thrift` with `connect_url`.
         "thrift": ["dbt-spark[PyHive]==1.11.0", "pyspark[connect]==4.1.4"],
         "dev": ["pytest", "hypothesis", "duckdb", "duckdb-extension-tpch", "matplotlib", "pyspark[connect]==4.1.4",
-                "dbt-spark[PyHive]==1.11.0", "ruff==0.17.6"],
+                "dbt-spark[PyHive]==1.11.0", "ruff==0.17.6",
+                # mypy 1.19.1: the last release that accepts dbt-core's pathspec<0.13 (2.x needs pathspec 1.x).
+                "mypy==1.19.1"],
     },
 )

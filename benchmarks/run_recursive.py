@@ -111,7 +111,7 @@ def main(argv=None) -> int:
         built = refresh(mode)
         print(f"build ({mode}): {built.rows_changed} subtrees in {built.seconds:.2f}s", flush=True)
     rng = random.Random(11)
-    results = {"base": {"full": [], "differential": [], "rows": []},
+    results: dict[str, dict[str, list[float]]] = {"base": {"full": [], "differential": [], "rows": []},
                "edges": {"full": [], "differential": [], "rows": []}}
     for kind in ("base", "edges"):
         for cycle in range(args.cycles):

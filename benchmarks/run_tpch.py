@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -159,8 +160,9 @@ def main(argv=None) -> int:
     paths = _load(spark, work, args.sf, "tpch")
     bench = Bench(spark, paths)
 
-    results = {q: {"build": None, "full": [], "differential": [], "noop": None, "modes": [], "phases": [],
-                   "rows": [], "read_ratio": []} for q in queries}
+    results: dict[str, dict[str, Any]] = {
+        q: {"build": None, "full": [], "differential": [], "noop": None, "modes": [], "phases": [], "rows": [],
+            "read_ratio": []} for q in queries}
     for q in queries:
         first = bench.refresh(q, "differential")
         bench.refresh(q, "full")
@@ -170,7 +172,7 @@ def main(argv=None) -> int:
         print(f"{q}: initial build {first.seconds:.2f}s ({first.rows_changed} rows), "
               f"no-change refresh {noop.seconds * 1000:.0f}ms", flush=True)
     changes = ChangeBatches(paths)
-    peaks = {"full": {}, "differential": {}}
+    peaks: dict[str, dict[str, float]] = {"full": {}, "differential": {}}
     for cycle in range(1, args.cycles + 1):
         done = changes.apply(args.changes)
         print(f"cycle {cycle}: changed sources ({done})", flush=True)
@@ -255,7 +257,7 @@ def _scale_sweep(spark, work: str, args, queries: list, results: dict) -> list:
             bench.refresh(q, "differential")
             bench.refresh(q, "full")
         changes = ChangeBatches(paths)
-        times = {q: [] for q in queries}
+        times: dict[str, list[float]] = {q: [] for q in queries}
         for _ in range(args.cycles):
             changes.apply(args.changes)
             for q in queries:
@@ -372,9 +374,10 @@ def chart(results: dict, queries: list, scale_rows: list, rate_rows: list, path:
     if rate_rows:
         ax = axes[0][k]
         for q in sorted({r[0] for r in rate_rows}):
-            pts = [(rate, f, d) for (qq, rate, f, d) in rate_rows if qq == q]
-            line = ax.plot([p[0] * 100 for p in pts], [p[2] for p in pts], marker="o", label=f"{q} DIFFERENTIAL")
-            ax.plot([p[0] * 100 for p in pts], [p[1] for p in pts], marker="s", linestyle="--",
+            by_rate = [(rate, f, d) for (qq, rate, f, d) in rate_rows if qq == q]
+            line = ax.plot([p[0] * 100 for p in by_rate], [p[2] for p in by_rate], marker="o",
+                           label=f"{q} DIFFERENTIAL")
+            ax.plot([p[0] * 100 for p in by_rate], [p[1] for p in by_rate], marker="s", linestyle="--",
                     color=line[0].get_color(), label=f"{q} FULL")
         ax.set_xscale("log")
         ax.set_xlabel("% of lineitem changed at once")

@@ -69,9 +69,10 @@ def run(args, machine: str) -> int:
             return 1
         print(f"built {len(built.models)} stream tables in {built.wall:.0f}s", flush=True)
         orders = max(1, int(1_500_000 * args.sf * args.rf_fraction))
-        mixes = {"rf": RefreshFunctions(paths, orders), "scattered": ScatteredUpdates(paths, rows=args.scattered_rows)}
+        mixes: dict[str, RefreshFunctions | ScatteredUpdates] = {
+            "rf": RefreshFunctions(paths, orders), "scattered": ScatteredUpdates(paths, rows=args.scattered_rows)}
         chosen = [m.strip() for m in args.mixes.split(",") if m.strip()]
-        records = {m: [] for m in chosen}
+        records: dict[str, list[tuple]] = {m: [] for m in chosen}
         report = ""
         for cycle in range(1, args.cycles + 1):
             for mix in chosen:

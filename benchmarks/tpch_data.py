@@ -52,7 +52,8 @@ def build(scale: float, root: str, schema: str = "tpch", chunk_rows: int = 1_000
     con = duckdb.connect(db, config={"allow_unsigned_extensions": "true", "preserve_insertion_order": "true"})
     con.execute("SET enable_progress_bar = false")
     con.execute(f"LOAD '{_tpch_extension()}'")
-    if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'lineitem'").fetchone()[0]:
+    row = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'lineitem'").fetchone()
+    if row is None or not row[0]:
         started = time.perf_counter()
         con.execute(f"CALL dbgen(sf={scale})")
         log(f"dbgen sf={scale}: {time.perf_counter() - started:.0f}s")
@@ -91,7 +92,7 @@ def load(data: dict, root: str, schema: str = "tpch") -> dict:
         if name == "lineitem":
             table = table.sort_by([("l_orderkey", "ascending")])  # changes by order touch few files
         write_deltalake(path, table, mode="overwrite", configuration=CDF_ON,
-                        **({"schema_mode": "overwrite"} if os.path.isdir(path) else {}))
+                        schema_mode="overwrite" if os.path.isdir(path) else None)
         paths[f"{schema}.{name}"] = path
     return paths
 

@@ -31,7 +31,7 @@ def aux_suffixes(agg: AggCall) -> list[str]:
     return []
 
 
-def _double(e: exp.Expression) -> exp.Expression:
+def _double(e: exp.Expr) -> exp.Expr:
     return exp.Cast(this=e.copy(), to=exp.DataType.build("double"))
 
 
@@ -52,11 +52,11 @@ def moment_type(arg_type: str | None) -> str:
     return f"decimal(38,{scale})"
 
 
-def _as(e: exp.Expression, type_: str) -> exp.Expression:
+def _as(e: exp.Expr, type_: str) -> exp.Expr:
     return exp.Cast(this=e.copy(), to=exp.DataType.build(type_))
 
 
-def _case(cond: exp.Expression, then: exp.Expression, default: exp.Expression | None = None) -> exp.Case:
+def _case(cond: exp.Expr, then: exp.Expr, default: exp.Expr | None = None) -> exp.Case:
     case = exp.Case(ifs=[exp.If(this=cond, true=then)])
     return case.else_(default, copy=False) if default is not None else case
 
@@ -76,7 +76,7 @@ def exact_times_weight(value_type: str | None) -> bool:
     return dec is None or dec[0] + 21 <= 38
 
 
-def _weighted(value: exp.Expression, value_type: str | None) -> exp.Expression:
+def _weighted(value: exp.Expr, value_type: str | None) -> exp.Expr:
     """x times the row's weight, exactly. Where the product would lose digits (a wide
     DECIMAL), x is taken as +x or -x by the weight's sign: the caller expands the delta's rows
     to weights of ±1 first (needs_unit_weights)."""
@@ -100,14 +100,15 @@ def exact_sum_type(type_: str | None) -> bool:
     return dec is None or dec[0] < 38 or dec[1] <= 6
 
 
-def _exact_plus(a: exp.Expression, b: exp.Expression, type_: str | None) -> tuple[exp.Expression, exp.Expression]:
+def _exact_plus(a: exp.Expr, b: exp.Expr, type_: str | None) -> tuple[exp.Expr, exp.Expr]:
     """(a + b computed without losing scale, predicate: the exact sum could not be formed here).
 
     For DECIMAL(38, s) with s > 6 both operands are narrowed to DECIMAL(37, s), whose sum fits
     DECIMAL(38, s) exactly; an operand too large for that is flagged (the group is rescanned)."""
-    if exact_sum_type(type_):
+    dec = _decimal(type_)
+    if dec is None or exact_sum_type(type_):
         return exp.Add(this=a, expression=b), exp.false()
-    _, scale = _decimal(type_)
+    scale = dec[1]
     narrow = exp.DataType.build(f"decimal(37,{scale})")
     bound = exp.Literal.number("1" + "0" * (37 - scale))
     fits = exp.and_(*[exp.LT(this=exp.Abs(this=x.copy()), expression=bound.copy()) for x in (a, b)])
@@ -154,41 +155,49 @@ def avg_division_exact(arg_type: str | None) -> bool:
     return scale >= min(38, s + 4)
 
 
-def _nonnull_weight(arg: exp.Expression) -> exp.Expression:
+def _arg(agg: AggCall) -> exp.Expr:
+    """The argument of an algebraic aggregate that takes one (all but count_star)."""
+    if agg.arg is None:
+        raise ValueError(f"aggregate {agg.name} ({agg.kind}) has no argument")
+    return agg.arg
+
+
+def _nonnull_weight(arg: exp.Expr) -> exp.Expr:
     return exp.Sum(this=_case(exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null())),
                               col(WEIGHT), exp.Literal.number(0)))
 
 
-def state_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expression]:
+def state_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expr]:
     """Columns computing the state from plain rows (full build, group rescan)."""
     out = [alias(agg.expr.copy(), name)]
     if agg.kind == "sum":
-        out.append(alias(exp.Count(this=agg.arg.copy()), f"{name}_nn"))
+        out.append(alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn"))
     elif agg.kind == "avg":
-        out += [alias(exp.Sum(this=agg.arg.copy()), f"{name}_sum"), alias(exp.Count(this=agg.arg.copy()), f"{name}_nn")]
+        out += [alias(exp.Sum(this=_arg(agg).copy()), f"{name}_sum"),
+                alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn")]
     elif agg.kind in VAR_KINDS:
-        x = _as(agg.arg, moment_type(arg_type))
-        out += [alias(exp.Count(this=agg.arg.copy()), f"{name}_nn"), alias(exp.Sum(this=x), f"{name}_s"),
+        x = _as(_arg(agg), moment_type(arg_type))
+        out += [alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn"), alias(exp.Sum(this=x), f"{name}_s"),
                 alias(exp.Sum(this=exp.Mul(this=x.copy(), expression=x.copy())), f"{name}_q")]
     return out
 
 
-def delta_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expression]:
+def delta_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expr]:
     """Per-group aggregates over the weighted delta (consumed by new_state)."""
     w = col(WEIGHT)
     if agg.kind == "count_star":
         return [alias(exp.Sum(this=w), f"{name}_d")]
     if agg.kind == "count":
-        return [alias(_nonnull_weight(agg.arg), f"{name}_d")]
+        return [alias(_nonnull_weight(_arg(agg)), f"{name}_d")]
     if agg.kind in ("sum", "avg"):
-        return [alias(exp.Sum(this=_weighted(agg.arg, arg_type)), f"{name}_ds"),
-                alias(_nonnull_weight(agg.arg), f"{name}_dnn")]
+        return [alias(exp.Sum(this=_weighted(_arg(agg), arg_type)), f"{name}_ds"),
+                alias(_nonnull_weight(_arg(agg)), f"{name}_dnn")]
     if agg.kind in VAR_KINDS:
         mt = moment_type(arg_type)
-        x = _as(agg.arg, mt)
+        x = _as(_arg(agg), mt)
         deleted = exp.and_(exp.LT(this=w.copy(), expression=exp.Literal.number(0)),
-                           exp.Not(this=exp.Is(this=agg.arg.copy(), expression=exp.Null())))
-        return [alias(_nonnull_weight(agg.arg), f"{name}_dnn"),
+                           exp.Not(this=exp.Is(this=_arg(agg).copy(), expression=exp.Null())))
+        return [alias(_nonnull_weight(_arg(agg)), f"{name}_dnn"),
                 alias(exp.Sum(this=_weighted(x, mt)), f"{name}_ds"),
                 alias(exp.Sum(this=_weighted(exp.Mul(this=x.copy(), expression=x.copy()), mt)), f"{name}_dq"),
                 alias(exp.Max(this=_case(deleted, exp.Literal.number(1), exp.Literal.number(0))), f"{name}_ddel")]
@@ -196,13 +205,13 @@ def delta_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[ex
         fn = exp.Min if agg.kind == "min" else exp.Max
         pos = exp.GT(this=w.copy(), expression=exp.Literal.number(0))
         neg = exp.LT(this=w.copy(), expression=exp.Literal.number(0))
-        return [alias(fn(this=_case(pos, agg.arg.copy())), f"{name}_ins"),
-                alias(fn(this=_case(neg, agg.arg.copy())), f"{name}_del")]
+        return [alias(fn(this=_case(pos, _arg(agg).copy())), f"{name}_ins"),
+                alias(fn(this=_case(neg, _arg(agg).copy())), f"{name}_del")]
     return []
 
 
 def new_state(agg: AggCall, name: str, old: str, d: str, types: dict,
-              arg_type: str | None = None) -> tuple[list[exp.Expression], exp.Expression]:
+              arg_type: str | None = None) -> tuple[list[exp.Expr], exp.Expr]:
     """(new state columns named like the stored ones, rescan-needed predicate) for one group.
 
     `old` / `d` are the table aliases of the stored row (NULL if the group is new) and of the
@@ -227,12 +236,12 @@ def new_state(agg: AggCall, name: str, old: str, d: str, types: dict,
         if agg.kind == "sum":
             return [alias(total, name), alias(nn, f"{name}_nn")], rescan
         sum_type = sum_type or "double"
-        numerator = exp.Cast(this=total.copy(), to=exp.DataType.build(sum_type))
+        numerator: exp.Expr = exp.Cast(this=total.copy(), to=exp.DataType.build(sum_type))
         if sum_type.startswith("decimal"):
-            denominator = exp.Cast(this=nn.copy(), to=exp.DataType.build("decimal(20,0)"))
+            denominator: exp.Expr = exp.Cast(this=nn.copy(), to=exp.DataType.build("decimal(20,0)"))
         else:
             numerator, denominator = _double(numerator), _double(nn)
-        value = _case(has.copy(), exp.Div(this=numerator, expression=denominator))
+        value: exp.Expr = _case(has.copy(), exp.Div(this=numerator, expression=denominator))
         if not avg_division_exact(arg_type):
             rescan = exp.true()
         return [alias(value, name), alias(total, f"{name}_sum"), alias(nn, f"{name}_nn")], rescan
@@ -259,7 +268,7 @@ def new_state(agg: AggCall, name: str, old: str, d: str, types: dict,
     return [alias(o(""), name)], exp.true()
 
 
-def _variance(kind: str, n: exp.Expression, s: exp.Expression, q: exp.Expression, exact: bool) -> exp.Expression:
+def _variance(kind: str, n: exp.Expr, s: exp.Expr, q: exp.Expr, exact: bool) -> exp.Expr:
     """Variance from count, Σx and Σx²; NULL where Spark's aggregate gives NULL.
 
     Exact sums: n·Σx² − (Σx)² is computed in DECIMAL, then divided in DOUBLE (one rounding).
@@ -273,7 +282,7 @@ def _variance(kind: str, n: exp.Expression, s: exp.Expression, q: exp.Expression
         big_n = exp.Cast(this=n.copy(), to=exp.DataType.build("decimal(20,0)"))
         m2n = exp.Sub(this=exp.Mul(this=big_n, expression=q.copy()),
                       expression=exp.Mul(this=s.copy(), expression=s.copy()))
-        var = exp.Div(this=exp.Div(this=_double(m2n), expression=nd.copy()), expression=denom)
+        var: exp.Expr = exp.Div(this=exp.Div(this=_double(m2n), expression=nd.copy()), expression=denom)
     else:
         m2 = exp.Sub(this=q.copy(),
                      expression=exp.Div(this=exp.Mul(this=s.copy(), expression=s.copy()), expression=nd.copy()))

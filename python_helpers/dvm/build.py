@@ -53,7 +53,7 @@ class _RecursiveCte:
     ref: Optional[str] = None
 
 
-def _reads(query: exp.Expression, name: str) -> bool:
+def _reads(query: exp.Expr, name: str) -> bool:
     return any(not t.db and t.name.lower() == name for t in query.find_all(exp.Table))
 
 
@@ -86,7 +86,7 @@ class _Scope:
 
     names: dict
 
-    def rewrite(self, model: str, expression: exp.Expression) -> exp.Expression:
+    def rewrite(self, model: str, expression: exp.Expr) -> exp.Expr:
         def swap(node):
             if isinstance(node, exp.Column):
                 key = (node.table.lower(), node.name.lower())
@@ -105,7 +105,7 @@ class TreeBuilder:
         self._aliases = {}
 
     # -- entry -----------------------------------------------------------------------------
-    def build(self, query: exp.Expression, ctes: dict | None = None) -> Node:
+    def build(self, query: exp.Expr, ctes: dict | None = None) -> Node:
         ctes = dict(ctes or {})
         with_ = query.args.get("with_") or query.args.get("with")
         if with_ is not None:
@@ -152,7 +152,7 @@ class TreeBuilder:
             node = Distinct(columns=list(node.columns), child=node)
         return self._set_aliases(node, self.aliases(inputs[0]))
 
-    def _set_op(self, query: exp.Expression, ctes: dict) -> Node:
+    def _set_op(self, query: exp.Expr, ctes: dict) -> Node:
         left, right = self.build(query.this, ctes), self.build(query.expression, ctes)
         if len(left.columns) != len(right.columns):
             raise UnsupportedSql(self.model, f"{query.key.upper()} branches with different column counts")
@@ -275,7 +275,7 @@ class TreeBuilder:
 
         return node, [p.copy().transform(swap) for p in projections]
 
-    def _from_item(self, item: exp.Expression, ctes: dict, referenced: dict, names: dict) -> Node:
+    def _from_item(self, item: exp.Expr, ctes: dict, referenced: dict, names: dict) -> Node:
         alias = item.alias_or_name.lower()
         wanted = referenced.get(alias, [])
         if isinstance(item, exp.Table) and not item.db and item.name.lower() in ctes:
@@ -350,7 +350,8 @@ class TreeBuilder:
     def _rename(self, child: Node, alias: str, wanted: list, names: dict) -> Node:
         """Expose a derived table's columns under this block's unique names."""
         lookup = {a.lower(): c for a, c in zip(self.aliases(child), child.columns)}
-        exprs, cols = [], []
+        exprs: list[exp.Expr] = []
+        cols: list[str] = []
         for col in wanted:
             if col not in lookup:
                 raise UnsupportedSql(self.model, f"could not resolve column {alias}.{col}")
@@ -413,7 +414,7 @@ class TreeBuilder:
         new_projections = [replace(p) for p in projections]
         return node, new_projections, (replace(having_expr) if having_expr is not None else None)
 
-    def _agg_call(self, name: str, call: exp.Expression) -> AggCall:
+    def _agg_call(self, name: str, call: exp.Expr) -> AggCall:
         condition = None
         inner = call
         if isinstance(call, exp.Filter):
@@ -477,5 +478,5 @@ class TreeBuilder:
         return [self._fresh(f"c_{n}") for n in names]
 
 
-def build_tree(model: str, qualified: exp.Expression) -> Node:
+def build_tree(model: str, qualified: exp.Expr) -> Node:
     return TreeBuilder(model).build(qualified)

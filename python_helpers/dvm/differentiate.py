@@ -28,7 +28,7 @@ from python_helpers.dvm.tree import (
 )
 
 
-def plain(node: Node, ctx: Context, version: str) -> exp.Expression:
+def plain(node: Node, ctx: Context, version: str) -> exp.Expr:
     if isinstance(node, Scan):
         return scan.plain(node, ctx, version)
     if isinstance(node, Filter):

@@ -34,7 +34,7 @@ from python_helpers.dvm.tree import (
 )
 
 
-def restricted(node: Node, key_exprs: list, keys: exp.Expression, key_names: list) -> Optional[Node]:
+def restricted(node: Node, key_exprs: list, keys: exp.Expr, key_names: list) -> Optional[Node]:
     """`node` restricted to rows whose `key_exprs` (over node.columns) are in `keys` (columns
     `key_names`), the restriction applied at a recursion's base; None if it cannot be pushed."""
     if isinstance(node, Filter):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from sqlglot import exp
 
@@ -20,18 +20,18 @@ class Context:
     consolidated: those whose change rows the engine consolidated already (no Spark GROUP BY).
     """
 
-    changes: Callable[[str], exp.Expression]
-    snapshot: Callable[[str, str], exp.Expression]
+    changes: Callable[[str], exp.Expr]
+    snapshot: Callable[[str, str], exp.Expr]
     changed: set = field(default_factory=set)
     consolidated: set = field(default_factory=set)
     small_delta: bool = False  # the engine counted few change rows: broadcast the delta side
     # The engine's way to compute an intermediate once and read it back as a relation (None:
     # keep it inline). Used for a recursion's delta, which the MERGE reads more than once.
-    materialize: Optional[Callable[[exp.Expression], exp.Expression]] = None
+    materialize: Optional[Callable[[exp.Expr], exp.Expr]] = None
     # The engine's way to read only the part of a snapshot that can match the change of another
     # relation on an equality: keyed_snapshot(relation, version, column, changed_relation,
     # changed_column) -> a FROM-able expression, or None when it cannot narrow the read.
-    keyed_snapshot: Optional[Callable[[str, str, str, str, str], Optional[exp.Expression]]] = None
+    keyed_snapshot: Optional[Callable[[str, str, str, str, str], Optional[exp.Expr]]] = None
     _alias: int = 0
 
     def alias(self, base: str = "t") -> str:
@@ -43,11 +43,12 @@ def col(name: str, table: Optional[str] = None) -> exp.Column:
     return exp.column(name, table=table)
 
 
-def sub(query: exp.Expression, alias: str) -> exp.Subquery:
+def sub(query: exp.Expr, alias: str) -> exp.Subquery:
     return exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier(alias)))
 
 
-def alias(expression: exp.Expression, name: str) -> exp.Alias:
+def alias(expression: exp.Expr, name: str) -> exp.Expr:
+    # Not always an exp.Alias: alias_ names a subquery or table through its own alias.
     return exp.alias_(expression, name, quoted=False)
 
 
@@ -55,7 +56,7 @@ def weight(table: Optional[str] = None) -> exp.Column:
     return col(WEIGHT, table)
 
 
-def repeat_rows(query: exp.Select, times: exp.Expression, name: str) -> exp.Select:
+def repeat_rows(query: exp.Select, times: exp.Expr, name: str) -> exp.Select:
     """Each row of `query` repeated `times` times (a LATERAL VIEW over explode(sequence(1, n)),
     `name` aliasing it): for consumers that take multiplicity as repeated rows."""
     gen = exp.Explode(this=exp.Anonymous(this="sequence", expressions=[exp.Literal.number(1), times]))
@@ -63,11 +64,11 @@ def repeat_rows(query: exp.Select, times: exp.Expression, name: str) -> exp.Sele
         this=exp.to_identifier(name), columns=[exp.to_identifier("__dvm_n")])), copy=False)
 
 
-def select_from(columns: list, source: exp.Expression) -> exp.Select:
+def select_from(columns: list, source: exp.Expr) -> exp.Select:
     return exp.Select(expressions=list(columns)).from_(source, copy=False)
 
 
-def consolidate(ctx: Context, delta: exp.Select, columns: list[str]) -> exp.Select:
+def consolidate(ctx: Context, delta: exp.Expr, columns: list[str]) -> exp.Select:
     """GROUP BY the columns, SUM the weights, drop rows whose weight cancels to zero."""
     a = ctx.alias("c")
     total = exp.Sum(this=weight())
@@ -77,12 +78,12 @@ def consolidate(ctx: Context, delta: exp.Select, columns: list[str]) -> exp.Sele
     return query.having(exp.NEQ(this=total, expression=exp.Literal.number(0)), copy=False)
 
 
-def null_safe_match(left: list[str], right: list[str], ltab: str, rtab: str) -> exp.Expression:
+def null_safe_match(left: list[str], right: list[str], ltab: str, rtab: str) -> exp.Expr:
     conds = [exp.NullSafeEQ(this=col(a, ltab), expression=col(b, rtab)) for a, b in zip(left, right)]
     return exp.and_(*conds) if conds else exp.true()
 
 
-def semi_join(query_alias: str, query: exp.Expression, keys: list[str], key_query: exp.Expression,
+def semi_join(query_alias: str, query: exp.Expr, keys: list[str], key_query: exp.Expr,
               ctx: Context) -> exp.Select:
     """Rows of `query` whose `keys` appear (null-safe) in `key_query` (delta key restriction)."""
     k = ctx.alias("k")
@@ -91,17 +92,26 @@ def semi_join(query_alias: str, query: exp.Expression, keys: list[str], key_quer
             .join(sub(key_query, k), on=on, join_type="LEFT SEMI", copy=False))
 
 
-def union_all(queries: list[exp.Expression]) -> Optional[exp.Expression]:
-    queries = [q for q in queries if q is not None]
-    if not queries:
+def union_all(queries: Sequence[Optional[exp.Expr]]) -> Optional[exp.Expr]:
+    """UNION ALL of the queries that are not None; None when there is none."""
+    present = [q for q in queries if q is not None]
+    if not present:
         return None
-    out = queries[0]
-    for q in queries[1:]:
+    out = present[0]
+    for q in present[1:]:
         out = exp.Union(this=out, expression=q, distinct=False)
     return out
 
 
-def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expression:
+def union_all_of(queries: Sequence[exp.Expr]) -> exp.Expr:
+    """UNION ALL of queries the caller always has at least one of."""
+    out = union_all(queries)
+    if out is None:
+        raise ValueError("union_all_of: no query to union")
+    return out
+
+
+def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expr:
     """128-bit identity of a tuple: md5 over its JSON form with positional field names.
 
     md5 (128 bits) keeps the chance of two different keys colliding negligible at billions of
@@ -125,7 +135,7 @@ def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expression:
 _COMPOUND = (exp.Binary, exp.Not, exp.Neg, exp.Is)
 
 
-def parenthesize(expression: exp.Expression) -> exp.Expression:
+def parenthesize(expression: exp.Expr) -> exp.Expr:
     """Wrap every compound operand of an operator in parentheses.
 
     Trees built with sqlglot's constructors carry no Paren nodes, and the generator does not
@@ -142,6 +152,6 @@ def parenthesize(expression: exp.Expression) -> exp.Expression:
     return expression.copy().transform(wrap, copy=False)
 
 
-def render(expression: exp.Expression) -> str:
+def render(expression: exp.Expr) -> str:
     """The Spark SQL text of a generated query."""
     return spark_sql(parenthesize(expression))

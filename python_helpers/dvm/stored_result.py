@@ -47,7 +47,7 @@ def storage_names(model: str, output_names: list[str]) -> list[str]:
             for i, n in enumerate(output_names)]
 
 
-def _cast(e: exp.Expression, type_: str | None) -> exp.Expression:
+def _cast(e: exp.Expr, type_: str | None) -> exp.Expr:
     return exp.Cast(this=e, to=exp.DataType.build(type_)) if type_ else e
 
 
@@ -65,9 +65,12 @@ class StoredResult:
     def storage_columns(self) -> list[str]:
         return [ROW_ID] + self.user_columns + self.hidden_columns()
 
+    def _view(self, query: exp.Select) -> exp.Select:
+        raise NotImplementedError
+
     top_k = None  # sql.top_k.TopK: the view shows only the query's first rows
 
-    def view_sql(self, storage: exp.Expression, types: dict | None = None) -> exp.Select:
+    def view_sql(self, storage: exp.Expr, types: dict | None = None) -> exp.Select:
         cols = [exp.alias_(col(s), n, quoted=True) if s != n else col(s)
                 for s, n in zip(self.user_columns, self.output_names)]
         view = self._view(select_from(cols, storage))
@@ -93,7 +96,7 @@ class BagResult(StoredResult):
         # Repeat each tuple __dvm_count times (bag semantics: duplicates kept).
         return repeat_rows(query, col(COUNT), "__dvm_rep")
 
-    def _named(self, query, weighted_count: exp.Expression) -> list:
+    def _named(self, query, weighted_count: exp.Expr) -> list:
         return ([alias(row_id(self.input.columns), ROW_ID)]
                 + [alias(col(c), s) for c, s in zip(self.input.columns, self.user_columns)]
                 + [alias(weighted_count, COUNT)])
@@ -104,7 +107,7 @@ class BagResult(StoredResult):
         query = select_from(self._named(None, exp.Count(this=exp.Star())), sub(source, ctx.alias("b")))
         return query.group_by(*[col(c) for c in cols], copy=False) if cols else query
 
-    def merge_sql(self, ctx: Context, storage: exp.Expression, types: dict):
+    def merge_sql(self, ctx: Context, storage: exp.Expr, types: dict):
         d = delta(self.input, ctx)
         if d is None:
             return None
@@ -154,13 +157,13 @@ class AggregateResult(StoredResult):
     def _view(self, query: exp.Select) -> exp.Select:
         return query.where(col(HAVING), copy=False) if self.having is not None else query
 
-    def _rename_to_store(self, expression: exp.Expression) -> exp.Expression:
+    def _rename_to_store(self, expression: exp.Expr) -> exp.Expr:
         mapping = dict(zip(self.agg.key_names, self.key_store))
         mapping.update({a.name: s for a, s in zip(self.agg.aggs, self.agg_store)})
         return expression.copy().transform(
             lambda n: col(mapping[n.name]) if isinstance(n, exp.Column) and n.name in mapping else n)
 
-    def _finish(self, state_query: exp.Expression, ctx: Context, types: dict) -> exp.Select:
+    def _finish(self, state_query: exp.Expr, ctx: Context, types: dict) -> exp.Select:
         """Row id, user columns, HAVING flag and state columns over rows holding the state."""
         cols = [alias(row_id(self.key_store), ROW_ID)]
         for e, u in zip(self.project.exprs, self.user_columns):
@@ -171,7 +174,7 @@ class AggregateResult(StoredResult):
         cols += [alias(_cast(col(c), types.get(c)), c) if types.get(c) else col(c) for c in self.state_columns()]
         return select_from(cols, sub(state_query, ctx.alias("st")))
 
-    def _state_from_rows(self, ctx: Context, rows: exp.Expression) -> exp.Select:
+    def _state_from_rows(self, ctx: Context, rows: exp.Expr) -> exp.Select:
         cols = [alias(k.copy(), s) for k, s in zip(self.agg.keys, self.key_store)]
         cols.append(alias(exp.Count(this=exp.Star()), COUNT))
         for a, name in zip(self.agg.aggs, self.agg_store):
@@ -190,7 +193,7 @@ class AggregateResult(StoredResult):
     def full_sql(self, ctx: Context) -> exp.Select:
         return self._finish(self._state_from_rows(ctx, plain(self.agg.child, ctx, "new")), ctx, {})
 
-    def merge_sql(self, ctx: Context, storage: exp.Expression, types: dict):
+    def merge_sql(self, ctx: Context, storage: exp.Expr, types: dict):
         child_delta = delta(self.agg.child, ctx)
         if child_delta is None:
             return None
@@ -231,7 +234,7 @@ class AggregateResult(StoredResult):
         state_names = self.state_columns()
         rescanned = self._rescan(ctx, m)
         if rescanned is None:
-            pick = [col(c, mm) for c in state_names]
+            pick: list[exp.Expr] = [col(c, mm) for c in state_names]
         else:
             # Both branches in the stored type: Spark would give IF(DECIMAL(38, 22), DECIMAL(38, 18))
             # the type DECIMAL(38, 18) and round the rescanned value.
@@ -268,7 +271,7 @@ class AggregateResult(StoredResult):
             return None
         rows = plain(self.agg.child, ctx, "new")
         if self.keyed:
-            flagged = select_from([col(k) for k in self.key_store], sub(m.copy(), ctx.alias("fm"))).where(
+            flagged: exp.Expr = select_from([col(k) for k in self.key_store], sub(m.copy(), ctx.alias("fm"))).where(
                 col("__dvm_rescan"), copy=False)
             # Under a recursion the restriction goes to its base when the keys are carried
             # (python_helpers.dvm.restrict); the semi join below then only confirms it. The
@@ -277,7 +280,9 @@ class AggregateResult(StoredResult):
             if ctx.materialize is not None and restricted(self.agg.child, self.agg.keys, flagged,
                                                           self.key_store) is not None:
                 flagged = ctx.materialize(flagged)
-                rows = plain(restricted(self.agg.child, self.agg.keys, flagged, self.key_store), ctx, "new")
+                below = restricted(self.agg.child, self.agg.keys, flagged, self.key_store)
+                if below is not None:  # the shape just checked, now over the materialized keys
+                    rows = plain(below, ctx, "new")
             ra, ka = ctx.alias("ra"), ctx.alias("ka")
             on = exp.and_(*[exp.NullSafeEQ(this=k.copy(), expression=col(s, ka))
                             for k, s in zip(self.agg.keys, self.key_store)])
@@ -301,7 +306,7 @@ class RecomputeResult(StoredResult):
         return list(self.user_columns)
 
 
-def _unit_weights(delta_query: exp.Expression, columns: list) -> exp.Select:
+def _unit_weights(delta_query: exp.Expr, columns: list) -> exp.Select:
     """Each delta row repeated |w| times with weight ±1, for aggregates that add ±x because
     x * w would lose digits (wide DECIMALs). Costs the delta's total |weight| in rows, which
     is its row count unless it repeats rows (duplicates, a bag upstream's counts)."""
@@ -312,7 +317,7 @@ def _unit_weights(delta_query: exp.Expression, columns: list) -> exp.Select:
     return query.where(exp.NEQ(this=w.copy(), expression=exp.Literal.number(0)), copy=False)
 
 
-def null_safe_keys(keys: list[str], left: str, right: str) -> exp.Expression:
+def null_safe_keys(keys: list[str], left: str, right: str) -> exp.Expr:
     conds = [exp.NullSafeEQ(this=col(k, left), expression=col(k, right)) for k in keys]
     return exp.and_(*conds) if conds else exp.true()
 
@@ -328,7 +333,8 @@ def _layout(model: str, root: Node, output_names: list[str]) -> StoredResult:
     if isinstance(root, Project):
         below, having = root.child, None
         if isinstance(below, Filter) and isinstance(below.child, Aggregate):
-            below, having = below.child, below.predicate
+            having = below.predicate
+            below = below.child
         if isinstance(below, Aggregate):
             return AggregateResult(model, output_names, users, root, having, below)
     if isinstance(root, Distinct):

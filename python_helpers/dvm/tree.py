@@ -50,71 +50,71 @@ class Scan(Node):
         return {self.relation}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Filter(Node):
-    child: Node = None
-    predicate: exp.Expression = None
+    child: Node
+    predicate: exp.Expr
 
     def children(self):
         return [self.child]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Project(Node):
-    child: Node = None
-    exprs: list[exp.Expression] = field(default_factory=list)  # one per output column
+    child: Node
+    exprs: list[exp.Expr] = field(default_factory=list)  # one per output column
 
     def children(self):
         return [self.child]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Join(Node):
     """Inner join (a cross join when `condition` is None). Output: left columns, then right."""
 
-    left: Node = None
-    right: Node = None
-    condition: Optional[exp.Expression] = None
+    left: Node
+    right: Node
+    condition: Optional[exp.Expr] = None
 
     def children(self):
         return [self.left, self.right]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OuterJoin(Node):
     """LEFT or FULL outer join (RIGHT is built as LEFT with the inputs swapped). Output: left
     columns, then right; a row without a match is padded with NULLs on the other side."""
 
-    left: Node = None
-    right: Node = None
-    condition: Optional[exp.Expression] = None
+    left: Node
+    right: Node
+    condition: Optional[exp.Expr] = None
     kind: str = "left"  # left | full
 
     def children(self):
         return [self.left, self.right]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SemiJoin(Node):
     """Rows of `left` with (semi) or without (anti) a row of `right` meeting `condition`.
     Output: the left columns. EXISTS / IN become semi joins, NOT EXISTS / NOT IN anti joins
     (python_helpers.sql.rewrites)."""
 
-    left: Node = None
-    right: Node = None
-    condition: Optional[exp.Expression] = None
+    left: Node
+    right: Node
+    condition: Optional[exp.Expr] = None
     anti: bool = False
 
     def children(self):
         return [self.left, self.right]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SetOp(Node):
     """INTERSECT / EXCEPT, ALL (bag) or distinct; the right input's columns match by position."""
 
-    left: Node = None
-    right: Node = None
+    left: Node
+    right: Node
     op: str = "intersect"  # intersect | except
     all: bool = False
 
@@ -122,27 +122,27 @@ class SetOp(Node):
         return [self.left, self.right]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Window(Node):
     """Window functions over `child`. Output: the child's columns, then one per call. The calls
     share `partition_keys` (the PARTITION BY expressions common to all of them; [] if none)."""
 
-    child: Node = None
-    calls: list[exp.Expression] = field(default_factory=list)  # exp.Window over child columns
+    child: Node
+    calls: list[exp.Expr] = field(default_factory=list)  # exp.Window over child columns
     names: list[str] = field(default_factory=list)
-    partition_keys: list[exp.Expression] = field(default_factory=list)
+    partition_keys: list[exp.Expr] = field(default_factory=list)
 
     def children(self):
         return [self.child]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Generate(Node):
     """LATERAL VIEW [OUTER] <generator>: each input row once per generated row (OUTER: once
     with NULLs when the generator yields none). Output: the child's columns, then `names`."""
 
-    child: Node = None
-    generator: exp.Expression = None  # over the child's columns
+    child: Node
+    generator: exp.Expr  # over the child's columns
     outer: bool = False
     names: list[str] = field(default_factory=list)
 
@@ -150,14 +150,14 @@ class Generate(Node):
         return [self.child]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Recursive(Node):
     """WITH RECURSIVE name(names) AS (base UNION ALL step_1 UNION ALL ...): the bag fixpoint
     R = base + F(R), F = the sum of the steps. Each step reads the working table once, as the
     Scan of relation `ref` (columns `names`), through linear operators only (checked by the
     builder), so F is linear in R. Output: `columns`, matched by position to `names`."""
 
-    base: Node = None
+    base: Node
     steps: list[Node] = field(default_factory=list)
     ref: str = ""
     names: list[str] = field(default_factory=list)
@@ -169,15 +169,15 @@ class Recursive(Node):
         return super().relations() - {self.ref}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class KeyFilter(Node):
     """Rows of `child` whose `key_exprs` (over the child's columns) appear, null-safe, in the
     rendered query `keys` (columns `key_names`). Never built from SQL: python_helpers.dvm.restrict
     places it at a recursion's base when a group rescan restricts the recursion's output."""
 
-    child: Node = None
+    child: Node
     key_exprs: list = field(default_factory=list)
-    keys: exp.Expression = None
+    keys: exp.Expr
     key_names: list[str] = field(default_factory=list)
 
     def children(self):
@@ -188,8 +188,8 @@ class KeyFilter(Node):
 class AggCall:
     name: str  # output column of the Aggregate node
     kind: str  # count_star | count | sum | avg | min | max | var_pop | var_samp | stddev_pop | stddev_samp | other
-    arg: Optional[exp.Expression]  # the (FILTER-folded) argument, for the algebraic kinds
-    expr: exp.Expression  # the whole aggregate call over the input columns (used by rescans)
+    arg: Optional[exp.Expr]  # the (FILTER-folded) argument, for the algebraic kinds
+    expr: exp.Expr  # the whole aggregate call over the input columns (used by rescans)
 
     @property
     def strategy(self) -> str:
@@ -200,12 +200,12 @@ class AggCall:
         return ALGEBRAIC
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Aggregate(Node):
     """GROUP BY `keys` computing `aggs`. Output: key columns, then aggregate columns."""
 
-    child: Node = None
-    keys: list[exp.Expression] = field(default_factory=list)
+    child: Node
+    keys: list[exp.Expr] = field(default_factory=list)
     key_names: list[str] = field(default_factory=list)
     aggs: list[AggCall] = field(default_factory=list)
 
@@ -213,9 +213,9 @@ class Aggregate(Node):
         return [self.child]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Distinct(Node):
-    child: Node = None
+    child: Node
 
     def children(self):
         return [self.child]

@@ -19,24 +19,24 @@ SPARK_AGGREGATE_NAMES = {
 ORDER_DEPENDENT_AGGREGATES = {"first", "last", "first_value", "last_value", "any_value"}
 
 
-def is_aggregate(node: exp.Expression) -> bool:
+def is_aggregate(node: exp.Expr) -> bool:
     if isinstance(node, exp.AggFunc):
         return True
     return isinstance(node, exp.Anonymous) and function_name(node) in SPARK_AGGREGATE_NAMES
 
 
 # Aggregates maintained algebraically (state columns merged by the change), by sqlglot class.
-ALGEBRAIC_KIND = {
+ALGEBRAIC_KIND: dict[type[exp.Expr], str] = {
     exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max",
     exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop",
     exp.Variance: "var_samp", exp.VariancePop: "var_pop",
 }
 
 
-def window_function(node: exp.Expression) -> bool:
+def window_function(node: exp.Expr) -> bool:
     """The function a window applies (SUM in SUM(x) OVER (...)), as opposed to a group aggregate."""
     return isinstance(node.parent, exp.Window) and node.arg_key == "this"
 
 
-def group_aggregates(expression: exp.Expression) -> list:
+def group_aggregates(expression: exp.Expr) -> list:
     return [n for n in expression.walk() if is_aggregate(n) and not window_function(n)]

@@ -34,7 +34,7 @@ def parse_query(model: str, sql: str) -> exp.Query:
     return query
 
 
-def source_relations(query: exp.Expression) -> list[str]:
+def source_relations(query: exp.Expr) -> list[str]:
     """The `schema.table` names the query reads (lower case, CTE names excluded, first-seen order)."""
     cte_names = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
     seen: list[str] = []

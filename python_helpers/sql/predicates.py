@@ -4,7 +4,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 
-def conjuncts(predicate) -> list[exp.Expression]:
+def conjuncts(predicate) -> list[exp.Expr]:
     """The AND-ed parts of a predicate (parentheses and TRUE dropped)."""
     if predicate is None:
         return []

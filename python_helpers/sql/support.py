@@ -18,7 +18,7 @@ VOLATILE_EXPRESSIONS = (exp.Rand, exp.Randn, exp.Uuid, exp.CurrentTimestamp, exp
                         exp.CurrentTime, exp.CurrentDatetime)
 
 
-def function_name(node: exp.Expression) -> str:
+def function_name(node: exp.Expr) -> str:
     if isinstance(node, (exp.Anonymous, exp.AnonymousAggFunc)):
         return str(node.this).lower()
     return node.sql_name().lower() if hasattr(node, "sql_name") else node.key.lower()
@@ -34,7 +34,7 @@ _ORDER_INSENSITIVE_NAMES = {"sort_array", "array_sort", "size", "cardinality", "
                             "array_contains"}
 
 
-def _unordered_list(node: exp.Expression) -> bool:
+def _unordered_list(node: exp.Expr) -> bool:
     """A collected list (or string) whose element order would be arbitrary in the result."""
     if isinstance(node, exp.GroupConcat):
         listed = not isinstance(node.this, exp.Order)  # WITHIN GROUP (ORDER BY ...) fixes the order
@@ -54,7 +54,7 @@ def _unordered_list(node: exp.Expression) -> bool:
         isinstance(parent, exp.Func) and function_name(parent) in _ORDER_INSENSITIVE_NAMES))
 
 
-def check_deterministic(model: str, query: exp.Expression) -> None:
+def check_deterministic(model: str, query: exp.Expr) -> None:
     for node in query.walk():
         if _unordered_list(node):
             raise UnsupportedSql(model, f"{node.sql('spark')[:60]}: the order of the collected values is not "
@@ -68,7 +68,7 @@ def check_deterministic(model: str, query: exp.Expression) -> None:
             raise UnsupportedSql(model, "TABLESAMPLE (a sample is not a function of the data)")
 
 
-def check_supported(model: str, query: exp.Expression) -> None:
+def check_supported(model: str, query: exp.Expr) -> None:
     """Constructs outside this release's differential set, each named for the error message."""
     check_deterministic(model, query)
     for node in query.walk():

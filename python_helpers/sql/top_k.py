@@ -62,12 +62,13 @@ def split_top_k(model: str, query: exp.Query) -> tuple[exp.Query, Optional[TopK]
     projections = ([unaliased(p).sql("spark").lower() for p in first.expressions]
                    if isinstance(first, exp.Select) else [])
     order = []
-    for ordered in (query.args.get("order").expressions if query.args.get("order") else []):
+    order_by = query.args.get("order")
+    for ordered in (order_by.expressions if order_by else []):
         order.append((_position(model, ordered.this, names, projections), ordered))
     return stripped, TopK(order, _count(model, limit, "LIMIT"), _count(model, offset, "OFFSET") or 0)
 
 
-def _position(model: str, key: exp.Expression, names: list[str], projections: list[str]) -> int:
+def _position(model: str, key: exp.Expr, names: list[str], projections: list[str]) -> int:
     if isinstance(key, exp.Literal) and not key.is_string:
         pos = int(key.this) - 1
         if 0 <= pos < len(names):

@@ -122,7 +122,7 @@ class ConnectServer:
         server = self._spawn(args, name)
         log = os.path.join(self.work, f"{name}.log")
         _wait_port(self.port, server, "the Spark Connect server", log, timeout=180)
-        if self.thrift:
+        if self.thrift_port is not None:  # set exactly when self.thrift
             _wait_port(self.thrift_port, server, "the Spark Thrift server", log, timeout=180)
         return self
 

@@ -16,7 +16,7 @@ import itertools
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from python_helpers.runtime.api import RefreshRequest, refresh_stream_table
 from tests.support import sources as S
@@ -94,7 +94,7 @@ class Stream:
         return f"model.test.{self.identifier}"
 
     def request(self, **overrides) -> RefreshRequest:
-        kw = dict(model=self.model, schema=self.env.target, identifier=self.identifier, sql=self.sql)
+        kw: dict[str, Any] = dict(model=self.model, schema=self.env.target, identifier=self.identifier, sql=self.sql)
         kw.update(self.request_kw)
         kw.update(overrides)
         return RefreshRequest(**kw)

@@ -162,7 +162,7 @@ def compare_rows(actual: Iterable, expected: Iterable, columns=None, digits: int
         missing, extra = _pair_tolerant(missing, extra)
 
     def shown(rows: Counter) -> Counter:
-        out = Counter()
+        out: Counter = Counter()
         for r, n in rows.items():
             out[_rounded(r, digits)] += n
         return out

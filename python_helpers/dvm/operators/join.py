@@ -10,7 +10,7 @@ from python_helpers.dvm.tree import Join
 
 def _joined(node: Join, ctx: Context, left, right, weight_side: str | None) -> exp.Select:
     la, ra = ctx.alias("l"), ctx.alias("r")
-    cols = [col(c) for c in node.columns]
+    cols: list[exp.Expr] = [col(c) for c in node.columns]
     if weight_side is not None:
         cols.append(alias(weight(la if weight_side == "left" else ra), "__dvm_w"))
     query = select_from(cols, sub(left, la))

@@ -22,7 +22,7 @@ from python_helpers.dvm.tree import WEIGHT, Filter, Join, Node, Project, Scan
 from python_helpers.sql.predicates import conjuncts
 
 
-def flatten(node: Node) -> tuple[list[Node], list[exp.Expression]]:
+def flatten(node: Node) -> tuple[list[Node], list[exp.Expr]]:
     """Inputs of a tree of inner joins (left to right) and the conjuncts of its conditions."""
     if not isinstance(node, Join):
         return [node], []
@@ -31,7 +31,7 @@ def flatten(node: Node) -> tuple[list[Node], list[exp.Expression]]:
     return left + right, lconds + rconds + conjuncts(node.condition)
 
 
-def _owners(condition: exp.Expression, owner_of: dict, n: int) -> frozenset:
+def _owners(condition: exp.Expr, owner_of: dict, n: int) -> frozenset:
     names = [c.name for c in condition.find_all(exp.Column)]
     if any(name not in owner_of for name in names):
         return frozenset(range(n))  # unknown column: apply once everything is joined
@@ -143,7 +143,7 @@ def _term(node: Node, ctx: Context, i: int, d, inputs: list, conds: list, owners
         step = step.join(sub(rendered, ra), on=exp.and_(*on) if on else None,
                          join_type=None if on else "CROSS", copy=False)
         current = sub(step, ctx.alias("j"))
-    w = weight(current.alias)
+    w: exp.Expr = weight(current.alias)
     for m in multiplicities:
         w = exp.Mul(this=w, expression=col(m, current.alias))
     cols = [col(c) for c in node.columns] + [alias(w, "__dvm_w")]

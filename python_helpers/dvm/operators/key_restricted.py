@@ -21,22 +21,37 @@ versions in full (correct, and as costly as a rebuild of that operator; document
 """
 from __future__ import annotations
 
+from typing import Optional, Union
+
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, select_from, sub, union_all, weight
-from python_helpers.dvm.tree import WEIGHT, Node, OuterJoin, SemiJoin, SetOp, Window
+from python_helpers.dvm.sqlgen import (
+    Context,
+    alias,
+    col,
+    consolidate,
+    select_from,
+    sub,
+    union_all,
+    union_all_of,
+    weight,
+)
+from python_helpers.dvm.tree import WEIGHT, OuterJoin, SemiJoin, SetOp, Window
 from python_helpers.sql.predicates import conjuncts
 
 _KEY = "__dvm_rk"
 
+# The operators this module differentiates by recomputing them for the changed keys.
+KeyRestricted = Union[OuterJoin, SemiJoin, SetOp]
 
-def plain(node: Node, ctx: Context, left_sql, right_sql, weighted: bool = False) -> exp.Expression:
+
+def plain(node: KeyRestricted, ctx: Context, left_sql, right_sql, weighted: bool = False) -> exp.Expr:
     """The operator over two rendered inputs; `weighted` carries the left input's weight."""
     if isinstance(node, SetOp):
         return _set_op(node, ctx, left_sql, right_sql)
     la, ra = ctx.alias("l"), ctx.alias("r")
     if isinstance(node, SemiJoin):
-        cols = [col(c, la) for c in node.columns]
+        cols: list[exp.Expr] = [col(c, la) for c in node.columns]
         join_type = "LEFT ANTI" if node.anti else "LEFT SEMI"
     else:
         cols = [col(c) for c in node.columns]
@@ -47,7 +62,7 @@ def plain(node: Node, ctx: Context, left_sql, right_sql, weighted: bool = False)
     return select_from(cols, sub(left_sql, la)).join(sub(right_sql, ra), on=on, join_type=join_type, copy=False)
 
 
-def _set_op(node: SetOp, ctx: Context, left_sql, right_sql) -> exp.Expression:
+def _set_op(node: SetOp, ctx: Context, left_sql, right_sql) -> exp.Expr:
     left = select_from([col(c) for c in node.columns], sub(left_sql, ctx.alias("sl")))
     right = select_from([alias(col(c), n) for c, n in zip(node.right.columns, node.columns)],
                         sub(right_sql, ctx.alias("sr")))
@@ -55,7 +70,7 @@ def _set_op(node: SetOp, ctx: Context, left_sql, right_sql) -> exp.Expression:
     return cls(this=left, expression=right, distinct=not node.all)
 
 
-def key_pairs(node: Node) -> list[tuple[exp.Expression, exp.Expression]]:
+def key_pairs(node: KeyRestricted) -> list[tuple[exp.Expr, exp.Expr]]:
     """(left expression, right expression) pairs the operator matches on, [] when it has none."""
     if isinstance(node, SetOp):
         return [(col(a), col(b)) for a, b in zip(node.left.columns, node.right.columns)]
@@ -74,7 +89,7 @@ def key_pairs(node: Node) -> list[tuple[exp.Expression, exp.Expression]]:
     return pairs
 
 
-def delta(node: Node, ctx: Context, delta_of, plain_of):
+def delta(node: KeyRestricted, ctx: Context, delta_of, plain_of):
     """Δ of an OuterJoin, SemiJoin or SetOp; `delta_of(n)` / `plain_of(n, version)` render inputs."""
     dl, dr = delta_of(node.left), delta_of(node.right)
     if dl is None and dr is None:
@@ -100,10 +115,10 @@ def _new_minus_old(ctx: Context, columns: list, at) -> exp.Select:
     sides = [select_from([col(c) for c in columns] + [alias(exp.Literal.number(sign), WEIGHT)],
                          sub(at(version), ctx.alias("v")))
              for sign, version in ((1, "new"), (-1, "old"))]
-    return consolidate(ctx, union_all(sides), columns)
+    return consolidate(ctx, union_all_of(sides), columns)
 
 
-def _changed_keys(ctx: Context, pairs, dl, dr) -> exp.Expression:
+def _changed_keys(ctx: Context, pairs, dl, dr) -> Optional[exp.Expr]:
     parts = []
     for d, side in ((dl, 0), (dr, 1)):
         if d is not None:

@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, select_from, semi_join, sub, union_all
+from python_helpers.dvm.sqlgen import (
+    Context,
+    alias,
+    col,
+    consolidate,
+    select_from,
+    semi_join,
+    sub,
+    union_all_of,
+)
 from python_helpers.dvm.tree import Aggregate, Distinct
 
 
@@ -48,4 +57,4 @@ def recompute_delta(node, ctx: Context, child_delta, plain_old, plain_new):
             out = semi_join(ctx.alias("s"), out, key_cols, keys, ctx)
         sides.append(select_from([col(c) for c in node.columns] + [alias(exp.Literal.number(sign), "__dvm_w")],
                                  sub(out, ctx.alias("v"))))
-    return consolidate(ctx, union_all(sides), node.columns)
+    return consolidate(ctx, union_all_of(sides), node.columns)

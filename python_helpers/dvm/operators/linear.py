@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, union_all, weight
+from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, union_all, union_all_of, weight
 from python_helpers.dvm.tree import Filter, Generate, KeyFilter, Project, UnionAll
 
 
@@ -45,8 +45,8 @@ def _renamed(node: UnionAll, child, query, ctx: Context, weighted: bool) -> exp.
     return select_from(cols, sub(query, ctx.alias("u")))
 
 
-def union_all_plain(node: UnionAll, ctx: Context, version: str, child_sqls) -> exp.Expression:
-    return union_all([_renamed(node, c, q, ctx, False) for c, q in zip(node.inputs, child_sqls)])
+def union_all_plain(node: UnionAll, ctx: Context, version: str, child_sqls) -> exp.Expr:
+    return union_all_of([_renamed(node, c, q, ctx, False) for c, q in zip(node.inputs, child_sqls)])
 
 
 def union_all_delta(node: UnionAll, ctx: Context, child_deltas):

@@ -20,7 +20,16 @@ from contextlib import contextmanager
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, select_from, sub, union_all, weight
+from python_helpers.dvm.sqlgen import (
+    Context,
+    alias,
+    col,
+    consolidate,
+    select_from,
+    sub,
+    union_all_of,
+    weight,
+)
 from python_helpers.dvm.tree import WEIGHT, Node, Recursive
 
 
@@ -32,7 +41,7 @@ def _as_labels(child: Node, query, node: Recursive, ctx: Context, weighted: bool
     return select_from(cols, sub(query, ctx.alias("rb")))
 
 
-def _with_recursive(name: str, labels: list[str], body: exp.Expression, node: Recursive,
+def _with_recursive(name: str, labels: list[str], body: exp.Expr, node: Recursive,
                     weighted: bool) -> exp.Select:
     """WITH RECURSIVE name(labels) AS (body) SELECT labels AS node.columns FROM name."""
     names = labels + ([WEIGHT] if weighted else [])
@@ -74,7 +83,7 @@ def plain(node: Recursive, ctx: Context, version: str, plain_of) -> exp.Select:
     base = _as_labels(node.base, plain_of(node.base, version), node, ctx, weighted=False)
     with _bound(ctx, snapshot=_reading(ctx, node.ref, lambda: exp.to_table(name))):
         steps = [_as_labels(s, plain_of(s, version), node, ctx, weighted=False) for s in node.steps]
-    return _with_recursive(name, node.names, union_all([base, *steps]), node, weighted=False)
+    return _with_recursive(name, node.names, union_all_of([base, *steps]), node, weighted=False)
 
 
 def delta(node: Recursive, ctx: Context, delta_of, plain_of, changed):
@@ -101,7 +110,7 @@ def delta(node: Recursive, ctx: Context, delta_of, plain_of, changed):
                 snapshot=lambda relation, version: snapshot(relation, "new"),
                 changes=lambda relation: exp.to_table(work)):
         steps = [_as_labels(s, delta_of(s), node, ctx, weighted=True) for s in node.steps]
-    recursion = _with_recursive(work, node.names, union_all(seed + steps), node, weighted=True)
+    recursion = _with_recursive(work, node.names, union_all_of(seed + steps), node, weighted=True)
     out = consolidate(ctx, recursion, node.columns)
     # Spark would run the recursion again for every reference to it in the MERGE (the aggregate
     # state, the rescan flags, ...): computed once when the engine can.

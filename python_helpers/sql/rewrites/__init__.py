@@ -37,7 +37,7 @@ PASSES = (lateral_joins, grouping_sets, having_subqueries, exists_values, scalar
           semi_anti_joins)
 
 
-def rewrite(model: str, query: exp.Expression) -> exp.Expression:
+def rewrite(model: str, query: exp.Expr) -> exp.Expr:
     fresh = blocks.FreshNames()
     query = query.copy()
     for rewrite_pass in PASSES:
@@ -46,7 +46,7 @@ def rewrite(model: str, query: exp.Expression) -> exp.Expression:
     return query
 
 
-def _check_no_sublinks(model: str, query: exp.Expression) -> None:
+def _check_no_sublinks(model: str, query: exp.Expr) -> None:
     for node in query.walk():
         if isinstance(node, exp.Exists) or (isinstance(node, exp.In) and node.args.get("query") is not None):
             raise UnsupportedSql(model, f"{'EXISTS' if isinstance(node, exp.Exists) else 'IN (subquery)'} "
@@ -58,7 +58,7 @@ def _check_no_sublinks(model: str, query: exp.Expression) -> None:
                                         "(rewritten into joins only in WHERE, HAVING and the SELECT list)")
 
 
-def _place(node: exp.Expression) -> str:
+def _place(node: exp.Expr) -> str:
     while node.parent is not None:
         parent = node.parent
         if isinstance(parent, exp.Select):

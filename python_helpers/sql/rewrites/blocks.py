@@ -23,12 +23,12 @@ class FreshNames:
         return f"{base}{self._n}"
 
 
-def selects_bottom_up(query: exp.Expression) -> list[exp.Select]:
+def selects_bottom_up(query: exp.Expr) -> list[exp.Select]:
     """Every SELECT block, inner blocks before the blocks that contain them."""
     return list(reversed(list(query.find_all(exp.Select))))
 
 
-def from_items(select: exp.Select) -> list[exp.Expression]:
+def from_items(select: exp.Select) -> list[exp.Expr]:
     from_ = select.args.get("from_") or select.args.get("from")
     items = [from_.this] if from_ is not None else []
     return items + [j.this for j in select.args.get("joins") or []]
@@ -38,7 +38,7 @@ def aliases(select: exp.Select) -> set[str]:
     return {item.alias_or_name.lower() for item in from_items(select)}
 
 
-def here(expression: exp.Expression) -> Iterator[exp.Expression]:
+def here(expression: exp.Expr) -> Iterator[exp.Expr]:
     """The nodes of an expression outside any nested query (a subquery is its own scope)."""
     stack = [expression]
     while stack:
@@ -49,7 +49,7 @@ def here(expression: exp.Expression) -> Iterator[exp.Expression]:
                 stack.append(child)
 
 
-def columns_here(expression: exp.Expression) -> list[exp.Column]:
+def columns_here(expression: exp.Expr) -> list[exp.Column]:
     return [n for n in here(expression) if isinstance(n, exp.Column)]
 
 
@@ -57,24 +57,24 @@ def is_outer(column: exp.Column, local: set[str]) -> bool:
     return bool(column.table) and column.table.lower() not in local
 
 
-def references_outside(query: exp.Expression) -> bool:
+def references_outside(query: exp.Expr) -> bool:
     """Does a (sub)query read a column of a block around it (is it correlated)?"""
     defined = {t.alias_or_name.lower() for t in query.find_all(exp.Table)}
     defined |= {s.alias_or_name.lower() for s in query.find_all(exp.Subquery) if s.alias_or_name}
     return any(c.table and c.table.lower() not in defined for c in query.find_all(exp.Column))
 
 
-def where_conjuncts(select: exp.Select) -> list[exp.Expression]:
+def where_conjuncts(select: exp.Select) -> list[exp.Expr]:
     where = select.args.get("where")
     return conjuncts(where.this) if where is not None else []
 
 
-def set_where(select: exp.Select, parts: list[exp.Expression]) -> None:
+def set_where(select: exp.Select, parts: list[exp.Expr]) -> None:
     select.set("where", exp.Where(this=exp.and_(*parts)) if parts else None)
 
 
-def add_join(select: exp.Select, query: exp.Expression, alias: str, side: str = "", kind: str = "CROSS",
-             on: exp.Expression | None = None) -> None:
+def add_join(select: exp.Select, query: exp.Expr, alias: str, side: str = "", kind: str = "CROSS",
+             on: exp.Expr | None = None) -> None:
     """Append `<side> <kind> JOIN (query) alias [ON on]` to the block's FROM (left-deep: it
     joins everything before it)."""
     sub = exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier(alias)))
@@ -86,11 +86,11 @@ def add_join(select: exp.Select, query: exp.Expression, alias: str, side: str = 
     select.append("joins", exp.Join(**args))
 
 
-def unaliased(projection: exp.Expression) -> exp.Expression:
+def unaliased(projection: exp.Expr) -> exp.Expr:
     return projection.this if isinstance(projection, exp.Alias) else projection
 
 
-def output_names(query: exp.Expression) -> list[str]:
+def output_names(query: exp.Expr) -> list[str]:
     while isinstance(query, exp.SetOperation):
         query = query.this
     if isinstance(query, exp.Subquery):
@@ -98,7 +98,7 @@ def output_names(query: exp.Expression) -> list[str]:
     return [p.alias_or_name for p in query.expressions]
 
 
-def replace_block(query: exp.Expression, block: exp.Expression, new: exp.Expression) -> exp.Expression:
+def replace_block(query: exp.Expr, block: exp.Expr, new: exp.Expr) -> exp.Expr:
     """Put `new` where `block` was; returns the (possibly new) whole query."""
     if block is query:
         return new
@@ -106,7 +106,7 @@ def replace_block(query: exp.Expression, block: exp.Expression, new: exp.Express
     return query
 
 
-def union_of(branches: list, like: exp.Select) -> exp.Expression:
+def union_of(branches: list, like: exp.Select) -> exp.Expr:
     """The branches as one UNION ALL (UNION when `like` is SELECT DISTINCT), keeping its WITH."""
     out = branches[0]
     for b in branches[1:]:
@@ -117,7 +117,7 @@ def union_of(branches: list, like: exp.Select) -> exp.Expression:
     return out
 
 
-def transform_here(expression: exp.Expression, fn) -> exp.Expression:
+def transform_here(expression: exp.Expr, fn) -> exp.Expr:
     """Apply fn top-down outside nested queries; a node fn replaced is not descended into."""
     new = fn(expression)
     if new is not expression or isinstance(expression, _SCOPES):

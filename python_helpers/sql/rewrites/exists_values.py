@@ -35,7 +35,7 @@ from python_helpers.sql.rewrites import blocks
 _CONNECTIVES = (exp.And, exp.Or, exp.Not, exp.Paren)
 
 
-def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.Expression:
+def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
     for select in blocks.selects_bottom_up(query):
         for projection in select.expressions:
             for node in list(blocks.here(projection)):
@@ -48,17 +48,17 @@ def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.
     return query
 
 
-def _as_value(node: exp.Expression, top: exp.Expression) -> bool:
+def _as_value(node: exp.Expr, top: exp.Expr) -> bool:
     """Is the EXISTS under something other than AND / OR / NOT on its way up to `top`?"""
-    node = node.parent
-    while node is not None and node is not top:
-        if not isinstance(node, _CONNECTIVES):
+    up = node.parent
+    while up is not None and up is not top:
+        if not isinstance(up, _CONNECTIVES):
             return True
-        node = node.parent
+        up = up.parent
     return False
 
 
-def _replace(node: exp.Expression) -> None:
+def _replace(node: exp.Expr) -> None:
     if isinstance(node, exp.Exists):
         _exists(node)
     elif isinstance(node, exp.In) and node.args.get("query") is not None:

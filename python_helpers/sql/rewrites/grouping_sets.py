@@ -24,7 +24,7 @@ from python_helpers.sql.rewrites import blocks
 MAX_BRANCHES = 32
 
 
-def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.Expression:
+def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
     for select in blocks.selects_bottom_up(query):
         group = select.args.get("group")
         if group is None or not _has_sets(group):
@@ -90,7 +90,7 @@ def _sets_of(model: str, group: exp.Group) -> tuple[list, list]:
     return columns, sets
 
 
-def _expand(model: str, select: exp.Select) -> exp.Expression:
+def _expand(model: str, select: exp.Select) -> exp.Expr:
     if select.args["group"].args.get("grouping_sets"):
         raise UnsupportedSql(model, "GROUP BY a, b GROUPING SETS (...) (write GROUP BY GROUPING SETS (...))")
     if any(isinstance(n, exp.Window) for p in select.expressions for n in blocks.here(p)):
@@ -127,11 +127,11 @@ def _expand(model: str, select: exp.Select) -> exp.Expression:
     return blocks.union_of(branches, select)
 
 
-def _keep_alias(original: exp.Expression, new: exp.Expression) -> exp.Expression:
+def _keep_alias(original: exp.Expr, new: exp.Expr) -> exp.Expr:
     return new if isinstance(new, exp.Alias) else exp.alias_(new, original.alias_or_name)
 
 
-def _inside_aggregate(node: exp.Expression) -> bool:
+def _inside_aggregate(node: exp.Expr) -> bool:
     parent = node.parent
     while parent is not None:
         if is_aggregate(parent):

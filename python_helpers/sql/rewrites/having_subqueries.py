@@ -20,7 +20,7 @@ from python_helpers.sql.rewrites import blocks
 from python_helpers.sql.rewrites.scalar_subqueries import scalar_subqueries
 
 
-def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.Expression:
+def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
     for select in blocks.selects_bottom_up(query):
         having = select.args.get("having")
         if having is None or not scalar_subqueries(having.this):

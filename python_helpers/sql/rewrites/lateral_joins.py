@@ -35,7 +35,7 @@ from python_helpers.sql.aggregates import is_aggregate
 from python_helpers.sql.rewrites import blocks
 
 
-def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.Expression:
+def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
     for select in blocks.selects_bottom_up(query):
         joins = select.args.get("joins") or []
         for i, join in enumerate(list(joins)):
@@ -157,7 +157,7 @@ def _nested_conditions(inner: exp.Select) -> list:
     return [q for q in inner.find_all(exp.Select) if q is not inner]
 
 
-def is_aggregate_expr(expression: exp.Expression) -> bool:
+def is_aggregate_expr(expression: exp.Expr) -> bool:
     return any(is_aggregate(n) for n in blocks.here(expression))
 
 
@@ -167,13 +167,14 @@ def _as_join(model, select, join, inner, outputs, side, fresh) -> dict:
         on = j.args.get("on")
         if on is not None and any(blocks.is_outer(c, local) for c in blocks.columns_here(on)):
             raise UnsupportedSql(model, "LATERAL subquery correlated in a JOIN's ON clause")
-    kept, correlated = [], []
+    kept: list[exp.Expr] = []
+    correlated: list[exp.Expr] = []
     for c in blocks.where_conjuncts(inner):
         (correlated if any(blocks.is_outer(col, local) for col in blocks.columns_here(c)) else kept).append(c)
     derived_alias = fresh("__dvm_lat")
     inner_columns: dict = {}
 
-    def to_derived(expression: exp.Expression) -> exp.Expression:
+    def to_derived(expression: exp.Expr) -> exp.Expr:
         def swap(node):
             if isinstance(node, exp.Column) and node.table and node.table.lower() in local:
                 key = (node.table.lower(), node.name.lower())

@@ -41,7 +41,7 @@ _NULL_ON_EMPTY = (exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Stddev, exp.StddevSamp
                   exp.Variance, exp.VariancePop)
 
 
-def scalar_subqueries(expression: exp.Expression) -> list[exp.Subquery]:
+def scalar_subqueries(expression: exp.Expr) -> list[exp.Subquery]:
     """Scalar subqueries in an expression (not EXISTS / IN bodies, not inside other subqueries)."""
     found = []
     stack = [expression]
@@ -61,7 +61,7 @@ def scalar_subqueries(expression: exp.Expression) -> list[exp.Subquery]:
     return found
 
 
-def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.Expression:
+def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
     for select in blocks.selects_bottom_up(query):
         parts = []
         for conj in blocks.where_conjuncts(select):
@@ -98,7 +98,7 @@ def _grouped(select: exp.Select) -> bool:
         for p in select.expressions for n in blocks.here(p))
 
 
-def _inside_aggregate(node: exp.Expression, top: exp.Expression) -> bool:
+def _inside_aggregate(node: exp.Expr, top: exp.Expr) -> bool:
     while node is not top and node.parent is not None:
         node = node.parent
         if is_aggregate(node):
@@ -107,7 +107,7 @@ def _inside_aggregate(node: exp.Expression, top: exp.Expression) -> bool:
 
 
 def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj,
-           fresh: blocks.FreshNames) -> tuple[list, exp.Expression]:
+           fresh: blocks.FreshNames) -> tuple[list, exp.Expr]:
     """Replace `sq` by a column of a joined derived table; returns (conjuncts to add to WHERE, the
     replacement). `conj` is the WHERE conjunct holding it (None: the SELECT list)."""
     inner = sq.this
@@ -119,7 +119,8 @@ def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj,
         raise UnsupportedSql(model, "scalar subquery that is not one aggregate without GROUP BY "
                                     "(it could return no row or several)")
     local_aliases = blocks.aliases(inner)
-    local, correlated = [], []
+    local: list[exp.Expr] = []
+    correlated: list[exp.Expr] = []
     for c in blocks.where_conjuncts(inner):
         (correlated if any(blocks.is_outer(col, local_aliases) for col in blocks.columns_here(c))
          else local).append(c)
@@ -138,7 +139,7 @@ def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj,
         derived = derived.group_by(*[i.copy() for _, i in pairs], copy=False)
     matches = [exp.EQ(this=o.copy(), expression=exp.column(f"__dvm_k{n}", table=alias))
                for n, (o, _) in enumerate(pairs)]
-    replacement = exp.column("__dvm_v", table=alias)
+    replacement: exp.Expr = exp.column("__dvm_v", table=alias)
     if inner_join:
         # Uncorrelated: exactly one row. Correlated in a comparison that NULL fails: a missing
         # group drops the row either way, so an inner join (its equalities in WHERE) is exact.
@@ -162,7 +163,7 @@ def _check_no_other_correlation(model: str, inner: exp.Select, local_aliases: se
             raise UnsupportedSql(model, "scalar subquery correlated outside its WHERE clause")
 
 
-def _equality(model: str, conj: exp.Expression, local_aliases: set) -> tuple:
+def _equality(model: str, conj: exp.Expr, local_aliases: set) -> tuple:
     """(outer expression, inner expression) of a correlating equality."""
     if isinstance(conj, exp.EQ):
         sides = []
@@ -182,7 +183,7 @@ def _null_rejecting(sq: exp.Subquery, conj) -> bool:
     """Is `sq` in a comparison (through arithmetic only) that is the WHERE conjunct itself?"""
     if conj is None:
         return False
-    node = sq
+    node: exp.Expr = sq
     while node is not conj:
         parent = node.parent
         if parent is conj:
@@ -193,7 +194,7 @@ def _null_rejecting(sq: exp.Subquery, conj) -> bool:
     return False
 
 
-def _empty_value(model: str, value: exp.Expression) -> exp.Expression:
+def _empty_value(model: str, value: exp.Expr) -> exp.Expr:
     """The subquery's value over no rows: COUNT gives 0, SUM/AVG/MIN/MAX/variance NULL, and the
     arithmetic around them follows (NULL when any operand is NULL)."""
     def replace(node):

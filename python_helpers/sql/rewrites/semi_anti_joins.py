@@ -34,7 +34,7 @@ from python_helpers.sql.aggregates import is_aggregate
 from python_helpers.sql.rewrites import blocks
 
 
-def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.Expression:
+def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
     for select in blocks.selects_bottom_up(query):
         if select.args.get("where") is None:
             continue
@@ -60,18 +60,19 @@ def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.
     return query
 
 
-def sublinks(expression: exp.Expression) -> list:
+def sublinks(expression: exp.Expr) -> list:
     return [n for n in blocks.here(expression)
             if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query") is not None)]
 
 
-def _exists(model: str, select: exp.Select, inner: exp.Expression, anti: bool, fresh) -> list:
+def _exists(model: str, select: exp.Select, inner: exp.Expr, anti: bool, fresh) -> list:
     while isinstance(inner, exp.Subquery):
         inner = inner.this
     if not isinstance(inner, exp.Select) or not blocks.references_outside(inner):
         return _exists_flag(select, inner, anti, fresh)
     local_aliases = blocks.aliases(inner)
-    local, correlated = [], []
+    local: list[exp.Expr] = []
+    correlated: list[exp.Expr] = []
     for c in blocks.where_conjuncts(inner):
         (correlated if any(blocks.is_outer(col, local_aliases) for col in blocks.columns_here(c))
          else local).append(c)
@@ -105,7 +106,7 @@ def _exists(model: str, select: exp.Select, inner: exp.Expression, anti: bool, f
     return []
 
 
-def _exists_flag(select: exp.Select, inner: exp.Expression, anti: bool, fresh) -> list:
+def _exists_flag(select: exp.Select, inner: exp.Expr, anti: bool, fresh) -> list:
     alias, x = fresh("__dvm_ex"), fresh("__dvm_x")
     flag = exp.Select(expressions=[exp.alias_(exp.Max(this=exp.Literal.number(1)), "__dvm_e")]).from_(
         exp.Subquery(this=inner.copy(), alias=exp.TableAlias(this=exp.to_identifier(x))), copy=False)

@@ -33,7 +33,7 @@ def _is_sublink(node) -> bool:
     return isinstance(node, exp.Exists) or (isinstance(node, exp.In) and node.args.get("query") is not None)
 
 
-def _nested_sublinks(conj: exp.Expression) -> bool:
+def _nested_sublinks(conj: exp.Expr) -> bool:
     """Does the conjunct hold a subquery predicate that is not itself the conjunct (or NOT of it)?"""
     body = conj.this if isinstance(conj, exp.Not) else conj
     while isinstance(body, exp.Paren):
@@ -41,7 +41,7 @@ def _nested_sublinks(conj: exp.Expression) -> bool:
     return any(_is_sublink(n) for n in blocks.here(conj)) and not _is_sublink(body)
 
 
-def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.Expression:
+def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
     for _ in range(MAX_BRANCHES):
         target = next((s for s in blocks.selects_bottom_up(query)
                        if any(_nested_sublinks(c) for c in blocks.where_conjuncts(s))), None)
@@ -51,7 +51,7 @@ def rewrite(model: str, query: exp.Expression, fresh: blocks.FreshNames) -> exp.
     raise UnsupportedSql(model, f"subqueries in OR need more than {MAX_BRANCHES} UNION branches to rewrite")
 
 
-def _split(model: str, select: exp.Select, fresh: blocks.FreshNames) -> exp.Expression:
+def _split(model: str, select: exp.Select, fresh: blocks.FreshNames) -> exp.Expr:
     if _grouped(select):
         return _wrap(model, select, fresh)
     parts = [p for c in blocks.where_conjuncts(select) for p in conjuncts(_push_not(c))]
@@ -79,7 +79,7 @@ def _split(model: str, select: exp.Select, fresh: blocks.FreshNames) -> exp.Expr
     return blocks.union_of(branches, select)
 
 
-def _disjuncts(e: exp.Expression) -> list:
+def _disjuncts(e: exp.Expr) -> list:
     while isinstance(e, exp.Paren):
         e = e.this
     if isinstance(e, exp.Or):
@@ -87,7 +87,7 @@ def _disjuncts(e: exp.Expression) -> list:
     return [e]
 
 
-def _push_not(e: exp.Expression) -> exp.Expression:
+def _push_not(e: exp.Expr) -> exp.Expr:
     """NOT moved inward to the leaves (De Morgan; NOT NOT x = x)."""
     while isinstance(e, exp.Paren):
         e = e.this
@@ -109,7 +109,7 @@ def _push_not(e: exp.Expression) -> exp.Expression:
     return e.copy()
 
 
-def _not_true(model: str, d: exp.Expression) -> exp.Expression:
+def _not_true(model: str, d: exp.Expr) -> exp.Expr:
     """A predicate TRUE exactly where `d` is not TRUE."""
     while isinstance(d, exp.Paren):
         d = d.this
@@ -129,7 +129,7 @@ def _not_true(model: str, d: exp.Expression) -> exp.Expression:
     return exp.Not(this=exp.Coalesce(this=exp.Paren(this=d.copy()), expressions=[exp.false()]))
 
 
-def _in_as_exists(model: str, node: exp.In, negated: bool) -> exp.Expression:
+def _in_as_exists(model: str, node: exp.In, negated: bool) -> exp.Expr:
     """EXISTS with the TRUE rows of `x IN (q)` (negated: of `x NOT IN (q)`, as NOT EXISTS ...)."""
     sub = node.args["query"]
     body = sub.this if isinstance(sub, exp.Subquery) else sub
