@@ -9,6 +9,7 @@ Each AggCall j keeps its value in `__dvm_agg_j` plus auxiliary columns:
                            only when a deleted value reaches the stored extremum
   other                    value; the group is re-aggregated from the new snapshot
 """
+
 from __future__ import annotations
 
 import re
@@ -163,8 +164,9 @@ def _arg(agg: AggCall) -> exp.Expr:
 
 
 def _nonnull_weight(arg: exp.Expr) -> exp.Expr:
-    return exp.Sum(this=_case(exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null())),
-                              col(WEIGHT), exp.Literal.number(0)))
+    return exp.Sum(
+        this=_case(exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null())), col(WEIGHT), exp.Literal.number(0))
+    )
 
 
 def state_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expr]:
@@ -173,12 +175,17 @@ def state_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[ex
     if agg.kind == "sum":
         out.append(alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn"))
     elif agg.kind == "avg":
-        out += [alias(exp.Sum(this=_arg(agg).copy()), f"{name}_sum"),
-                alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn")]
+        out += [
+            alias(exp.Sum(this=_arg(agg).copy()), f"{name}_sum"),
+            alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn"),
+        ]
     elif agg.kind in VAR_KINDS:
         x = _as(_arg(agg), moment_type(arg_type))
-        out += [alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn"), alias(exp.Sum(this=x), f"{name}_s"),
-                alias(exp.Sum(this=exp.Mul(this=x.copy(), expression=x.copy())), f"{name}_q")]
+        out += [
+            alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn"),
+            alias(exp.Sum(this=x), f"{name}_s"),
+            alias(exp.Sum(this=exp.Mul(this=x.copy(), expression=x.copy())), f"{name}_q"),
+        ]
     return out
 
 
@@ -190,28 +197,37 @@ def delta_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[ex
     if agg.kind == "count":
         return [alias(_nonnull_weight(_arg(agg)), f"{name}_d")]
     if agg.kind in ("sum", "avg"):
-        return [alias(exp.Sum(this=_weighted(_arg(agg), arg_type)), f"{name}_ds"),
-                alias(_nonnull_weight(_arg(agg)), f"{name}_dnn")]
+        return [
+            alias(exp.Sum(this=_weighted(_arg(agg), arg_type)), f"{name}_ds"),
+            alias(_nonnull_weight(_arg(agg)), f"{name}_dnn"),
+        ]
     if agg.kind in VAR_KINDS:
         mt = moment_type(arg_type)
         x = _as(_arg(agg), mt)
-        deleted = exp.and_(exp.LT(this=w.copy(), expression=exp.Literal.number(0)),
-                           exp.Not(this=exp.Is(this=_arg(agg).copy(), expression=exp.Null())))
-        return [alias(_nonnull_weight(_arg(agg)), f"{name}_dnn"),
-                alias(exp.Sum(this=_weighted(x, mt)), f"{name}_ds"),
-                alias(exp.Sum(this=_weighted(exp.Mul(this=x.copy(), expression=x.copy()), mt)), f"{name}_dq"),
-                alias(exp.Max(this=_case(deleted, exp.Literal.number(1), exp.Literal.number(0))), f"{name}_ddel")]
+        deleted = exp.and_(
+            exp.LT(this=w.copy(), expression=exp.Literal.number(0)),
+            exp.Not(this=exp.Is(this=_arg(agg).copy(), expression=exp.Null())),
+        )
+        return [
+            alias(_nonnull_weight(_arg(agg)), f"{name}_dnn"),
+            alias(exp.Sum(this=_weighted(x, mt)), f"{name}_ds"),
+            alias(exp.Sum(this=_weighted(exp.Mul(this=x.copy(), expression=x.copy()), mt)), f"{name}_dq"),
+            alias(exp.Max(this=_case(deleted, exp.Literal.number(1), exp.Literal.number(0))), f"{name}_ddel"),
+        ]
     if agg.kind in ("min", "max"):
         fn = exp.Min if agg.kind == "min" else exp.Max
         pos = exp.GT(this=w.copy(), expression=exp.Literal.number(0))
         neg = exp.LT(this=w.copy(), expression=exp.Literal.number(0))
-        return [alias(fn(this=_case(pos, _arg(agg).copy())), f"{name}_ins"),
-                alias(fn(this=_case(neg, _arg(agg).copy())), f"{name}_del")]
+        return [
+            alias(fn(this=_case(pos, _arg(agg).copy())), f"{name}_ins"),
+            alias(fn(this=_case(neg, _arg(agg).copy())), f"{name}_del"),
+        ]
     return []
 
 
-def new_state(agg: AggCall, name: str, old: str, d: str, types: dict,
-              arg_type: str | None = None) -> tuple[list[exp.Expr], exp.Expr]:
+def new_state(
+    agg: AggCall, name: str, old: str, d: str, types: dict, arg_type: str | None = None
+) -> tuple[list[exp.Expr], exp.Expr]:
     """(new state columns named like the stored ones, rescan-needed predicate) for one group.
 
     `old` / `d` are the table aliases of the stored row (NULL if the group is new) and of the
@@ -251,19 +267,28 @@ def new_state(agg: AggCall, name: str, old: str, d: str, types: dict,
         s, s_inexact = _exact_plus(coalesce0(o("_s")), coalesce0(dd("_ds")), s_type)
         q, q_inexact = _exact_plus(coalesce0(o("_q")), coalesce0(dd("_dq")), q_type)
         exact = (s_type or "double").startswith("decimal")
-        rescan = exp.or_(s_inexact, q_inexact) if exact else exp.EQ(this=coalesce0(dd("_ddel")),
-                                                                      expression=exp.Literal.number(1))
-        return [alias(_variance(agg.kind, nn, s, q, exact), name), alias(nn, f"{name}_nn"),
-                alias(s, f"{name}_s"), alias(q, f"{name}_q")], rescan
+        rescan = (
+            exp.or_(s_inexact, q_inexact)
+            if exact
+            else exp.EQ(this=coalesce0(dd("_ddel")), expression=exp.Literal.number(1))
+        )
+        return [
+            alias(_variance(agg.kind, nn, s, q, exact), name),
+            alias(nn, f"{name}_nn"),
+            alias(s, f"{name}_s"),
+            alias(q, f"{name}_q"),
+        ], rescan
     if agg.kind in ("min", "max"):
         pick = exp.Least if agg.kind == "min" else exp.Greatest
         reaches = exp.LTE if agg.kind == "min" else exp.GTE
         value = pick(this=o(""), expressions=[dd("_ins")])
         # A deleted value at or beyond the candidate (the old extremum or an inserted value: an
         # unconsolidated delta can insert and delete the same value) may have been it.
-        rescan = exp.and_(exp.Not(this=exp.Is(this=dd("_del"), expression=exp.Null())),
-                          exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
-                          reaches(this=dd("_del"), expression=value.copy()))
+        rescan = exp.and_(
+            exp.Not(this=exp.Is(this=dd("_del"), expression=exp.Null())),
+            exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
+            reaches(this=dd("_del"), expression=value.copy()),
+        )
         return [alias(value, name)], rescan
     return [alias(o(""), name)], exp.true()
 
@@ -280,12 +305,14 @@ def _variance(kind: str, n: exp.Expr, s: exp.Expr, q: exp.Expr, exact: bool) -> 
     denom = exp.Sub(this=nd.copy(), expression=exp.Literal.number(1)) if samp else nd.copy()
     if exact:
         big_n = exp.Cast(this=n.copy(), to=exp.DataType.build("decimal(20,0)"))
-        m2n = exp.Sub(this=exp.Mul(this=big_n, expression=q.copy()),
-                      expression=exp.Mul(this=s.copy(), expression=s.copy()))
+        m2n = exp.Sub(
+            this=exp.Mul(this=big_n, expression=q.copy()), expression=exp.Mul(this=s.copy(), expression=s.copy())
+        )
         var: exp.Expr = exp.Div(this=exp.Div(this=_double(m2n), expression=nd.copy()), expression=denom)
     else:
-        m2 = exp.Sub(this=q.copy(),
-                     expression=exp.Div(this=exp.Mul(this=s.copy(), expression=s.copy()), expression=nd.copy()))
+        m2 = exp.Sub(
+            this=q.copy(), expression=exp.Div(this=exp.Mul(this=s.copy(), expression=s.copy()), expression=nd.copy())
+        )
         var = exp.Div(this=m2, expression=denom)
         floor = exp.Mul(this=exp.Literal.number("1e-12"), expression=exp.Div(this=q.copy(), expression=nd.copy()))
         var = _case(exp.LTE(this=var.copy(), expression=floor), exp.Literal.number("0.0"), var)

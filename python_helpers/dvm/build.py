@@ -4,6 +4,7 @@ Input: the output of sql.parse.qualify_query, so every column is `alias.column` 
 expanded. Each FROM item gets its columns renamed to `<alias>__<column>` (deduplicated), which
 makes names unique inside a query block; expressions are rewritten to those names.
 """
+
 from __future__ import annotations
 
 import re
@@ -139,8 +140,11 @@ class TreeBuilder:
         inputs = []
         for side in (union.this, union.expression):
             child = self.build(side, ctes)
-            if (isinstance(child, UnionAll) and not isinstance(side, exp.Subquery)
-                    and union.args.get("distinct") is False):
+            if (
+                isinstance(child, UnionAll)
+                and not isinstance(side, exp.Subquery)
+                and union.args.get("distinct") is False
+            ):
                 inputs.extend(child.inputs)
             else:
                 inputs.append(child)
@@ -157,8 +161,7 @@ class TreeBuilder:
         if len(left.columns) != len(right.columns):
             raise UnsupportedSql(self.model, f"{query.key.upper()} branches with different column counts")
         op = "intersect" if isinstance(query, exp.Intersect) else "except"
-        node = SetOp(columns=list(left.columns), left=left, right=right, op=op,
-                     all=query.args.get("distinct") is False)
+        node = SetOp(columns=list(left.columns), left=left, right=right, op=op, all=query.args.get("distinct") is False)
         return self._set_aliases(node, self.aliases(left))
 
     # -- one SELECT block ------------------------------------------------------------------
@@ -166,15 +169,16 @@ class TreeBuilder:
         distinct = select.args.get("distinct")
         if distinct is not None and distinct.args.get("on"):
             raise UnsupportedSql(self.model, "DISTINCT ON")
-        from_ = (select.args.get("from_") or select.args.get("from"))
+        from_ = select.args.get("from_") or select.args.get("from")
         if from_ is None:
             raise UnsupportedSql(self.model, "SELECT without FROM")
         inline_named_windows(select)
         referenced = self._referenced_columns(select)
         names: dict = {}
         first = self._from_item(from_.this, ctes, referenced, names)
-        joined = [(join, self._from_item(join.this, ctes, referenced, names))
-                  for join in select.args.get("joins") or []]
+        joined = [
+            (join, self._from_item(join.this, ctes, referenced, names)) for join in select.args.get("joins") or []
+        ]
         laterals = [self._lateral_names(lateral, names) for lateral in select.args.get("laterals") or []]
         scope = _Scope(names)
         where = select.args.get("where")
@@ -183,16 +187,20 @@ class TreeBuilder:
         for i, (join, right) in enumerate(joined):
             # A later RIGHT / FULL join pads the rows joined so far with NULLs: a WHERE conjunct
             # over them must then stay above it, not be pushed below this join.
-            pads_later = any((j.side or "").upper() in ("RIGHT", "FULL") for j, _ in joined[i + 1:])
+            pads_later = any((j.side or "").upper() in ("RIGHT", "FULL") for j, _ in joined[i + 1 :])
             node = self._join(node, right, join, scope, [] if pads_later else pending)
         for lateral, out in laterals:  # after the joins, before WHERE (as Spark applies them)
             node = self._push(node, pending)
-            node = Generate(columns=node.columns + out, child=node, generator=scope.rewrite(self.model, lateral.this),
-                            outer=bool(lateral.args.get("outer")), names=out)
+            node = Generate(
+                columns=node.columns + out,
+                child=node,
+                generator=scope.rewrite(self.model, lateral.this),
+                outer=bool(lateral.args.get("outer")),
+                names=out,
+            )
         if pending:
             node = Filter(columns=list(node.columns), child=node, predicate=exp.and_(*pending))
-        projections = [scope.rewrite(self.model, p.this if isinstance(p, exp.Alias) else p)
-                       for p in select.expressions]
+        projections = [scope.rewrite(self.model, p.this if isinstance(p, exp.Alias) else p) for p in select.expressions]
         out_names = [p.alias_or_name for p in select.expressions]
         group = select.args.get("group")
         having = select.args.get("having")
@@ -264,9 +272,13 @@ class TreeBuilder:
         for _, call in calls.values():
             keys = {k.sql("spark"): k for k in call.args.get("partition_by") or []}
             common = keys if common is None else {t: k for t, k in common.items() if t in keys}
-        node = Window(columns=child.columns + [n for n, _ in calls.values()], child=child,
-                      calls=[c for _, c in calls.values()], names=[n for n, _ in calls.values()],
-                      partition_keys=[k.copy() for k in (common or {}).values()])
+        node = Window(
+            columns=child.columns + [n for n, _ in calls.values()],
+            child=child,
+            calls=[c for _, c in calls.values()],
+            names=[n for n, _ in calls.values()],
+            partition_keys=[k.copy() for k in (common or {}).values()],
+        )
 
         def swap(n):
             if isinstance(n, exp.Window) and n.sql("spark") in calls:
@@ -302,12 +314,17 @@ class TreeBuilder:
         branches: list = []
 
         def split(query):
-            if (isinstance(query, exp.Union) and not (query.args.get("with_") or query.args.get("with"))
-                    and not (query.args.get("distinct") and not _reads(query, name))):
+            if (
+                isinstance(query, exp.Union)
+                and not (query.args.get("with_") or query.args.get("with"))
+                and not (query.args.get("distinct") and not _reads(query, name))
+            ):
                 # (a distinct UNION of base branches alone is one base branch)
                 if query.args.get("distinct"):
-                    raise UnsupportedSql(self.model, f"WITH RECURSIVE {name} with UNION (distinct): Spark runs "
-                                                     "recursion only with UNION ALL")
+                    raise UnsupportedSql(
+                        self.model,
+                        f"WITH RECURSIVE {name} with UNION (distinct): Spark runs recursion only with UNION ALL",
+                    )
                 split(query.this)
                 split(query.expression)
             else:
@@ -317,13 +334,18 @@ class TreeBuilder:
         anchors = [b for b in branches if not _reads(b, name)]
         steps = [b for b in branches if _reads(b, name)]
         if not anchors or not steps:
-            raise UnsupportedSql(self.model, f"WITH RECURSIVE {name} without both a base branch and a "
-                                             "recursive branch joined by UNION ALL")
+            raise UnsupportedSql(
+                self.model,
+                f"WITH RECURSIVE {name} without both a base branch and a recursive branch joined by UNION ALL",
+            )
         bases = [self.build(b, ctes) for b in anchors]
         base = bases[0] if len(bases) == 1 else UnionAll(columns=list(bases[0].columns), inputs=bases)
         alias = cte.args.get("alias")
-        labels = [c.name.lower() for c in alias.columns] if alias is not None and alias.columns else \
-            [a.lower() for a in self.aliases(bases[0])]
+        labels = (
+            [c.name.lower() for c in alias.columns]
+            if alias is not None and alias.columns
+            else [a.lower() for a in self.aliases(bases[0])]
+        )
         ref = self._fresh(f"{RECURSION_PREFIX}{name}")
         target.ref = ref
         try:
@@ -337,14 +359,21 @@ class TreeBuilder:
             try:
                 count = _references(step, ref)
             except _NotLinear as err:
-                raise UnsupportedSql(self.model, f"WITH RECURSIVE {name} reads itself under {err} (only through "
-                                                 "filters, projections, inner joins, generators and the "
-                                                 "preserved side of LEFT / semi / anti joins)") from None
+                raise UnsupportedSql(
+                    self.model,
+                    f"WITH RECURSIVE {name} reads itself under {err} (only through "
+                    "filters, projections, inner joins, generators and the "
+                    "preserved side of LEFT / semi / anti joins)",
+                ) from None
             if count != 1:
-                raise UnsupportedSql(self.model, f"WITH RECURSIVE {name}: a recursive branch reads {name} "
-                                                 f"{count} times (only linear recursion: once per branch)")
-        node = Recursive(columns=[self._fresh(f"{name}__{c}") for c in labels], base=base, steps=built,
-                         ref=ref, names=labels)
+                raise UnsupportedSql(
+                    self.model,
+                    f"WITH RECURSIVE {name}: a recursive branch reads {name} "
+                    f"{count} times (only linear recursion: once per branch)",
+                )
+        node = Recursive(
+            columns=[self._fresh(f"{name}__{c}") for c in labels], base=base, steps=built, ref=ref, names=labels
+        )
         return self._set_aliases(node, labels)
 
     def _rename(self, child: Node, alias: str, wanted: list, names: dict) -> Node:
@@ -395,8 +424,7 @@ class TreeBuilder:
 
             def swap(node):
                 text = node.sql("spark") if isinstance(node, exp.Expression) else None
-                if (text in calls and (is_aggregate(node) or isinstance(node, exp.Filter))
-                        and not window_function(node)):
+                if text in calls and (is_aggregate(node) or isinstance(node, exp.Filter)) and not window_function(node):
                     return exp.column(calls[text])
                 if text in key_sql and not isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
                     return exp.column(key_sql[text])
@@ -409,8 +437,9 @@ class TreeBuilder:
                     raise UnsupportedSql(self.model, f"column {col.name} is neither grouped nor aggregated")
             return out
 
-        node = Aggregate(columns=key_names + [a.name for a in aggs], child=child, keys=keys,
-                         key_names=key_names, aggs=aggs)
+        node = Aggregate(
+            columns=key_names + [a.name for a in aggs], child=child, keys=keys, key_names=key_names, aggs=aggs
+        )
         new_projections = [replace(p) for p in projections]
         return node, new_projections, (replace(having_expr) if having_expr is not None else None)
 

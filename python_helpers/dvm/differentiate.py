@@ -3,6 +3,7 @@
 `delta` returns None when no source below the node changed in this refresh, which prunes whole
 branches (and the snapshots they would have read) from the generated SQL.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -80,10 +81,11 @@ def delta(node: Node, ctx: Context):
     if isinstance(node, Window):
         return key_restricted.window_delta(node, ctx, lambda n: delta(n, ctx), lambda n, v: plain(n, ctx, v))
     if isinstance(node, Recursive):
-        return recursive.delta(node, ctx, lambda n: delta(n, ctx), lambda n, v: plain(n, ctx, v),
-                               lambda n: changed(n, ctx))
+        return recursive.delta(
+            node, ctx, lambda n: delta(n, ctx), lambda n, v: plain(n, ctx, v), lambda n: changed(n, ctx)
+        )
     if isinstance(node, (Aggregate, Distinct)):
         return keyed_recompute.recompute_delta(
-            node, ctx, delta(node.child, ctx),
-            lambda: plain(node, ctx, "old"), lambda: plain(node, ctx, "new"))
+            node, ctx, delta(node.child, ctx), lambda: plain(node, ctx, "old"), lambda: plain(node, ctx, "new")
+        )
     raise TypeError(f"no delta rule for {type(node).__name__}")

@@ -3,6 +3,7 @@
 split the top-level Top-K off -> reject what is out of scope -> qualify columns -> rewrite
 (python_helpers.sql.rewrites) -> build the tree (python_helpers.dvm.build).
 """
+
 from __future__ import annotations
 
 from sqlglot import exp

@@ -12,6 +12,7 @@ and only the flagged keys' derivations are computed. `restricted` returns a copy
 from the aggregate's input down to such a recursion with its base restricted, or None when the
 keys are not carried (the caller then restricts above, as before).
 """
+
 from __future__ import annotations
 
 import copy
@@ -58,9 +59,13 @@ def restricted(node: Node, key_exprs: list, keys: exp.Expr, key_names: list) -> 
         for i in positions:
             if any(_copied_from(step, step.columns[i], node.ref) != node.names[i] for step in node.steps):
                 return None
-        base = KeyFilter(columns=list(node.base.columns), child=node.base,
-                         key_exprs=[exp.column(node.base.columns[i]) for i in positions], keys=keys,
-                         key_names=list(key_names))
+        base = KeyFilter(
+            columns=list(node.base.columns),
+            child=node.base,
+            key_exprs=[exp.column(node.base.columns[i]) for i in positions],
+            keys=keys,
+            key_names=list(key_names),
+        )
         return _with(node, base=base)
     return None
 

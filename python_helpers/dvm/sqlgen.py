@@ -1,4 +1,5 @@
 """Small builders for the SQL the delta rules emit (sqlglot expressions, never string pasting)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -60,8 +61,14 @@ def repeat_rows(query: exp.Select, times: exp.Expr, name: str) -> exp.Select:
     """Each row of `query` repeated `times` times (a LATERAL VIEW over explode(sequence(1, n)),
     `name` aliasing it): for consumers that take multiplicity as repeated rows."""
     gen = exp.Explode(this=exp.Anonymous(this="sequence", expressions=[exp.Literal.number(1), times]))
-    return query.lateral(exp.Lateral(this=gen, view=True, alias=exp.TableAlias(
-        this=exp.to_identifier(name), columns=[exp.to_identifier("__dvm_n")])), copy=False)
+    return query.lateral(
+        exp.Lateral(
+            this=gen,
+            view=True,
+            alias=exp.TableAlias(this=exp.to_identifier(name), columns=[exp.to_identifier("__dvm_n")]),
+        ),
+        copy=False,
+    )
 
 
 def select_from(columns: list, source: exp.Expr) -> exp.Select:
@@ -83,13 +90,15 @@ def null_safe_match(left: list[str], right: list[str], ltab: str, rtab: str) -> 
     return exp.and_(*conds) if conds else exp.true()
 
 
-def semi_join(query_alias: str, query: exp.Expr, keys: list[str], key_query: exp.Expr,
-              ctx: Context) -> exp.Select:
+def semi_join(query_alias: str, query: exp.Expr, keys: list[str], key_query: exp.Expr, ctx: Context) -> exp.Select:
     """Rows of `query` whose `keys` appear (null-safe) in `key_query` (delta key restriction)."""
     k = ctx.alias("k")
     on = null_safe_match(keys, keys, query_alias, k)
-    return (exp.Select(expressions=[exp.Star()]).from_(sub(query, query_alias), copy=False)
-            .join(sub(key_query, k), on=on, join_type="LEFT SEMI", copy=False))
+    return (
+        exp.Select(expressions=[exp.Star()])
+        .from_(sub(query, query_alias), copy=False)
+        .join(sub(key_query, k), on=on, join_type="LEFT SEMI", copy=False)
+    )
 
 
 def union_all(queries: Sequence[Optional[exp.Expr]]) -> Optional[exp.Expr]:
@@ -125,10 +134,20 @@ def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expr:
     struct = exp.Anonymous(this="named_struct", expressions=args)
     # Timestamps in UTC with all six fractional digits: an id must not depend on the session's
     # time zone, and two keys a microsecond apart must not share one (the default keeps millis).
-    options = exp.Anonymous(this="map", expressions=[exp.Literal.string(x) for x in (
-        "timeZone", "UTC",
-        "timestampFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
-        "timestampNTZFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS")])
+    options = exp.Anonymous(
+        this="map",
+        expressions=[
+            exp.Literal.string(x)
+            for x in (
+                "timeZone",
+                "UTC",
+                "timestampFormat",
+                "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+                "timestampNTZFormat",
+                "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
+            )
+        ],
+    )
     return exp.MD5(this=exp.Anonymous(this="to_json", expressions=[struct, options]))
 
 
@@ -141,6 +160,7 @@ def parenthesize(expression: exp.Expr) -> exp.Expr:
     Trees built with sqlglot's constructors carry no Paren nodes, and the generator does not
     add them (NOT (a AND b) would print as NOT a AND b), so precedence is made explicit here.
     """
+
     def wrap(node):
         if isinstance(node, _COMPOUND):
             for key in ("this", "expression"):

@@ -14,6 +14,7 @@ Two layouts, both keyed by `__dvm_row_id` (md5 of the key, 128 bits):
 delta touches, the new stored row and an action ('U' upsert, 'D' delete), leaving out rows
 whose stored value would not change.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,11 +41,14 @@ def storage_names(model: str, output_names: list[str]) -> list[str]:
     seen = set()
     for name in output_names:
         if name.lower() in seen:
-            raise UnsupportedSql(model, f"the query returns two columns named '{name}' "
-                                        "(a table cannot; give them distinct aliases)")
+            raise UnsupportedSql(
+                model, f"the query returns two columns named '{name}' (a table cannot; give them distinct aliases)"
+            )
         seen.add(name.lower())
-    return [n if _SAFE.fullmatch(n) and not n.lower().startswith("__dvm") else f"__dvm_col_{i}"
-            for i, n in enumerate(output_names)]
+    return [
+        n if _SAFE.fullmatch(n) and not n.lower().startswith("__dvm") else f"__dvm_col_{i}"
+        for i, n in enumerate(output_names)
+    ]
 
 
 def _cast(e: exp.Expr, type_: str | None) -> exp.Expr:
@@ -71,8 +75,10 @@ class StoredResult:
     top_k = None  # sql.top_k.TopK: the view shows only the query's first rows
 
     def view_sql(self, storage: exp.Expr, types: dict | None = None) -> exp.Select:
-        cols = [exp.alias_(col(s), n, quoted=True) if s != n else col(s)
-                for s, n in zip(self.user_columns, self.output_names)]
+        cols = [
+            exp.alias_(col(s), n, quoted=True) if s != n else col(s)
+            for s, n in zip(self.user_columns, self.output_names)
+        ]
         view = self._view(select_from(cols, storage))
         if self.top_k is None:
             return view
@@ -97,9 +103,11 @@ class BagResult(StoredResult):
         return repeat_rows(query, col(COUNT), "__dvm_rep")
 
     def _named(self, query, weighted_count: exp.Expr) -> list:
-        return ([alias(row_id(self.input.columns), ROW_ID)]
-                + [alias(col(c), s) for c, s in zip(self.input.columns, self.user_columns)]
-                + [alias(weighted_count, COUNT)])
+        return (
+            [alias(row_id(self.input.columns), ROW_ID)]
+            + [alias(col(c), s) for c, s in zip(self.input.columns, self.user_columns)]
+            + [alias(weighted_count, COUNT)]
+        )
 
     def full_sql(self, ctx: Context) -> exp.Select:
         cols = self.input.columns
@@ -113,13 +121,18 @@ class BagResult(StoredResult):
             return None
         dd, s = ctx.alias("d"), ctx.alias("s")
         rid = row_id(self.input.columns, dd)
-        count = exp.Add(this=exp.Coalesce(this=col(COUNT, s), expressions=[exp.Literal.number(0)]),
-                        expression=col("__dvm_w", dd))
-        m = select_from([alias(rid, ROW_ID)]
-                        + [alias(col(c, dd), u) for c, u in zip(self.input.columns, self.user_columns)]
-                        + [alias(count, COUNT),
-                           alias(exp.Not(this=exp.Is(this=col(ROW_ID, s), expression=exp.Null())), "__dvm_existed")],
-                        sub(consolidate(ctx, d, self.input.columns), dd))
+        count = exp.Add(
+            this=exp.Coalesce(this=col(COUNT, s), expressions=[exp.Literal.number(0)]), expression=col("__dvm_w", dd)
+        )
+        m = select_from(
+            [alias(rid, ROW_ID)]
+            + [alias(col(c, dd), u) for c, u in zip(self.input.columns, self.user_columns)]
+            + [
+                alias(count, COUNT),
+                alias(exp.Not(this=exp.Is(this=col(ROW_ID, s), expression=exp.Null())), "__dvm_existed"),
+            ],
+            sub(consolidate(ctx, d, self.input.columns), dd),
+        )
         m = m.join(sub(storage, s), on=exp.EQ(this=col(ROW_ID, s), expression=rid.copy()), join_type="LEFT", copy=False)
         mm = ctx.alias("m")
         gone = exp.LTE(this=col(COUNT), expression=exp.Literal.number(0))
@@ -161,7 +174,8 @@ class AggregateResult(StoredResult):
         mapping = dict(zip(self.agg.key_names, self.key_store))
         mapping.update({a.name: s for a, s in zip(self.agg.aggs, self.agg_store)})
         return expression.copy().transform(
-            lambda n: col(mapping[n.name]) if isinstance(n, exp.Column) and n.name in mapping else n)
+            lambda n: col(mapping[n.name]) if isinstance(n, exp.Column) and n.name in mapping else n
+        )
 
     def _finish(self, state_query: exp.Expr, ctx: Context, types: dict) -> exp.Select:
         """Row id, user columns, HAVING flag and state columns over rows holding the state."""
@@ -210,8 +224,10 @@ class AggregateResult(StoredResult):
         # 2. Join the stored state; compute the new state algebraically where possible.
         d, o = ctx.alias("d"), ctx.alias("o")
         # A global aggregate yields one delta row even when its filtered delta is empty (SUM = NULL).
-        count = exp.Add(this=exp.Coalesce(this=col(COUNT, o), expressions=[exp.Literal.number(0)]),
-                        expression=exp.Coalesce(this=col(f"{COUNT}_d", d), expressions=[exp.Literal.number(0)]))
+        count = exp.Add(
+            this=exp.Coalesce(this=col(COUNT, o), expressions=[exp.Literal.number(0)]),
+            expression=exp.Coalesce(this=col(f"{COUNT}_d", d), expressions=[exp.Literal.number(0)]),
+        )
         mcols = [col(k, d) for k in self.key_store] + [alias(count, COUNT)]
         rescans = []
         for a, name in zip(self.agg.aggs, self.agg_store):
@@ -220,15 +236,20 @@ class AggregateResult(StoredResult):
             rescans.append(needs)
         alive = exp.GT(this=count.copy(), expression=exp.Literal.number(0)) if self.keyed else exp.true()
         flag = exp.and_(alive, exp.or_(*rescans)) if rescans else exp.false()
-        mcols += [alias(flag, "__dvm_rescan"),
-                  alias(exp.Not(this=exp.Is(this=col(ROW_ID, o), expression=exp.Null())), "__dvm_existed")]
+        mcols += [
+            alias(flag, "__dvm_rescan"),
+            alias(exp.Not(this=exp.Is(this=col(ROW_ID, o), expression=exp.Null())), "__dvm_existed"),
+        ]
         # One digest of the stored row (not a copy of each column): far less for Spark to
         # analyse and carry, and enough to drop the rows whose stored value would not change.
         compare = self.storage_columns()[1:]
         mcols.append(alias(row_id(compare, o), "__dvm_old_digest"))
         m = select_from(mcols, sub(dq, d)).join(
-            sub(storage, o), on=exp.EQ(this=col(ROW_ID, o), expression=row_id(self.key_store, d)),
-            join_type="LEFT", copy=False)
+            sub(storage, o),
+            on=exp.EQ(this=col(ROW_ID, o), expression=row_id(self.key_store, d)),
+            join_type="LEFT",
+            copy=False,
+        )
         # 3. Groups flagged for rescan take their whole state from the new snapshot.
         mm, r = ctx.alias("m"), ctx.alias("r")
         state_names = self.state_columns()
@@ -238,11 +259,24 @@ class AggregateResult(StoredResult):
         else:
             # Both branches in the stored type: Spark would give IF(DECIMAL(38, 22), DECIMAL(38, 18))
             # the type DECIMAL(38, 18) and round the rescanned value.
-            pick = [alias(exp.If(this=col("__dvm_rescan", mm),
-                                 true=_cast(exp.Coalesce(this=col(c, r), expressions=[exp.Literal.number(0)])
-                                            if c == COUNT else col(c, r), types.get(c)),
-                                 false=_cast(col(c, mm), types.get(c))), c) if c not in self.key_store else col(c, mm)
-                    for c in state_names]
+            pick = [
+                alias(
+                    exp.If(
+                        this=col("__dvm_rescan", mm),
+                        true=_cast(
+                            exp.Coalesce(this=col(c, r), expressions=[exp.Literal.number(0)])
+                            if c == COUNT
+                            else col(c, r),
+                            types.get(c),
+                        ),
+                        false=_cast(col(c, mm), types.get(c)),
+                    ),
+                    c,
+                )
+                if c not in self.key_store
+                else col(c, mm)
+                for c in state_names
+            ]
         pick += [col("__dvm_existed", mm), col("__dvm_old_digest", mm)]
         merged = select_from(pick, sub(m, mm))
         if rescanned is not None:
@@ -252,7 +286,7 @@ class AggregateResult(StoredResult):
         f = ctx.alias("f")
         finished = self._finish(merged, ctx, types)
         finished.expressions.extend([col("__dvm_existed"), col("__dvm_old_digest")])
-        gone = (exp.LTE(this=col(COUNT, f), expression=exp.Literal.number(0)) if self.keyed else exp.false())
+        gone = exp.LTE(this=col(COUNT, f), expression=exp.Literal.number(0)) if self.keyed else exp.false()
         action = exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U"))
         outs = [col(ROW_ID, f), alias(action, ACTION)] + [col(c, f) for c in self.storage_columns()[1:]]
         # The new row's columns carry the stored types (cast in _finish), so equal values give
@@ -261,33 +295,40 @@ class AggregateResult(StoredResult):
         changed = exp.NEQ(this=row_id(compare, f), expression=col("__dvm_old_digest", f))
         keep = exp.or_(
             exp.and_(gone.copy(), col("__dvm_existed", f)),
-            exp.and_(exp.Not(this=gone.copy()), exp.or_(exp.Not(this=col("__dvm_existed", f)), changed)))
+            exp.and_(exp.Not(this=gone.copy()), exp.or_(exp.Not(this=col("__dvm_existed", f)), changed)),
+        )
         return select_from(outs, sub(finished, f)).where(keep, copy=False)
 
     def _rescan(self, ctx: Context, m: exp.Select):
-        needs_rescan = any(a.strategy != "algebraic" or state.may_rescan(a, self.arg_types.get(a.name))
-                           for a in self.agg.aggs)
+        needs_rescan = any(
+            a.strategy != "algebraic" or state.may_rescan(a, self.arg_types.get(a.name)) for a in self.agg.aggs
+        )
         if not needs_rescan:
             return None
         rows = plain(self.agg.child, ctx, "new")
         if self.keyed:
             flagged: exp.Expr = select_from([col(k) for k in self.key_store], sub(m.copy(), ctx.alias("fm"))).where(
-                col("__dvm_rescan"), copy=False)
+                col("__dvm_rescan"), copy=False
+            )
             # Under a recursion the restriction goes to its base when the keys are carried
             # (python_helpers.dvm.restrict); the semi join below then only confirms it. The
             # flagged keys are computed first: inlined into the recursion's base, Spark 4.1's
             # optimizer fails on them (MergeScalarSubqueries "generated an invalid plan").
-            if ctx.materialize is not None and restricted(self.agg.child, self.agg.keys, flagged,
-                                                          self.key_store) is not None:
+            if (
+                ctx.materialize is not None
+                and restricted(self.agg.child, self.agg.keys, flagged, self.key_store) is not None
+            ):
                 flagged = ctx.materialize(flagged)
                 below = restricted(self.agg.child, self.agg.keys, flagged, self.key_store)
                 if below is not None:  # the shape just checked, now over the materialized keys
                     rows = plain(below, ctx, "new")
             ra, ka = ctx.alias("ra"), ctx.alias("ka")
-            on = exp.and_(*[exp.NullSafeEQ(this=k.copy(), expression=col(s, ka))
-                            for k, s in zip(self.agg.keys, self.key_store)])
-            rows = (select_from([exp.Star()], sub(rows, ra))
-                    .join(sub(flagged, ka), on=on, join_type="LEFT SEMI", copy=False))
+            on = exp.and_(
+                *[exp.NullSafeEQ(this=k.copy(), expression=col(s, ka)) for k, s in zip(self.agg.keys, self.key_store)]
+            )
+            rows = select_from([exp.Star()], sub(rows, ra)).join(
+                sub(flagged, ka), on=on, join_type="LEFT SEMI", copy=False
+            )
         return self._state_from_rows(ctx, rows)
 
 

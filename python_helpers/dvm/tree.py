@@ -5,6 +5,7 @@ to its input's columns by bare name (`exp.column(name)`), and names are unique w
 so generated SQL never needs table qualifiers. During a refresh every relation may also carry
 the weight column `__dvm_w` (docs/architecture.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -5,6 +5,7 @@ itself scopes a WITH inside a subquery, and two renderings of one recursive CTE 
 new version of a WITH RECURSIVE, or a user's two subqueries each with a CTE named `r`) would
 then collide as duplicate CTE names. This dialect keeps each WITH where it was written.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp

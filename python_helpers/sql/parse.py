@@ -1,4 +1,5 @@
 """Parse a model's compiled SQL (Spark dialect) and qualify it against the source schemas."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,16 +22,23 @@ def parse_query(model: str, sql: str) -> exp.Query:
         first = err.errors[0] if err.errors else {}
         where = f" at line {first.get('line')}, column {first.get('col')}" if first else ""
         raise SqlParseError(
-            model, f"the model's SQL does not parse as Spark SQL{where}: {first.get('description', err)}",
+            model,
+            f"the model's SQL does not parse as Spark SQL{where}: {first.get('description', err)}",
             "fix the SQL in the model file",
         ) from None
     if len(statements) != 1:
-        raise SqlParseError(model, f"the model must hold exactly one SELECT statement, found {len(statements)}",
-                            "remove the extra statements")
+        raise SqlParseError(
+            model,
+            f"the model must hold exactly one SELECT statement, found {len(statements)}",
+            "remove the extra statements",
+        )
     query = statements[0]
     if not isinstance(query, exp.Query):
-        raise SqlParseError(model, f"the model's SQL is a {query.key.upper()} statement, not a SELECT",
-                            "a stream table is defined by a SELECT query")
+        raise SqlParseError(
+            model,
+            f"the model's SQL is a {query.key.upper()} statement, not a SELECT",
+            "a stream table is defined by a SELECT query",
+        )
     return query
 
 
@@ -67,8 +75,12 @@ def qualify_query(model: str, query: exp.Query, schemas: dict[str, dict[str, str
             nested.setdefault(parts[0], {}).setdefault(parts[1], {})[parts[2]] = columns
     try:
         return qualify(
-            query.copy(), schema=nested, dialect=DIALECT, quote_identifiers=False,
-            validate_qualify_columns=True, identify=False,
+            query.copy(),
+            schema=nested,
+            dialect=DIALECT,
+            quote_identifiers=False,
+            validate_qualify_columns=True,
+            identify=False,
         )
     except (OptimizeError, ParseError) as err:
         raise UnsupportedSql(model, f"column resolution failed ({err})") from None

@@ -1,4 +1,5 @@
 """Small helpers over boolean expressions shared by the rewrites and the delta rules."""
+
 from __future__ import annotations
 
 from sqlglot import exp

@@ -6,6 +6,7 @@ the query's order. Rows that tie on every ORDER BY key are ordered by the remain
 columns, so the rows shown are one of the answers the query itself may give, and the same one
 on every read.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,10 +32,14 @@ class TopK:
             ordered.set("this", exp.column(names[pos], quoted=True))
             keys.append(ordered)
         taken = {pos for pos, _ in self.order}
-        keys += [exp.Ordered(this=exp.column(n, quoted=True), nulls_first=True)
-                 for i, n in enumerate(names) if i not in taken and orderable[i]]
+        keys += [
+            exp.Ordered(this=exp.column(n, quoted=True), nulls_first=True)
+            for i, n in enumerate(names)
+            if i not in taken and orderable[i]
+        ]
         query = exp.Select(expressions=[exp.Star()]).from_(
-            exp.Subquery(this=base, alias=exp.TableAlias(this=exp.to_identifier("__dvm_top"))), copy=False)
+            exp.Subquery(this=base, alias=exp.TableAlias(this=exp.to_identifier("__dvm_top"))), copy=False
+        )
         query = query.order_by(*keys, copy=False)
         if self.limit is not None:
             query = query.limit(self.limit, copy=False)
@@ -50,8 +55,9 @@ def split_top_k(model: str, query: exp.Query) -> tuple[exp.Query, Optional[TopK]
     if limit is None and offset is None:
         return query, None
     if query.args.get("order") is None:
-        raise UnsupportedSql(model, "LIMIT / OFFSET without ORDER BY (which rows it keeps is not a function of "
-                                    "the data)")
+        raise UnsupportedSql(
+            model, "LIMIT / OFFSET without ORDER BY (which rows it keeps is not a function of the data)"
+        )
     stripped = query.copy()
     for key in ("order", "limit", "offset"):
         stripped.set(key, None)
@@ -59,11 +65,12 @@ def split_top_k(model: str, query: exp.Query) -> tuple[exp.Query, Optional[TopK]
     first = query
     while isinstance(first, exp.SetOperation):
         first = first.this
-    projections = ([unaliased(p).sql("spark").lower() for p in first.expressions]
-                   if isinstance(first, exp.Select) else [])
+    projections = (
+        [unaliased(p).sql("spark").lower() for p in first.expressions] if isinstance(first, exp.Select) else []
+    )
     order = []
     order_by = query.args.get("order")
-    for ordered in (order_by.expressions if order_by else []):
+    for ordered in order_by.expressions if order_by else []:
         order.append((_position(model, ordered.this, names, projections), ordered))
     return stripped, TopK(order, _count(model, limit, "LIMIT"), _count(model, offset, "OFFSET") or 0)
 
@@ -78,8 +85,9 @@ def _position(model: str, key: exp.Expr, names: list[str], projections: list[str
     text = key.sql("spark").lower()
     if text in projections:
         return projections.index(text)
-    raise UnsupportedSql(model, f"ORDER BY {key.sql('spark')[:60]} with LIMIT: order by output columns "
-                                "(add it to the SELECT list)")
+    raise UnsupportedSql(
+        model, f"ORDER BY {key.sql('spark')[:60]} with LIMIT: order by output columns (add it to the SELECT list)"
+    )
 
 
 def _count(model: str, node, what: str) -> Optional[int]:

@@ -1,4 +1,5 @@
 """Window clauses of a query block."""
+
 from __future__ import annotations
 
 from sqlglot import exp

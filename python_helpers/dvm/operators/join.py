@@ -1,5 +1,6 @@
 """Inner join at a pinned version. Its delta rule (bilinear, Δ(L⋈R) = ΔL ⋈ R_old + L_new ⋈ ΔR,
 unrolled over a whole chain of joins and written delta-first) is in join_chain.py."""
+
 from __future__ import annotations
 
 from sqlglot import exp

@@ -12,6 +12,7 @@ the large snapshots S1 ⋈ ... ⋈ S(i-1) to each other before meeting ΔSi.
 When the engine says the delta is small, each growing intermediate is marked for broadcast, so
 Spark probes a snapshot with a hash of the delta instead of shuffling the snapshot.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -47,8 +48,11 @@ def counted_plain(node: Node, ctx: Context, version: str):
         child = counted_plain(node.child, ctx, version)
         if child is None:
             return None
-        return linear.project_delta(node, ctx, child) if isinstance(node, Project) else \
-            linear.filter_delta(node, ctx, child)
+        return (
+            linear.project_delta(node, ctx, child)
+            if isinstance(node, Project)
+            else linear.filter_delta(node, ctx, child)
+        )
     return None
 
 
@@ -111,9 +115,11 @@ def _term(node: Node, ctx: Context, i: int, d, inputs: list, conds: list, owners
     while remaining:
         # Next: an input that some not-yet-applied conjunct ties to what is joined (an equi
         # join, usually); an input tied to nothing comes last, as a cross join.
-        tied = [j for j in remaining
-                if any(not applied[k] and j in own and own & joined and own <= joined | {j}
-                       for k, own in enumerate(owners))]
+        tied = [
+            j
+            for j in remaining
+            if any(not applied[k] and j in own and own & joined and own <= joined | {j} for k, own in enumerate(owners))
+        ]
         # Inputs tied to the changed input itself first: they are read only where the change's
         # keys can be (keyed_plain), and they keep the intermediate result small.
         direct = [j for j in tied if any(not applied[k] and own == frozenset({i, j}) for k, own in enumerate(owners))]
@@ -125,8 +131,10 @@ def _term(node: Node, ctx: Context, i: int, d, inputs: list, conds: list, owners
         joined.add(j)
         step = select_from([exp.Star()], current)
         if ctx.small_delta:
-            step.set("hint", exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[
-                exp.to_identifier(current.alias)])]))
+            step.set(
+                "hint",
+                exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[exp.to_identifier(current.alias)])]),
+            )
         other = inputs[j]
         keyed = _keyed_input(ctx, inputs[i], other, on, version)
         counted = counted_plain(other, ctx, version)
@@ -134,14 +142,16 @@ def _term(node: Node, ctx: Context, i: int, d, inputs: list, conds: list, owners
             # A bag upstream joined by its stored rows, each once, with its count as a factor.
             name = f"__dvm_m{ctx.alias('m')}"
             multiplicities.append(name)
-            rendered = select_from([col(c) for c in other.columns] + [alias(weight(), name)],
-                                   sub(counted, ctx.alias("cp")))
+            rendered = select_from(
+                [col(c) for c in other.columns] + [alias(weight(), name)], sub(counted, ctx.alias("cp"))
+            )
         elif keyed is not None:
             rendered = keyed
         else:
             rendered = plain(other, version)
-        step = step.join(sub(rendered, ra), on=exp.and_(*on) if on else None,
-                         join_type=None if on else "CROSS", copy=False)
+        step = step.join(
+            sub(rendered, ra), on=exp.and_(*on) if on else None, join_type=None if on else "CROSS", copy=False
+        )
         current = sub(step, ctx.alias("j"))
     w: exp.Expr = weight(current.alias)
     for m in multiplicities:

@@ -19,6 +19,7 @@ that input (each left row's output depends on the unchanged right side only):
 Without an equality between the two sides there is no key: the operator is recomputed at both
 versions in full (correct, and as costly as a rebuild of that operator; documented).
 """
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -64,8 +65,9 @@ def plain(node: KeyRestricted, ctx: Context, left_sql, right_sql, weighted: bool
 
 def _set_op(node: SetOp, ctx: Context, left_sql, right_sql) -> exp.Expr:
     left = select_from([col(c) for c in node.columns], sub(left_sql, ctx.alias("sl")))
-    right = select_from([alias(col(c), n) for c, n in zip(node.right.columns, node.columns)],
-                        sub(right_sql, ctx.alias("sr")))
+    right = select_from(
+        [alias(col(c), n) for c, n in zip(node.right.columns, node.columns)], sub(right_sql, ctx.alias("sr"))
+    )
     cls = exp.Intersect if node.op == "intersect" else exp.Except
     return cls(this=left, expression=right, distinct=not node.all)
 
@@ -112,9 +114,12 @@ def delta(node: KeyRestricted, ctx: Context, delta_of, plain_of):
 
 def _new_minus_old(ctx: Context, columns: list, at) -> exp.Select:
     """`at(version)` (the operator over its restricted inputs) at new minus at old, consolidated."""
-    sides = [select_from([col(c) for c in columns] + [alias(exp.Literal.number(sign), WEIGHT)],
-                         sub(at(version), ctx.alias("v")))
-             for sign, version in ((1, "new"), (-1, "old"))]
+    sides = [
+        select_from(
+            [col(c) for c in columns] + [alias(exp.Literal.number(sign), WEIGHT)], sub(at(version), ctx.alias("v"))
+        )
+        for sign, version in ((1, "new"), (-1, "old"))
+    ]
     return consolidate(ctx, union_all_of(sides), columns)
 
 
@@ -139,6 +144,7 @@ def _restrict(ctx: Context, query, exprs: list, keys) -> exp.Select:
 
 # -- window functions: one input, keyed by the PARTITION BY expressions all calls share --------
 
+
 def window_plain(node: Window, ctx: Context, child_sql) -> exp.Select:
     cols = [col(c) for c in node.child.columns] + [alias(c.copy(), n) for c, n in zip(node.calls, node.names)]
     return select_from(cols, sub(child_sql, ctx.alias("w")))
@@ -152,8 +158,9 @@ def window_delta(node: Window, ctx: Context, delta_of, plain_of):
         return None
     keys = None
     if node.partition_keys:
-        keys = select_from([alias(k.copy(), f"{_KEY}{i}") for i, k in enumerate(node.partition_keys)],
-                           sub(d.copy(), ctx.alias("dk")))
+        keys = select_from(
+            [alias(k.copy(), f"{_KEY}{i}") for i, k in enumerate(node.partition_keys)], sub(d.copy(), ctx.alias("dk"))
+        )
 
     def at(version):
         rows = plain_of(node.child, version)

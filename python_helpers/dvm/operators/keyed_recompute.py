@@ -8,6 +8,7 @@ aggregate without keys recomputes its single row when its input changed at all.
 At the root, the stored result keeps each group's state instead (python_helpers.dvm.stored_result),
 which avoids the rescan of the old version.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -52,9 +53,13 @@ def recompute_delta(node, ctx: Context, child_delta, plain_old, plain_new):
         out = render()
         if key_cols:
             d = ctx.alias("dk")
-            keys = select_from([alias(e.copy(), n) for e, n in zip(key_exprs, key_cols)],
-                               sub(child_delta.copy(), d)).distinct(copy=False)
+            keys = select_from(
+                [alias(e.copy(), n) for e, n in zip(key_exprs, key_cols)], sub(child_delta.copy(), d)
+            ).distinct(copy=False)
             out = semi_join(ctx.alias("s"), out, key_cols, keys, ctx)
-        sides.append(select_from([col(c) for c in node.columns] + [alias(exp.Literal.number(sign), "__dvm_w")],
-                                 sub(out, ctx.alias("v"))))
+        sides.append(
+            select_from(
+                [col(c) for c in node.columns] + [alias(exp.Literal.number(sign), "__dvm_w")], sub(out, ctx.alias("v"))
+            )
+        )
     return consolidate(ctx, union_all_of(sides), node.columns)

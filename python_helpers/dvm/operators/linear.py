@@ -3,6 +3,7 @@
 Filter and Project need deterministic expressions (checked by sql.support), so applying them to
 a -1 row removes exactly what applying them to the original row once added.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -50,8 +51,7 @@ def union_all_plain(node: UnionAll, ctx: Context, version: str, child_sqls) -> e
 
 
 def union_all_delta(node: UnionAll, ctx: Context, child_deltas):
-    return union_all([_renamed(node, c, q, ctx, True)
-                      for c, q in zip(node.inputs, child_deltas) if q is not None])
+    return union_all([_renamed(node, c, q, ctx, True) for c, q in zip(node.inputs, child_deltas) if q is not None])
 
 
 def _generate(node: Generate, source, ctx: Context, weighted: bool) -> exp.Select:
@@ -59,8 +59,12 @@ def _generate(node: Generate, source, ctx: Context, weighted: bool) -> exp.Selec
     cols = [col(c) for c in node.child.columns] + [col(n, g) for n in node.names]
     if weighted:
         cols.append(weight())  # a generated row weighs what its input row weighs
-    lateral = exp.Lateral(this=node.generator.copy(), view=True, outer=node.outer, alias=exp.TableAlias(
-        this=exp.to_identifier(g), columns=[exp.to_identifier(n) for n in node.names]))
+    lateral = exp.Lateral(
+        this=node.generator.copy(),
+        view=True,
+        outer=node.outer,
+        alias=exp.TableAlias(this=exp.to_identifier(g), columns=[exp.to_identifier(n) for n in node.names]),
+    )
     return select_from(cols, sub(source, ctx.alias("p"))).lateral(lateral, copy=False)
 
 
@@ -80,7 +84,9 @@ def key_filter_plain(node: KeyFilter, ctx: Context, child_sql) -> exp.Select:
     def qualify(e):
         return e.copy().transform(lambda n: col(n.name, a) if isinstance(n, exp.Column) and not n.table else n)
 
-    on = exp.and_(*[exp.NullSafeEQ(this=qualify(e), expression=col(name, k))
-                    for e, name in zip(node.key_exprs, node.key_names)])
-    return (select_from([exp.Star()], sub(child_sql, a))
-            .join(sub(node.keys.copy(), k), on=on, join_type="LEFT SEMI", copy=False))
+    on = exp.and_(
+        *[exp.NullSafeEQ(this=qualify(e), expression=col(name, k)) for e, name in zip(node.key_exprs, node.key_names)]
+    )
+    return select_from([exp.Star()], sub(child_sql, a)).join(
+        sub(node.keys.copy(), k), on=on, join_type="LEFT SEMI", copy=False
+    )

@@ -14,6 +14,7 @@ and weights are signed, so a -1 seed subtracts exactly the derivations that went
 a row that another derivation supports keeps that count. Spark's recursive step cannot
 aggregate, so the working table is not consolidated between iterations; the result is.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -41,12 +42,12 @@ def _as_labels(child: Node, query, node: Recursive, ctx: Context, weighted: bool
     return select_from(cols, sub(query, ctx.alias("rb")))
 
 
-def _with_recursive(name: str, labels: list[str], body: exp.Expr, node: Recursive,
-                    weighted: bool) -> exp.Select:
+def _with_recursive(name: str, labels: list[str], body: exp.Expr, node: Recursive, weighted: bool) -> exp.Select:
     """WITH RECURSIVE name(labels) AS (body) SELECT labels AS node.columns FROM name."""
     names = labels + ([WEIGHT] if weighted else [])
-    cte = exp.CTE(this=body, alias=exp.TableAlias(this=exp.to_identifier(name),
-                                                    columns=[exp.to_identifier(n) for n in names]))
+    cte = exp.CTE(
+        this=body, alias=exp.TableAlias(this=exp.to_identifier(name), columns=[exp.to_identifier(n) for n in names])
+    )
     cols = [alias(col(label), c) for label, c in zip(labels, node.columns)]
     if weighted:
         cols.append(weight())
@@ -106,9 +107,13 @@ def delta(node: Recursive, ctx: Context, delta_of, plain_of, changed):
     # is read at its new version.
     work = ctx.alias("rdelta")
     snapshot = ctx.snapshot
-    with _bound(ctx, changed={node.ref}, consolidated=ctx.consolidated | {node.ref},
-                snapshot=lambda relation, version: snapshot(relation, "new"),
-                changes=lambda relation: exp.to_table(work)):
+    with _bound(
+        ctx,
+        changed={node.ref},
+        consolidated=ctx.consolidated | {node.ref},
+        snapshot=lambda relation, version: snapshot(relation, "new"),
+        changes=lambda relation: exp.to_table(work),
+    ):
         steps = [_as_labels(s, delta_of(s), node, ctx, weighted=True) for s in node.steps]
     recursion = _with_recursive(work, node.names, union_all_of(seed + steps), node, weighted=True)
     out = consolidate(ctx, recursion, node.columns)

@@ -3,6 +3,7 @@
 Only the columns the query reads are projected before consolidation, so an update that touched
 no referenced column cancels to nothing right here and never reaches a join.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -12,8 +13,9 @@ from python_helpers.dvm.tree import Scan
 
 
 def _columns(node: Scan):
-    return [alias(col(src) if src is not None else exp.true(), out)
-            for src, out in zip(node.source_columns, node.columns)]
+    return [
+        alias(col(src) if src is not None else exp.true(), out) for src, out in zip(node.source_columns, node.columns)
+    ]
 
 
 def weighted_plain(node: Scan, ctx: Context, version: str, multiplicity: str) -> exp.Select:
@@ -52,8 +54,11 @@ def plain(node: Scan, ctx: Context, version: str) -> exp.Select:
 def delta(node: Scan, ctx: Context):
     if node.relation not in ctx.changed:
         return None
-    w = weight() if node.weight_column is None else alias(
-        exp.Mul(this=weight(), expression=col(node.weight_column)), "__dvm_w")
+    w = (
+        weight()
+        if node.weight_column is None
+        else alias(exp.Mul(this=weight(), expression=col(node.weight_column)), "__dvm_w")
+    )
     raw = select_from(_columns(node) + [w], ctx.changes(node.relation))
     if node.relation in ctx.consolidated:
         # Already consolidated over every column the query reads from this source; a scan that

@@ -17,6 +17,7 @@ or GROUP BY) is
 rejected at the end with the place named. docs/supported-sql.md states each pattern and why
 the rewrite is equivalent.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -33,8 +34,15 @@ from python_helpers.sql.rewrites import (
     sublinks_in_or,
 )
 
-PASSES = (lateral_joins, grouping_sets, having_subqueries, exists_values, scalar_subqueries, sublinks_in_or,
-          semi_anti_joins)
+PASSES = (
+    lateral_joins,
+    grouping_sets,
+    having_subqueries,
+    exists_values,
+    scalar_subqueries,
+    sublinks_in_or,
+    semi_anti_joins,
+)
 
 
 def rewrite(model: str, query: exp.Expr) -> exp.Expr:
@@ -49,13 +57,17 @@ def rewrite(model: str, query: exp.Expr) -> exp.Expr:
 def _check_no_sublinks(model: str, query: exp.Expr) -> None:
     for node in query.walk():
         if isinstance(node, exp.Exists) or (isinstance(node, exp.In) and node.args.get("query") is not None):
-            raise UnsupportedSql(model, f"{'EXISTS' if isinstance(node, exp.Exists) else 'IN (subquery)'} "
-                                        "outside a top-level AND / OR / NOT of a WHERE clause, "
-                                        "and not a plain EXISTS or uncorrelated IN used as a value")
+            raise UnsupportedSql(
+                model,
+                f"{'EXISTS' if isinstance(node, exp.Exists) else 'IN (subquery)'} "
+                "outside a top-level AND / OR / NOT of a WHERE clause, "
+                "and not a plain EXISTS or uncorrelated IN used as a value",
+            )
         if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation)):
             place = _place(node)
-            raise UnsupportedSql(model, f"scalar subquery {place} "
-                                        "(rewritten into joins only in WHERE, HAVING and the SELECT list)")
+            raise UnsupportedSql(
+                model, f"scalar subquery {place} (rewritten into joins only in WHERE, HAVING and the SELECT list)"
+            )
 
 
 def _place(node: exp.Expr) -> str:
@@ -65,8 +77,12 @@ def _place(node: exp.Expr) -> str:
             for key in ("expressions", "group", "order", "joins"):
                 value = parent.args.get(key)
                 if value is node or (isinstance(value, list) and node in value):
-                    return {"expressions": "in the SELECT list", "group": "in GROUP BY", "order": "in ORDER BY",
-                            "joins": "in a JOIN's ON clause"}[key]
+                    return {
+                        "expressions": "in the SELECT list",
+                        "group": "in GROUP BY",
+                        "order": "in ORDER BY",
+                        "joins": "in a JOIN's ON clause",
+                    }[key]
             return "in this position"
         node = parent
     return "in this position"

@@ -1,6 +1,7 @@
 """What the rewrite passes need to know about one SELECT block of a qualified query: its own
 FROM aliases, which columns of an expression belong to an enclosing block (correlation), and how
 to add a FROM item. Every column is qualified (`alias.column`) by sql.parse.qualify_query."""
+
 from __future__ import annotations
 
 from typing import Iterator
@@ -73,8 +74,9 @@ def set_where(select: exp.Select, parts: list[exp.Expr]) -> None:
     select.set("where", exp.Where(this=exp.and_(*parts)) if parts else None)
 
 
-def add_join(select: exp.Select, query: exp.Expr, alias: str, side: str = "", kind: str = "CROSS",
-             on: exp.Expr | None = None) -> None:
+def add_join(
+    select: exp.Select, query: exp.Expr, alias: str, side: str = "", kind: str = "CROSS", on: exp.Expr | None = None
+) -> None:
     """Append `<side> <kind> JOIN (query) alias [ON on]` to the block's FROM (left-deep: it
     joins everything before it)."""
     sub = exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier(alias)))

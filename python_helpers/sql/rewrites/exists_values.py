@@ -25,6 +25,7 @@ DISTINCT does not change membership) is rewritten; its SELECT list does not matt
 An IN whose outer expression names an alias the subquery also defines is left alone (moving x
 into the subquery would let that alias capture it). Anything else stays and is refused at the end of the pipeline.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -69,8 +70,9 @@ def _exists(node: exp.Exists) -> None:
     inner = node.this
     if isinstance(inner, exp.Subquery):
         inner = inner.this
-    if not isinstance(inner, exp.Select) or any(inner.args.get(k) for k in (
-            "group", "having", "distinct", "limit", "offset", "windows")):
+    if not isinstance(inner, exp.Select) or any(
+        inner.args.get(k) for k in ("group", "having", "distinct", "limit", "offset", "windows")
+    ):
         return
     if any(is_aggregate(n) for p in inner.expressions for n in blocks.here(p)):
         return
@@ -96,15 +98,20 @@ def _in(node: exp.In) -> None:
     parent = node.parent
     while isinstance(parent, exp.Paren):
         parent = parent.parent
-    if (isinstance(parent, exp.Not) or not isinstance(inner, exp.Select) or isinstance(x, exp.Tuple)
-            or len(inner.expressions) != 1
-            or any(inner.args.get(k) for k in ("group", "having", "limit", "offset", "windows"))
-            or blocks.references_outside(inner)
-            or any(is_aggregate(n) or isinstance(n, exp.Window) for n in blocks.here(inner.expressions[0]))):
+    if (
+        isinstance(parent, exp.Not)
+        or not isinstance(inner, exp.Select)
+        or isinstance(x, exp.Tuple)
+        or len(inner.expressions) != 1
+        or any(inner.args.get(k) for k in ("group", "having", "limit", "offset", "windows"))
+        or blocks.references_outside(inner)
+        or any(is_aggregate(n) or isinstance(n, exp.Window) for n in blocks.here(inner.expressions[0]))
+    ):
         return
     # x moves into the subquery's WHERE: an alias of the subquery's own FROM would capture it.
     inner_aliases = {t.alias_or_name.lower() for t in inner.find_all(exp.Table)} | {
-        q.alias_or_name.lower() for q in inner.find_all(exp.Subquery) if q.alias_or_name}
+        q.alias_or_name.lower() for q in inner.find_all(exp.Subquery) if q.alias_or_name
+    }
     if any(c.table and c.table.lower() in inner_aliases for c in x.find_all(exp.Column)):
         return
     y = blocks.unaliased(inner.expressions[0])

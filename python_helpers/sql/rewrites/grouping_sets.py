@@ -11,6 +11,7 @@ bit vector (first column the highest bit). The empty set groups by a constant, s
 it yields no row over an empty input. SELECT DISTINCT makes the union distinct. More than
 MAX_BRANCHES sets is rejected (each branch is maintained, and costs, on its own).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -35,7 +36,8 @@ def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
 
 def _has_sets(group: exp.Group) -> bool:
     return bool(group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets")) or any(
-        isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets)) for e in group.expressions)
+        isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets)) for e in group.expressions
+    )
 
 
 def _sets_of(model: str, group: exp.Group) -> tuple[list, list]:
@@ -61,8 +63,12 @@ def _sets_of(model: str, group: exp.Group) -> tuple[list, list]:
             cols = list(e.expressions)
             for c in cols:
                 add(c)
-            factors.append([[c for c, keep in zip(cols, mask) if keep]
-                            for mask in itertools.product([True, False], repeat=len(cols))])
+            factors.append(
+                [
+                    [c for c, keep in zip(cols, mask) if keep]
+                    for mask in itertools.product([True, False], repeat=len(cols))
+                ]
+            )
         elif isinstance(e, exp.GroupingSets):
             alternatives = []
             for s in e.expressions:
@@ -78,15 +84,20 @@ def _sets_of(model: str, group: exp.Group) -> tuple[list, list]:
         factors.append([plain[:i] for i in range(len(plain), -1, -1)])
         plain = []
     elif group.args.get("cube"):
-        factors.append([[c for c, keep in zip(plain, mask) if keep]
-                        for mask in itertools.product([True, False], repeat=len(plain))])
+        factors.append(
+            [
+                [c for c, keep in zip(plain, mask) if keep]
+                for mask in itertools.product([True, False], repeat=len(plain))
+            ]
+        )
         plain = []
     sets = [list(plain)]
     for alternatives in factors:
         sets = [s + alt for s in sets for alt in alternatives]
         if len(sets) > MAX_BRANCHES:
-            raise UnsupportedSql(model, f"more than {MAX_BRANCHES} grouping sets (each is maintained as its own "
-                                        "branch); split the model")
+            raise UnsupportedSql(
+                model, f"more than {MAX_BRANCHES} grouping sets (each is maintained as its own branch); split the model"
+            )
     return columns, sets
 
 
@@ -94,8 +105,9 @@ def _expand(model: str, select: exp.Select) -> exp.Expr:
     if select.args["group"].args.get("grouping_sets"):
         raise UnsupportedSql(model, "GROUP BY a, b GROUPING SETS (...) (write GROUP BY GROUPING SETS (...))")
     if any(isinstance(n, exp.Window) for p in select.expressions for n in blocks.here(p)):
-        raise UnsupportedSql(model, "window functions over GROUPING SETS / ROLLUP / CUBE (they rank across all "
-                                    "grouping sets together)")
+        raise UnsupportedSql(
+            model, "window functions over GROUPING SETS / ROLLUP / CUBE (they rank across all grouping sets together)"
+        )
     columns, sets = _sets_of(model, select.args["group"])
     texts = [c.sql("spark") for c in columns]
     branches = []
@@ -111,8 +123,9 @@ def _expand(model: str, select: exp.Select) -> exp.Expr:
                 args = node.expressions if isinstance(node, exp.Grouping) else node.expressions
                 bit = 0 if args and args[0].sql("spark") in present else 1
                 return exp.Cast(this=exp.Literal.number(bit), to=exp.DataType.build("tinyint"))
-            if isinstance(node, exp.GroupingId) or (isinstance(node, exp.Anonymous)
-                                                    and node.name.lower() == "grouping_id"):
+            if isinstance(node, exp.GroupingId) or (
+                isinstance(node, exp.Anonymous) and node.name.lower() == "grouping_id"
+            ):
                 args = [a.sql("spark") for a in node.expressions] or texts
                 value = sum(1 << (len(args) - 1 - i) for i, a in enumerate(args) if a not in present)
                 return exp.Cast(this=exp.Literal.number(value), to=exp.DataType.build("bigint"))

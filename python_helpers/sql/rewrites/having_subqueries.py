@@ -10,6 +10,7 @@ Equivalent: HAVING filters the grouped rows, which is what the outer WHERE does 
 aggregate (and grouping column) of the HAVING clause computed as an extra column. DISTINCT
 moves out with it (it applies after HAVING). Only uncorrelated subqueries are taken here.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -40,8 +41,9 @@ def _wrap(select: exp.Select, fresh: blocks.FreshNames) -> exp.Select:
     for key in ("having", "distinct", "order", "with_", "with"):
         inner.set(key, None)
     names = [p.alias_or_name for p in select.expressions]
-    inner.set("expressions", [exp.alias_(blocks.unaliased(p).copy(), f"__dvm_o{i}")
-                              for i, p in enumerate(select.expressions)])
+    inner.set(
+        "expressions", [exp.alias_(blocks.unaliased(p).copy(), f"__dvm_o{i}") for i, p in enumerate(select.expressions)]
+    )
     extra: list = []
 
     def lift(node):
@@ -56,12 +58,12 @@ def _wrap(select: exp.Select, fresh: blocks.FreshNames) -> exp.Select:
 
     predicate = blocks.transform_here(select.args["having"].this.copy(), lift)
     inner.set("expressions", inner.expressions + extra)
-    outer = exp.Select(expressions=[exp.alias_(exp.column(f"__dvm_o{i}", table=alias), n, quoted=None)
-                                    for i, n in enumerate(names)])
+    outer = exp.Select(
+        expressions=[exp.alias_(exp.column(f"__dvm_o{i}", table=alias), n, quoted=None) for i, n in enumerate(names)]
+    )
     outer = outer.from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(alias))), copy=False)
     outer.set("where", exp.Where(this=predicate))
     for key in ("distinct", "order", "with_", "with"):
         if select.args.get(key) is not None:
             outer.set(key, select.args[key].copy())
     return outer
-

@@ -26,6 +26,7 @@ Subqueries (correlated by the columns of the FROM items before them):
 Anything else (GROUP BY, DISTINCT, LIMIT, windows, correlation outside WHERE and the SELECT list)
 is refused with the reason.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -40,7 +41,7 @@ def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
         joins = select.args.get("joins") or []
         for i, join in enumerate(list(joins)):
             if isinstance(join.this, exp.Lateral) and not join.this.args.get("view"):
-                _one(model, select, join, joins[i + 1:], fresh)
+                _one(model, select, join, joins[i + 1 :], fresh)
     return query
 
 
@@ -78,11 +79,14 @@ def _one(model: str, select: exp.Select, join: exp.Join, later: list, fresh: blo
 
 def _generator(model, select, join, generator, alias, name, side, later) -> None:
     if alias is None or not alias.columns:
-        raise UnsupportedSql(model, f"LATERAL {generator.sql('spark')[:40]} without column names (write "
-                                    "LATERAL explode(...) AS e(x))")
+        raise UnsupportedSql(
+            model, f"LATERAL {generator.sql('spark')[:40]} without column names (write LATERAL explode(...) AS e(x))"
+        )
     if not any(isinstance(c, exp.Column) for c in generator.find_all(exp.Column)):
-        raise UnsupportedSql(model, f"generator {generator.sql('spark')[:40]} that reads no table (a constant "
-                                    "relation has no change feed)")
+        raise UnsupportedSql(
+            model,
+            f"generator {generator.sql('spark')[:40]} that reads no table (a constant relation has no change feed)",
+        )
     for j in later:
         if (j.side or "").upper() in ("RIGHT", "FULL"):
             raise UnsupportedSql(model, "LATERAL generator followed by a RIGHT or FULL join")
@@ -90,10 +94,16 @@ def _generator(model, select, join, generator, alias, name, side, later) -> None
         if on is not None and any(c.table.lower() == name for c in on.find_all(exp.Column)):
             raise UnsupportedSql(model, f"a JOIN's ON clause reads the generated columns of {name}")
         if any(c.table.lower() == name for c in j.this.find_all(exp.Column)):
-            raise UnsupportedSql(model, f"a later LATERAL reads the generated columns of {name} (a LATERAL VIEW "
-                                        "is applied after the joins)")
-    view = exp.Lateral(this=generator.copy(), view=True, outer=side == "left",
-                       alias=exp.TableAlias(this=exp.to_identifier(name), columns=[c.copy() for c in alias.columns]))
+            raise UnsupportedSql(
+                model,
+                f"a later LATERAL reads the generated columns of {name} (a LATERAL VIEW is applied after the joins)",
+            )
+    view = exp.Lateral(
+        this=generator.copy(),
+        view=True,
+        outer=side == "left",
+        alias=exp.TableAlias(this=exp.to_identifier(name), columns=[c.copy() for c in alias.columns]),
+    )
     join.pop()
     laterals = list(select.args.get("laterals") or [])
     select.set("laterals", laterals + [view])
@@ -115,8 +125,10 @@ def _subquery(model, select, join, inner, name, side, fresh, columns, later) -> 
         raise UnsupportedSql(model, "LATERAL over a set operation")
     for key in ("group", "having", "distinct", "limit", "offset", "windows", "order", "laterals"):
         if inner.args.get(key):
-            raise UnsupportedSql(model, f"LATERAL subquery with {key.upper()} (only a plain or one-row aggregate "
-                                        "block is turned into a join)")
+            raise UnsupportedSql(
+                model,
+                f"LATERAL subquery with {key.upper()} (only a plain or one-row aggregate block is turned into a join)",
+            )
     if any(isinstance(n, exp.Window) for p in inner.expressions for n in p.walk()):
         raise UnsupportedSql(model, "LATERAL subquery with a window function")
     outputs = _outputs(model, inner, columns)
@@ -181,15 +193,18 @@ def _as_join(model, select, join, inner, outputs, side, fresh) -> dict:
                 inner_columns.setdefault(key, f"{key[0]}__{key[1]}")
                 return exp.column(inner_columns[key], table=derived_alias)
             return node
+
         return blocks.transform_here(expression.copy(), swap)
 
     on_parts = [to_derived(c) for c in correlated]
     values = {c: to_derived(e) for c, e in outputs.items()}
     derived = inner.copy()
     blocks.set_where(derived, [c.copy() for c in kept])
-    derived.set("expressions", [exp.alias_(exp.column(col, table=tab), out)
-                                for (tab, col), out in inner_columns.items()]
-                + [exp.alias_(exp.Literal.number(1), "__dvm_m")])
+    derived.set(
+        "expressions",
+        [exp.alias_(exp.column(col, table=tab), out) for (tab, col), out in inner_columns.items()]
+        + [exp.alias_(exp.Literal.number(1), "__dvm_m")],
+    )
     sub = exp.Subquery(this=derived, alias=exp.TableAlias(this=exp.to_identifier(derived_alias)))
     join.set("this", sub)
     join.set("on", exp.and_(*on_parts) if on_parts else (exp.true() if side == "left" else None))
@@ -197,8 +212,9 @@ def _as_join(model, select, join, inner, outputs, side, fresh) -> dict:
         join.set("side", "LEFT")
         join.set("kind", None)
         unmatched = exp.Is(this=exp.column("__dvm_m", table=derived_alias), expression=exp.Null())
-        values = {c: exp.Case(ifs=[exp.If(this=unmatched.copy(), true=exp.Null())], default=v)
-                  for c, v in values.items()}
+        values = {
+            c: exp.Case(ifs=[exp.If(this=unmatched.copy(), true=exp.Null())], default=v) for c, v in values.items()
+        }
     else:
         join.set("side", None)
         join.set("kind", None if on_parts else "CROSS")
@@ -213,12 +229,14 @@ def _swap(name: str, replacements: dict):
                 return node
             return exp.Paren(this=value.copy()) if not isinstance(value, (exp.Column, exp.Subquery)) else value.copy()
         return node
+
     return swap
 
 
 def _substitute_nested(model: str, lateral: exp.Lateral, name: str, replacements: dict) -> None:
     defined = {t.alias_or_name.lower() for t in lateral.find_all(exp.Table)} | {
-        s.alias_or_name.lower() for s in lateral.this.find_all(exp.Subquery) if s.alias_or_name}
+        s.alias_or_name.lower() for s in lateral.this.find_all(exp.Subquery) if s.alias_or_name
+    }
     if name in defined:
         raise UnsupportedSql(model, f"a later LATERAL subquery defines its own {name}")
     lateral.set("this", lateral.this.transform(_swap(name, replacements)))

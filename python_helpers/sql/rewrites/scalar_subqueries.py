@@ -27,6 +27,7 @@ to GROUP BY: its value is one per group, so the groups do not change (a global a
 GROUP BY is refused: grouping would drop its one row over empty input). Inside an aggregate call
 it is an ordinary per-row value.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -37,8 +38,17 @@ from python_helpers.sql.rewrites import blocks
 
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Paren, exp.Cast)
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
-_NULL_ON_EMPTY = (exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Stddev, exp.StddevSamp, exp.StddevPop,
-                  exp.Variance, exp.VariancePop)
+_NULL_ON_EMPTY = (
+    exp.Sum,
+    exp.Avg,
+    exp.Min,
+    exp.Max,
+    exp.Stddev,
+    exp.StddevSamp,
+    exp.StddevPop,
+    exp.Variance,
+    exp.VariancePop,
+)
 
 
 def scalar_subqueries(expression: exp.Expr) -> list[exp.Subquery]:
@@ -55,7 +65,7 @@ def scalar_subqueries(expression: exp.Expr) -> list[exp.Subquery]:
         for key, child in node.args.items():
             if isinstance(node, exp.In) and key == "query":
                 continue
-            for c in (child if isinstance(child, list) else [child]):
+            for c in child if isinstance(child, list) else [child]:
                 if isinstance(c, exp.Expression):
                     stack.append(c)
     return found
@@ -78,9 +88,12 @@ def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
             for sq in scalar_subqueries(projection):
                 in_aggregate = _inside_aggregate(sq, projection)
                 if grouped and not in_aggregate and select.args.get("group") is None:
-                    raise UnsupportedSql(model, "scalar subquery in the SELECT list of an aggregate without "
-                                                "GROUP BY, outside the aggregates (write the subquery as a "
-                                                "CROSS JOIN in an outer query)")
+                    raise UnsupportedSql(
+                        model,
+                        "scalar subquery in the SELECT list of an aggregate without "
+                        "GROUP BY, outside the aggregates (write the subquery as a "
+                        "CROSS JOIN in an outer query)",
+                    )
                 _, replacement = _hoist(model, select, sq, None, fresh)
                 if grouped and not in_aggregate:
                     # One value per group (uncorrelated: one value; correlated: by the grouped
@@ -94,8 +107,8 @@ def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
 
 def _grouped(select: exp.Select) -> bool:
     return bool(select.args.get("group") or select.args.get("having")) or any(
-        is_aggregate(n) and not window_function(n)
-        for p in select.expressions for n in blocks.here(p))
+        is_aggregate(n) and not window_function(n) for p in select.expressions for n in blocks.here(p)
+    )
 
 
 def _inside_aggregate(node: exp.Expr, top: exp.Expr) -> bool:
@@ -106,24 +119,25 @@ def _inside_aggregate(node: exp.Expr, top: exp.Expr) -> bool:
     return False
 
 
-def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj,
-           fresh: blocks.FreshNames) -> tuple[list, exp.Expr]:
+def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj, fresh: blocks.FreshNames) -> tuple[list, exp.Expr]:
     """Replace `sq` by a column of a joined derived table; returns (conjuncts to add to WHERE, the
     replacement). `conj` is the WHERE conjunct holding it (None: the SELECT list)."""
     inner = sq.this
     if not isinstance(inner, exp.Select):
         raise UnsupportedSql(model, "scalar subquery over a set operation")
-    if (len(inner.expressions) != 1 or any(inner.args.get(k) for k in ("group", "having", "limit", "offset",
-                                                                      "distinct"))
-            or not any(is_aggregate(n) for n in blocks.here(inner.expressions[0]))):
-        raise UnsupportedSql(model, "scalar subquery that is not one aggregate without GROUP BY "
-                                    "(it could return no row or several)")
+    if (
+        len(inner.expressions) != 1
+        or any(inner.args.get(k) for k in ("group", "having", "limit", "offset", "distinct"))
+        or not any(is_aggregate(n) for n in blocks.here(inner.expressions[0]))
+    ):
+        raise UnsupportedSql(
+            model, "scalar subquery that is not one aggregate without GROUP BY (it could return no row or several)"
+        )
     local_aliases = blocks.aliases(inner)
     local: list[exp.Expr] = []
     correlated: list[exp.Expr] = []
     for c in blocks.where_conjuncts(inner):
-        (correlated if any(blocks.is_outer(col, local_aliases) for col in blocks.columns_here(c))
-         else local).append(c)
+        (correlated if any(blocks.is_outer(col, local_aliases) for col in blocks.columns_here(c)) else local).append(c)
     _check_no_other_correlation(model, inner, local_aliases)
     pairs = [_equality(model, c, local_aliases) for c in correlated]
     value = blocks.unaliased(inner.expressions[0]).copy()
@@ -132,13 +146,17 @@ def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj,
     alias = fresh("__dvm_sq")
     derived = inner.copy()
     blocks.set_where(derived, [c.copy() for c in local])
-    derived.set("expressions", [exp.alias_(i.copy(), f"__dvm_k{n}") for n, (_, i) in enumerate(pairs)]
-                + [exp.alias_(value, "__dvm_v")]
-                + ([] if inner_join else [exp.alias_(exp.Literal.number(1), "__dvm_m")]))
+    derived.set(
+        "expressions",
+        [exp.alias_(i.copy(), f"__dvm_k{n}") for n, (_, i) in enumerate(pairs)]
+        + [exp.alias_(value, "__dvm_v")]
+        + ([] if inner_join else [exp.alias_(exp.Literal.number(1), "__dvm_m")]),
+    )
     if pairs:
         derived = derived.group_by(*[i.copy() for _, i in pairs], copy=False)
-    matches = [exp.EQ(this=o.copy(), expression=exp.column(f"__dvm_k{n}", table=alias))
-               for n, (o, _) in enumerate(pairs)]
+    matches = [
+        exp.EQ(this=o.copy(), expression=exp.column(f"__dvm_k{n}", table=alias)) for n, (o, _) in enumerate(pairs)
+    ]
     replacement: exp.Expr = exp.column("__dvm_v", table=alias)
     if inner_join:
         # Uncorrelated: exactly one row. Correlated in a comparison that NULL fails: a missing
@@ -175,8 +193,11 @@ def _equality(model: str, conj: exp.Expr, local_aliases: set) -> tuple:
             return conj.this, conj.expression
         if sides == [False, True]:
             return conj.expression, conj.this
-    raise UnsupportedSql(model, f"scalar subquery correlated by {conj.sql('spark')[:80]} (only equalities "
-                                "between an outer and an inner expression can be turned into a join)")
+    raise UnsupportedSql(
+        model,
+        f"scalar subquery correlated by {conj.sql('spark')[:80]} (only equalities "
+        "between an outer and an inner expression can be turned into a join)",
+    )
 
 
 def _null_rejecting(sq: exp.Subquery, conj) -> bool:
@@ -197,20 +218,24 @@ def _null_rejecting(sq: exp.Subquery, conj) -> bool:
 def _empty_value(model: str, value: exp.Expr) -> exp.Expr:
     """The subquery's value over no rows: COUNT gives 0, SUM/AVG/MIN/MAX/variance NULL, and the
     arithmetic around them follows (NULL when any operand is NULL)."""
+
     def replace(node):
         if isinstance(node, exp.Count) or (isinstance(node, exp.Anonymous) and node.name.lower() == "count_if"):
             return exp.Literal.number(0)
         if is_aggregate(node):
             if isinstance(node, _NULL_ON_EMPTY):
                 return exp.Null()
-            raise UnsupportedSql(model, f"correlated scalar subquery over {node.sql('spark')[:60]} "
-                                        "(only COUNT, SUM, AVG, MIN, MAX and the variance family have a known "
-                                        "value on no rows)")
+            raise UnsupportedSql(
+                model,
+                f"correlated scalar subquery over {node.sql('spark')[:60]} "
+                "(only COUNT, SUM, AVG, MIN, MAX and the variance family have a known "
+                "value on no rows)",
+            )
         if not isinstance(node, _ARITHMETIC + (exp.Literal, exp.Null)):
-            raise UnsupportedSql(model, f"correlated scalar subquery value {value.sql('spark')[:60]} "
-                                        "(only arithmetic over aggregates)")
+            raise UnsupportedSql(
+                model, f"correlated scalar subquery value {value.sql('spark')[:60]} (only arithmetic over aggregates)"
+            )
         return node
 
     empty = blocks.transform_here(value.copy(), replace)
     return exp.Null() if any(isinstance(n, exp.Null) for n in empty.walk()) else empty
-

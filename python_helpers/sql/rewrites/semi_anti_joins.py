@@ -25,6 +25,7 @@ dropped when the subquery holds a NULL, and otherwise needs a non-NULL x with no
 (__dvm_m is NULL for an empty subquery, 1 when it holds a NULL.) Conjuncts nested in OR, CASE
 or NOT (other than NOT EXISTS / NOT IN) are rejected with the reason.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -53,16 +54,22 @@ def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
                 parts.extend(_in(model, select, body, anti, fresh))
             else:
                 if sublinks(conj):
-                    raise UnsupportedSql(model, "EXISTS / IN (subquery) inside OR, CASE or another expression "
-                                                "(only a top-level AND of the WHERE clause is turned into a join)")
+                    raise UnsupportedSql(
+                        model,
+                        "EXISTS / IN (subquery) inside OR, CASE or another expression "
+                        "(only a top-level AND of the WHERE clause is turned into a join)",
+                    )
                 parts.append(conj)
         blocks.set_where(select, parts)
     return query
 
 
 def sublinks(expression: exp.Expr) -> list:
-    return [n for n in blocks.here(expression)
-            if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query") is not None)]
+    return [
+        n
+        for n in blocks.here(expression)
+        if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query") is not None)
+    ]
 
 
 def _exists(model: str, select: exp.Select, inner: exp.Expr, anti: bool, fresh) -> list:
@@ -74,10 +81,10 @@ def _exists(model: str, select: exp.Select, inner: exp.Expr, anti: bool, fresh) 
     local: list[exp.Expr] = []
     correlated: list[exp.Expr] = []
     for c in blocks.where_conjuncts(inner):
-        (correlated if any(blocks.is_outer(col, local_aliases) for col in blocks.columns_here(c))
-         else local).append(c)
+        (correlated if any(blocks.is_outer(col, local_aliases) for col in blocks.columns_here(c)) else local).append(c)
     if any(inner.args.get(k) for k in ("group", "having", "limit", "offset")) or any(
-            is_aggregate(n) for p in inner.expressions for n in blocks.here(p)):
+        is_aggregate(n) for p in inner.expressions for n in blocks.here(p)
+    ):
         raise UnsupportedSql(model, "correlated EXISTS over a grouped, aggregated or limited subquery")
     joins_on = [j.args["on"] for j in inner.args.get("joins") or [] if j.args.get("on") is not None]
     if not correlated or any(blocks.is_outer(c, local_aliases) for on in joins_on for c in blocks.columns_here(on)):
@@ -99,8 +106,9 @@ def _exists(model: str, select: exp.Select, inner: exp.Expr, anti: bool, fresh) 
     condition = exp.and_(*[c.copy().transform(swap) for c in correlated])
     derived = inner.copy()
     blocks.set_where(derived, [c.copy() for c in local])
-    derived.set("expressions", [exp.alias_(c, n) for n, c in inner_cols.values()]
-                or [exp.alias_(exp.true(), "__dvm_c0")])
+    derived.set(
+        "expressions", [exp.alias_(c, n) for n, c in inner_cols.values()] or [exp.alias_(exp.true(), "__dvm_c0")]
+    )
     derived.set("distinct", None)
     blocks.add_join(select, derived, alias, side="LEFT", kind="ANTI" if anti else "SEMI", on=condition)
     return []
@@ -109,7 +117,8 @@ def _exists(model: str, select: exp.Select, inner: exp.Expr, anti: bool, fresh) 
 def _exists_flag(select: exp.Select, inner: exp.Expr, anti: bool, fresh) -> list:
     alias, x = fresh("__dvm_ex"), fresh("__dvm_x")
     flag = exp.Select(expressions=[exp.alias_(exp.Max(this=exp.Literal.number(1)), "__dvm_e")]).from_(
-        exp.Subquery(this=inner.copy(), alias=exp.TableAlias(this=exp.to_identifier(x))), copy=False)
+        exp.Subquery(this=inner.copy(), alias=exp.TableAlias(this=exp.to_identifier(x))), copy=False
+    )
     blocks.add_join(select, flag, alias)
     test = exp.Is(this=exp.column("__dvm_e", table=alias), expression=exp.Null())
     return [test if anti else exp.Not(this=test)]
@@ -134,13 +143,20 @@ def _in(model: str, select: exp.Select, node: exp.In, anti: bool, fresh) -> list
         raise UnsupportedSql(model, "NOT IN over several columns")
     blocks.add_join(select, body.copy(), alias, side="LEFT", kind="ANTI", on=condition)
     flag, x = fresh("__dvm_nn"), fresh("__dvm_x")
-    has_null = exp.Case(ifs=[exp.If(this=exp.Is(this=exp.column(names[0], table=x), expression=exp.Null()),
-                                    true=exp.Literal.number(1))], default=exp.Literal.number(0))
+    has_null = exp.Case(
+        ifs=[
+            exp.If(this=exp.Is(this=exp.column(names[0], table=x), expression=exp.Null()), true=exp.Literal.number(1))
+        ],
+        default=exp.Literal.number(0),
+    )
     nulls = exp.Select(expressions=[exp.alias_(exp.Max(this=has_null), "__dvm_m")]).from_(
-        exp.Subquery(this=body.copy(), alias=exp.TableAlias(this=exp.to_identifier(x))), copy=False)
+        exp.Subquery(this=body.copy(), alias=exp.TableAlias(this=exp.to_identifier(x))), copy=False
+    )
     blocks.add_join(select, nulls, flag)
     m = exp.column("__dvm_m", table=flag)
     empty = exp.Is(this=m.copy(), expression=exp.Null())
-    clean = exp.and_(exp.EQ(this=m.copy(), expression=exp.Literal.number(0)),
-                     exp.Not(this=exp.Is(this=lhs[0].copy(), expression=exp.Null())))
+    clean = exp.and_(
+        exp.EQ(this=m.copy(), expression=exp.Literal.number(0)),
+        exp.Not(this=exp.Is(this=lhs[0].copy(), expression=exp.Null())),
+    )
     return [exp.or_(empty, exp.Paren(this=clean))]

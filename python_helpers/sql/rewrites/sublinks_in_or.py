@@ -17,6 +17,7 @@ makes its negation an OR again: passes repeat until no subquery is left inside O
 MAX_BRANCHES branches per block. An aggregate, DISTINCT or window block is split below its
 grouping (FROM and WHERE move into a derived table).
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -43,8 +44,10 @@ def _nested_sublinks(conj: exp.Expr) -> bool:
 
 def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
     for _ in range(MAX_BRANCHES):
-        target = next((s for s in blocks.selects_bottom_up(query)
-                       if any(_nested_sublinks(c) for c in blocks.where_conjuncts(s))), None)
+        target = next(
+            (s for s in blocks.selects_bottom_up(query) if any(_nested_sublinks(c) for c in blocks.where_conjuncts(s))),
+            None,
+        )
         if target is None:
             return query
         query = blocks.replace_block(query, target, _split(model, target, fresh))
@@ -64,7 +67,7 @@ def _split(model: str, select: exp.Select, fresh: blocks.FreshNames) -> exp.Expr
     if len(disjuncts) < 2:
         # NOT pushed inward made it a plain conjunction (or a single sublink): no split needed.
         new = select.copy()
-        blocks.set_where(new, parts[:k] + conjuncts(parts[k]) + parts[k + 1:])
+        blocks.set_where(new, parts[:k] + conjuncts(parts[k]) + parts[k + 1 :])
         return new
     branches = []
     for i, d in enumerate(disjuncts):
@@ -72,7 +75,7 @@ def _split(model: str, select: exp.Select, fresh: blocks.FreshNames) -> exp.Expr
         for key in ("with_", "with", "distinct"):
             branch.set(key, None)
         rest = [_not_true(model, disjuncts[j]) for j in range(i)]
-        blocks.set_where(branch, parts[:k] + conjuncts(d.copy()) + rest + parts[k + 1:])
+        blocks.set_where(branch, parts[:k] + conjuncts(d.copy()) + rest + parts[k + 1 :])
         branches.append(branch)
     if len(branches) > MAX_BRANCHES:
         raise UnsupportedSql(model, f"subqueries in OR need more than {MAX_BRANCHES} UNION branches to rewrite")
@@ -98,11 +101,15 @@ def _push_not(e: exp.Expr) -> exp.Expr:
         if isinstance(inner, exp.Not):
             return _push_not(inner.this)
         if isinstance(inner, exp.And):
-            return exp.Or(this=_push_not(exp.Not(this=inner.this.copy())),
-                          expression=_push_not(exp.Not(this=inner.expression.copy())))
+            return exp.Or(
+                this=_push_not(exp.Not(this=inner.this.copy())),
+                expression=_push_not(exp.Not(this=inner.expression.copy())),
+            )
         if isinstance(inner, exp.Or):
-            return exp.And(this=_push_not(exp.Not(this=inner.this.copy())),
-                           expression=_push_not(exp.Not(this=inner.expression.copy())))
+            return exp.And(
+                this=_push_not(exp.Not(this=inner.this.copy())),
+                expression=_push_not(exp.Not(this=inner.expression.copy())),
+            )
         return exp.Not(this=inner.copy())
     if isinstance(e, (exp.And, exp.Or)):
         return type(e)(this=_push_not(e.this), expression=_push_not(e.expression))
@@ -142,10 +149,14 @@ def _in_as_exists(model: str, node: exp.In, negated: bool) -> exp.Expr:
     matches = [exp.EQ(this=exp.column(n, table=alias), expression=v.copy()) for v, n in zip(lhs, names)]
     condition = exp.and_(*matches)
     if negated:
-        condition = exp.or_(matches[0], exp.Is(this=exp.column(names[0], table=alias), expression=exp.Null()),
-                            exp.Is(this=lhs[0].copy(), expression=exp.Null()))
+        condition = exp.or_(
+            matches[0],
+            exp.Is(this=exp.column(names[0], table=alias), expression=exp.Null()),
+            exp.Is(this=lhs[0].copy(), expression=exp.Null()),
+        )
     inner = exp.Select(expressions=[exp.alias_(exp.Literal.number(1), "__dvm_one")]).from_(
-        exp.Subquery(this=body.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))), copy=False)
+        exp.Subquery(this=body.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))), copy=False
+    )
     inner = inner.where(condition, copy=False)
     exists = exp.Exists(this=inner)
     return exp.Not(this=exists) if negated else exists
@@ -153,7 +164,8 @@ def _in_as_exists(model: str, node: exp.In, negated: bool) -> exp.Expr:
 
 def _grouped(select: exp.Select) -> bool:
     return bool(select.args.get("group") or select.args.get("having") or select.args.get("distinct")) or any(
-        is_aggregate(n) or isinstance(n, exp.Window) for p in select.expressions for n in blocks.here(p))
+        is_aggregate(n) or isinstance(n, exp.Window) for p in select.expressions for n in blocks.here(p)
+    )
 
 
 def _wrap(model: str, select: exp.Select, fresh: blocks.FreshNames) -> exp.Select:
@@ -166,8 +178,10 @@ def _wrap(model: str, select: exp.Select, fresh: blocks.FreshNames) -> exp.Selec
         for c in blocks.columns_here(part):
             if c.table and c.table.lower() in local:
                 columns.setdefault((c.table.lower(), c.name.lower()), f"{c.table}__{c.name}".lower())
-    inner = exp.Select(expressions=[exp.alias_(exp.column(col, table=tab), name)
-                                    for (tab, col), name in columns.items()] or [exp.alias_(exp.true(), "__dvm_one")])
+    inner = exp.Select(
+        expressions=[exp.alias_(exp.column(col, table=tab), name) for (tab, col), name in columns.items()]
+        or [exp.alias_(exp.true(), "__dvm_one")]
+    )
     for key in ("from_", "from", "joins", "laterals", "where"):
         if select.args.get(key) is not None:
             value = select.args[key]
