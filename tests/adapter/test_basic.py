@@ -1,0 +1,62 @@
+"""dbt's basic adapter suites: every materialization dbt-spark has, through `type: spark_stream`."""
+from __future__ import annotations
+
+import pytest
+from dbt.tests.adapter.basic.test_adapter_methods import BaseAdapterMethod
+from dbt.tests.adapter.basic.test_base import BaseSimpleMaterializations
+from dbt.tests.adapter.basic.test_empty import BaseEmpty
+from dbt.tests.adapter.basic.test_ephemeral import BaseEphemeral
+from dbt.tests.adapter.basic.test_generic_tests import BaseGenericTests
+from dbt.tests.adapter.basic.test_incremental import BaseIncremental
+from dbt.tests.adapter.basic.test_singular_tests import BaseSingularTests
+from dbt.tests.adapter.basic.test_singular_tests_ephemeral import BaseSingularTestsEphemeral
+from dbt.tests.adapter.basic.test_snapshot_check_cols import BaseSnapshotCheckCols
+from dbt.tests.adapter.basic.test_snapshot_timestamp import BaseSnapshotTimestamp
+
+SNAPSHOTS_NEED_MERGE = (
+    "dbt-spark snapshots need file_format delta, iceberg or hudi (MERGE INTO); this Spark has none of "
+    "those jars (no Maven here; `using delta` fails with DATA_SOURCE_NOT_FOUND), and parquet/Hive tables "
+    "are refused by dbt-spark's snapshot materialization"
+)
+
+
+class TestSimpleMaterializationsSparkStream(BaseSimpleMaterializations):
+    pass
+
+
+class TestSingularTestsSparkStream(BaseSingularTests):
+    pass
+
+
+class TestSingularTestsEphemeralSparkStream(BaseSingularTestsEphemeral):
+    pass
+
+
+class TestEmptySparkStream(BaseEmpty):
+    pass
+
+
+class TestEphemeralSparkStream(BaseEphemeral):
+    pass
+
+
+class TestIncrementalSparkStream(BaseIncremental):
+    pass
+
+
+class TestGenericTestsSparkStream(BaseGenericTests):
+    pass
+
+
+@pytest.mark.skip(reason=SNAPSHOTS_NEED_MERGE)
+class TestSnapshotCheckColsSparkStream(BaseSnapshotCheckCols):
+    pass
+
+
+@pytest.mark.skip(reason=SNAPSHOTS_NEED_MERGE)
+class TestSnapshotTimestampSparkStream(BaseSnapshotTimestamp):
+    pass
+
+
+class TestAdapterMethodSparkStream(BaseAdapterMethod):
+    pass
