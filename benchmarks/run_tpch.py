@@ -205,6 +205,7 @@ def main(argv=None) -> int:
             # the delta query's reads over a rebuild's (read_cost.py; what `auto` switches on)
             ratio = (diff.counters or {}).get("read_ratio_pct")
             r["read_ratio"].append(ratio / 100 if ratio is not None else None)
+            r.setdefault("auto", []).append(_auto_pick(diff.counters or {}))
             print(f"  {q}: full {full.seconds:.2f}s, {diff.mode} {diff.seconds:.2f}s "
                   f"({diff.rows_changed} rows changed; reads {_ratio(r['read_ratio'][-1])} of a rebuild's; "
                   f"{_phases(diff.phases)}), equal={same}", flush=True)
@@ -248,6 +249,16 @@ def _load(spark, work: str, sf: float, schema: str) -> dict:
 def _max_into(into: dict, values: dict) -> None:
     for k, v in values.items():
         into[k] = max(into.get(k, 0), v)
+
+
+def _auto_pick(counters: dict) -> str:
+    """What refresh_mode='auto' does with this refresh's read estimate (read_cost.py's rule)."""
+    from python_helpers.runtime import read_cost
+
+    if "read_ratio_pct" not in counters:
+        return "differential"
+    estimate = read_cost.ReadEstimate(counters.get("read_bytes", 0), counters.get("full_read_bytes", 0), 0)
+    return "full" if estimate.full_reason() else "differential"
 
 
 def _ratio(value) -> str:
@@ -311,14 +322,14 @@ def _report(args, paths, queries, results, peaks, scale_rows, rate_rows) -> str:
     lines = [f"TPC-H SF {args.sf:g} ({lineitem_rows(paths)} lineitem rows), {args.changes} changed rows per "
              f"cycle, {args.cycles} cycles; medians. Machine: {machine()}.", "",
              "| query | initial build (s) | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF | no-change refresh (s) | "
-             "rows changed | delta reads / rebuild reads | modes |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "rows changed | delta reads / rebuild reads | modes | `auto` picks |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for q in queries:
         r = results[q]
         full, diff = statistics.median(r["full"]), statistics.median(r["differential"])
         lines.append(f"| {q} | {r['build']:.2f} | {full:.2f} | {diff:.2f} | {full / diff:.1f}x | {r['noop']:.3f} | "
                      f"{statistics.median(r['rows']):.0f} | {_ratio(_median_of(r['read_ratio']))} | "
-                     f"{', '.join(sorted(set(r['modes'])))} |")
+                     f"{', '.join(sorted(set(r['modes'])))} | {', '.join(sorted(set(r.get('auto', []))))} |")
     lines += ["", "Where a differential refresh spends its time (median ms per phase):", "",
               "| query | " + " | ".join(_PHASES) + " |", "|---|" + "---|" * len(_PHASES)]
     for q in queries:
