@@ -1,9 +1,13 @@
 """dbt's basic adapter suites: every materialization dbt-spark has, through `type: spark_stream`."""
 from __future__ import annotations
 
+import getpass
+
 import pytest
+from dbt.tests.adapter.basic import expected_catalog
 from dbt.tests.adapter.basic.test_adapter_methods import BaseAdapterMethod
 from dbt.tests.adapter.basic.test_base import BaseSimpleMaterializations
+from dbt.tests.adapter.basic.test_docs_generate import BaseDocsGenerate
 from dbt.tests.adapter.basic.test_empty import BaseEmpty
 from dbt.tests.adapter.basic.test_ephemeral import BaseEphemeral
 from dbt.tests.adapter.basic.test_generic_tests import BaseGenericTests
@@ -15,7 +19,8 @@ from dbt.tests.adapter.basic.test_snapshot_timestamp import BaseSnapshotTimestam
 
 SNAPSHOTS_NEED_MERGE = (
     "dbt-spark snapshots need file_format delta, iceberg or hudi (MERGE INTO); this Spark has none of "
-    "those jars (no Maven here; `using delta` fails with DATA_SOURCE_NOT_FOUND), and parquet/Hive tables "
+    "those jars (no Maven here; `using delta` fails with DATA_SOURCE_NOT_FOUND: Failed to find the data source: "
+    "delta), and parquet/Hive tables "
     "are refused by dbt-spark's snapshot materialization"
 )
 
@@ -60,3 +65,20 @@ class TestSnapshotTimestampSparkStream(BaseSnapshotTimestamp):
 
 class TestAdapterMethodSparkStream(BaseAdapterMethod):
     pass
+
+
+class TestDocsGenerateSparkStream(BaseDocsGenerate):
+    # Spark's catalog in its own words: seeds' integer ids are `long`, strings `string`; the
+    # owner is the OS user running Spark; Hive tables carry no statistics dbt reports.
+    @pytest.fixture(scope="class")
+    def expected_catalog(self, project):
+        return expected_catalog.base_expected_catalog(
+            project,
+            role=getpass.getuser(),
+            id_type="long",
+            text_type="string",
+            time_type="timestamp",
+            view_type="view",
+            table_type="table",
+            model_stats=expected_catalog.no_stats(),
+        )

@@ -144,6 +144,15 @@ class BaseStreamTable:
         assert_equals_recompute()
 
 
+    def test_docs_generate(self, project, source_path):
+        # dbt's catalog lists the stream table (a view in Spark's catalog) with the model's
+        # columns only: the stored result's bookkeeping columns stay hidden.
+        catalog = run_dbt(["docs", "generate"])
+        node = catalog.nodes["model.test.totals"]
+        assert node.metadata.type == "view"
+        assert list(node.columns) == ["customer_id", "order_count", "total_amount"]
+
+
 class TestStreamTable(BaseStreamTable):
     pass
 
@@ -192,6 +201,7 @@ class BaseStreamTableSwitchMaterialization(BaseStreamTable):
     test_refresh_after_inserts_updates_deletes = None
     test_refresh_without_changes_is_skipped = None
     test_full_refresh = None
+    test_docs_generate = None
 
 
 class TestStreamTableSwitchMaterialization(BaseStreamTableSwitchMaterialization):
@@ -229,6 +239,7 @@ class BaseStreamTableRenameRemove(BaseStreamTable):
     test_refresh_after_inserts_updates_deletes = None
     test_refresh_without_changes_is_skipped = None
     test_full_refresh = None
+    test_docs_generate = None
 
 
 class TestStreamTableRenameRemove(BaseStreamTableRenameRemove):
@@ -314,6 +325,7 @@ select customer_id, total_amount, {{ var('batch', 0) }} as batch from {{ ref('to
     test_refresh_after_inserts_updates_deletes = None
     test_refresh_without_changes_is_skipped = None
     test_full_refresh = None
+    test_docs_generate = None
 
 
 class TestStreamTableMixedDag(BaseStreamTableMixedDag):

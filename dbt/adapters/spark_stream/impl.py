@@ -52,6 +52,18 @@ class SparkStreamAdapter(SparkAdapter):
             model_adapter_details=cls._get_adapter_specific_run_info(config),
         )
 
+    def _build_spark_relation_list(self, row_list, relation_info_func):
+        # `show table extended in <schema>` also lists the session's temporary views (no schema,
+        # e.g. an incremental model's `<name>__dbt_tmp`). They are not the schema's relations,
+        # and a session that outlives one dbt command (method: session in a long-lived process,
+        # a shared Connect session) would otherwise hand `docs generate` a relation without a
+        # schema, which it fails on.
+        return [
+            relation
+            for relation in super()._build_spark_relation_list(row_list, relation_info_func)
+            if relation.schema
+        ]
+
     @available
     def stream_table_refresh(
         self,
