@@ -19,6 +19,13 @@ from dbt.tests.fixtures.project import *  # noqa: F401,F403,E402
 TOUCHED_CONF = ("spark.sql.ansi.enabled", "spark.sql.shuffle.partitions", "spark.sql.session.timeZone")
 
 
+def pytest_configure(config):
+    # dbt-tests-adapter's suites define class-scoped fixtures as methods; pytest's deprecation
+    # notice for that would repeat for every class.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:Class-scoped fixtures defined as instance methods:pytest.PytestRemovedIn10Warning")
+
+
 def pytest_collection_modifyitems(config, items):
     # Every test of this directory is an `adapter` test (-m adapter / -m 'not adapter').
     here = str(config.rootpath / "tests" / "adapter")

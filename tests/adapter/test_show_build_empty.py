@@ -63,14 +63,12 @@ class TestMetadataWithEmptyFlagSparkStream(MetadataWithEmptyFlag):
         "model",
         [
             "control",
-            # Under --empty, ref() renders as a `(select ... limit 0)` subquery, and dbt-spark's
-            # get_columns_in_relation / alter_column_type put that text where Spark's DESCRIBE /
-            # ALTER TABLE need a table name: Spark answers PARSE_SYNTAX_ERROR.
-            pytest.param("get_columns_in_relation", marks=pytest.mark.xfail(strict=True, reason=(
-                "dbt-spark runs `describe extended` on the rendered --empty subquery: PARSE_SYNTAX_ERROR"))),
+            "get_columns_in_relation",
+            # Spark cannot change a Hive-format column's type (and dbt-spark passes the rendered
+            # `(select ... limit 0)` subquery of the --empty ref where ALTER TABLE needs a name).
             pytest.param("alter_column_type", marks=pytest.mark.xfail(strict=True, reason=(
-                "dbt-spark alters the rendered --empty subquery, and Spark cannot change a Hive-format "
-                "column's type anyway: PARSE_SYNTAX_ERROR"))),
+                "dbt-spark alters the rendered --empty subquery (PARSE_SYNTAX_ERROR), and Spark cannot change "
+                "a Hive-format column's type"))),
             "alter_relation_comment",
             "alter_column_comment",
             "truncate_relation",

@@ -64,6 +64,13 @@ class SparkStreamAdapter(SparkAdapter):
             if relation.schema
         ]
 
+    def get_columns_in_relation(self, relation):
+        # Under --empty (or --sample), ref() gives a relation that renders as a `(select ... limit 0)`
+        # subquery, which Spark's DESCRIBE cannot parse; its columns are the table's own.
+        if getattr(relation, "limit", None) is not None or getattr(relation, "event_time_filter", None) is not None:
+            relation = relation.incorporate(limit=None, event_time_filter=None)
+        return super().get_columns_in_relation(relation)
+
     @available
     def stream_table_refresh(
         self,
