@@ -49,6 +49,8 @@
         auto_full_threshold=config.get('auto_full_threshold'),
         float_recompute_every=config.get('float_recompute_every'),
         retention_hours=config.get('retention_hours'),
+        docs=spark_stream__persisted_docs(model),
+        contract=spark_stream__contract_columns(model),
   ) -%}
   {#- store_result keeps our response object whole: its mode / rows_changed / seconds fields
       land in run_results.json `adapter_response`, its message on the console line. -#}
@@ -56,9 +58,49 @@
 
   {{ run_hooks(post_hooks) }}
 
+  {#- As dbt-spark's table and view do; open-source Spark refuses GRANT, and the error says so. -#}
+  {%- set grant_config = config.get('grants') -%}
+  {%- if grant_config -%}
+    {%- do adapter.stream_table_apply_grants(model['name'], target_relation, grant_config,
+          should_revoke(existing_relation, full_refresh_mode=True)) -%}
+  {%- endif -%}
+
   {{ return({'relations': [target_relation]}) }}
 
 {% endmaterialization %}
+
+
+{#- persist_docs: the model's description (relation: true) and column descriptions (columns:
+    true) as the view's comments; the engine keeps them across refreshes. -#}
+{% macro spark_stream__persisted_docs(node) %}
+  {%- set docs = {} -%}
+  {%- if config.persist_relation_docs() and node.get('description') -%}
+    {%- do docs.update({'relation': node['description']}) -%}
+  {%- endif -%}
+  {%- if config.persist_column_docs() -%}
+    {%- set columns = {} -%}
+    {%- for column in (node.get('columns') or {}).values() if column.get('description') -%}
+      {%- do columns.update({column['name']: column['description']}) -%}
+    {%- endfor -%}
+    {%- do docs.update({'columns': columns}) -%}
+  {%- endif -%}
+  {{ return(docs) }}
+{% endmacro %}
+
+
+{#- contract: {enforced: true}: the declared [name, data_type] pairs, checked by the engine
+    against the query's columns before the stored result is built. -#}
+{% macro spark_stream__contract_columns(node) %}
+  {%- set contract_config = config.get('contract') -%}
+  {%- if not (contract_config and contract_config.enforced) -%}
+    {{ return(none) }}
+  {%- endif -%}
+  {%- set declared = [] -%}
+  {%- for column in (node.get('columns') or {}).values() -%}
+    {%- do declared.append([column['name'], column.get('data_type') or '']) -%}
+  {%- endfor -%}
+  {{ return(declared) }}
+{% endmacro %}
 
 
 {% macro spark_stream__refresh_mode() %}

@@ -41,6 +41,10 @@ class RefreshRequest:
     # The caller owns the name `schema.identifier` (dbt does, for a model's relation): a view of
     # that name that this project did not create is taken over instead of refused.
     take_over_relation: bool = False
+    # dbt's persisted docs: {"relation": the view's comment or None, "columns": {name: comment}}.
+    docs: dict = field(default_factory=dict)
+    # An enforced dbt contract: [(column name, data type), ...] the query's output must match.
+    contract: Optional[list] = None
 
 
 @dataclass

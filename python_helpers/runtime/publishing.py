@@ -17,7 +17,7 @@ from typing import Callable, Optional
 import pyarrow as pa
 from sqlglot import exp
 
-from python_helpers.runtime import catalog_views, delta_tables, paths, published_files, steps
+from python_helpers.runtime import catalog_views, delta_tables, paths, published_files, steps, view_comments
 from python_helpers.runtime.catalog_views import Catalog
 from python_helpers.runtime.view_inlining import is_stored_table
 
@@ -63,8 +63,10 @@ def stream_table_marker(spark, target: str) -> Optional[dict]:
 
 
 def publish_stream_table(spark, schema: str, name: str, model: str, target: str, view_sql: Callable,
-                         take_over: bool = False, retention_seconds: Optional[float] = None) -> None:
-    """Point the view `schema.name` at the newest version of the stored result."""
+                         take_over: bool = False, retention_seconds: Optional[float] = None,
+                         docs: Optional[dict] = None) -> None:
+    """Point the view `schema.name` at the newest version of the stored result (with the column
+    comments of `docs`, dbt's persisted descriptions: view_comments.py)."""
     stored = delta_tables.open_table(target)
     arrow = delta_tables.arrow_schema(stored)
     types = delta_tables.spark_type_strings(arrow)
@@ -81,8 +83,8 @@ def publish_stream_table(spark, schema: str, name: str, model: str, target: str,
         relation = catalog_views.directory_relation(gen)
     else:
         relation = catalog_views.files_relation(target, files, types)
-    Catalog(spark).publish_view(schema, name, view_sql(relation, types), catalog_views.STREAM_TABLE, model,
-                                take_over=take_over)
+    query = view_comments.with_column_docs(spark, schema, name, view_sql(relation, types), docs)
+    Catalog(spark).publish_view(schema, name, query, catalog_views.STREAM_TABLE, model, take_over=take_over)
     steps.reached("stream_view_altered")
     published_files.write_marker(root, {"table_id": table_id, "version": version, "schema": _schema_hash(types),
                                         "generation": paths.basename(gen) if gen else None}, catalog)
@@ -144,7 +146,8 @@ def publish(spark, request, plan, target: str, view_sql: Callable, log: Log,
         if not is_stored_table(relation):  # an upstream stream table's stored table has its own view
             publish_source(spark, relation, src, request.model, log, retention_seconds)
     publish_stream_table(spark, request.schema, request.identifier, request.model, target, view_sql,
-                         take_over=request.take_over_relation, retention_seconds=retention_seconds)
+                         take_over=request.take_over_relation, retention_seconds=retention_seconds,
+                         docs=request.docs)
 
 
 def up_to_date(spark, request, plan, target: str) -> bool:
@@ -170,4 +173,5 @@ def up_to_date(spark, request, plan, target: str) -> bool:
     if not catalog.exists(request.schema, request.identifier):
         catalog_views.forget(spark)
         return False
-    return True
+    # Column descriptions changed (or were never published): publish the view again.
+    return view_comments.columns_current(spark, request.schema, request.identifier, request.docs)

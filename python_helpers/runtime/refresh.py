@@ -28,7 +28,7 @@ from python_helpers.dvm.stored_result import (
 )
 from python_helpers.dvm.tree import Recursive, describe, walk
 from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh, InvalidConfig, StreamTableError
-from python_helpers.runtime import delta_tables, housekeeping, publishing, read_cost, steps, storage
+from python_helpers.runtime import contract, delta_tables, housekeeping, publishing, read_cost, steps, storage
 from python_helpers.runtime.api import ENGINES, REFRESH_MODES, RefreshRequest, RefreshResult
 from python_helpers.runtime.binding import Bindings
 from python_helpers.runtime.catalog_views import Catalog
@@ -269,6 +269,9 @@ def _full(context: _Context) -> int:
         with phases("analyze"):
             Catalog(spark).check_name(request.schema, request.identifier, request.model, request.take_over_relation)
             names = _output_names(spark, request.model, plan, bindings)
+            if request.contract:  # before anything is computed or written
+                contract.check(request.model, request.contract,
+                               spark.sql(spark_sql(_bind_plain_query(plan, bindings))).schema)
             if plan.tree is not None:
                 result = _typed(spark, plan_stored_result(request.model, plan.tree, names, plan.top_k), bindings)
                 frame = spark.sql(render(result.full_sql(bindings.context(set()))))

@@ -94,6 +94,9 @@ def _inline(spark, model: str, query: exp.Expression, overrides: dict, out: Inli
 
 def _upstream(spark, model: str, relation: str, view: exp.Expression, out: Inlined) -> exp.Expression:
     """The view of an upstream stream table, reading its stored table as a source."""
+    from python_helpers.runtime.view_comments import unwrapped
+
+    view = unwrapped(view)  # column comments of persist_docs: the rows are the union's second branch
     schema, name = relation.split(".")[-2:]
     path = storage_path(spark, schema, name)
     meta = storage.read_metadata(path)

@@ -85,16 +85,31 @@ class SparkStreamAdapter(SparkAdapter):
         auto_full_threshold: Optional[float] = None,
         float_recompute_every: Optional[int] = None,
         retention_hours: Optional[float] = None,
+        docs: Optional[Dict] = None,
+        contract: Optional[list] = None,
     ) -> StreamTableResponse:
-        """Create or refresh one stream table; called by the `stream_table` materialization."""
+        """Create or refresh one stream table; called by the `stream_table` materialization.
+
+        `docs`: the descriptions persist_docs publishes ({"relation": text or None, "columns":
+        {name: text}}); `contract`: [[name, data_type], ...] of an enforced contract."""
+        if contract:
+            # Part of the stored result's fingerprint: a changed contract rebuilds (and is checked).
+            shaping_config = {**(shaping_config or {}), "contract": repr([list(c) for c in contract])}
         spark, request = self._request(model, schema, identifier, sql, refresh_mode, full_refresh, sources,
                                        shaping_config, auto_full_threshold, float_recompute_every, retention_hours)
+        request.docs = dict(docs or {})
+        request.contract = [tuple(c) for c in contract] if contract else None
         from python_helpers.errors import InvalidConfig, SqlParseError, StreamTableError, UnsupportedSql
+        from python_helpers.runtime import view_comments
         from python_helpers.runtime.api import refresh_stream_table
+        from python_helpers.runtime.contract import ContractMismatch
 
         logger.debug(f"stream table {model}: refresh request {request}")
         try:
             result = refresh_stream_table(spark, request, log=_engine_log)
+            view_comments.apply(spark, schema, identifier, request.docs)
+        except ContractMismatch as exc:
+            raise _contract_error(exc) from exc
         except (InvalidConfig, SqlParseError, UnsupportedSql) as exc:
             # Problems with the model itself: dbt shows them as compilation errors.
             raise CompilationError(str(exc)) from exc
@@ -113,6 +128,51 @@ class SparkStreamAdapter(SparkAdapter):
         response = StreamTableResponse.from_result(result)
         logger.debug(f"stream table {model}: {response}")
         return response
+
+    @available
+    def stream_table_apply_grants(self, model: str, relation, grant_config: Dict, should_revoke: bool) -> None:
+        """dbt-spark's apply_grants on the stream table's view; Spark's refusal (open-source Spark
+        has no GRANT) becomes an error naming the model and what to do."""
+        try:
+            self.execute_macro("apply_grants", kwargs={"relation": relation, "grant_config": grant_config,
+                                                       "should_revoke": should_revoke})
+        except DbtRuntimeError as exc:  # Spark's error, as dbt-spark's cursor raised it
+            raise DbtRuntimeError(
+                f"stream table '{model}': grants {grant_config} could not be applied to {relation} (the stream "
+                f"table itself was refreshed): {_last_line(exc)}. Open-source Spark has no GRANT / SHOW GRANTS "
+                "without an authorization plugin: remove `grants` from the model's config there, or run against "
+                "a Spark that has SQL authorization (Databricks)") from exc
+
+    def _get_columns_for_catalog(self, relation):
+        # dbt-spark reads a view's columns from `show table extended`, whose schema has no
+        # comments: add the comments persist_docs gave a stream table's view and its columns.
+        comments = self._stream_table_comments(relation)
+        for column in super()._get_columns_for_catalog(relation):
+            comment = comments.get(str(column.get("column_name") or "").lower())
+            if comment:
+                column["column_comment"] = comment
+            if comments.get(None):
+                column["table_comment"] = comments[None]
+            yield column
+
+    def _stream_table_comments(self, relation) -> Dict[Optional[str], str]:
+        """{lower-case column: its comment, None: the view's comment} of a stream table's view."""
+        if "dbt_spark_stream.role=stream_table" not in (getattr(relation, "information", None) or ""):
+            return {}
+        try:
+            _, table = self.execute(f"describe table extended {relation}", fetch=True)
+        except DbtRuntimeError:  # dropped meanwhile: the catalog goes without its comments
+            return {}
+        comments: Dict[Optional[str], str] = {}
+        in_columns = True
+        for row in table:
+            if not row[0] or str(row[0]).startswith("#"):
+                in_columns = False
+            elif in_columns and row[2]:
+                comments[str(row[0]).lower()] = str(row[2])
+            elif not in_columns and row[0] == "Comment" and row[1]:
+                comments[None] = str(row[1])
+        return comments
 
     def _spark(self, what: str):
         """The SparkSession of this thread's connection (opened if dbt has not yet: it is lazy)."""
@@ -202,6 +262,23 @@ class SparkStreamAdapter(SparkAdapter):
             return path
         root = getattr(self.config, "project_root", None) or os.getcwd()
         return os.path.normpath(os.path.join(root, os.path.expanduser(path)))
+
+
+def _last_line(exc: Exception) -> str:
+    """The line of a (nested) dbt error that says what Spark refused."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return next((line for line in lines if line.startswith("[")), lines[-1] if lines else type(exc).__name__)
+
+
+def _contract_error(exc) -> Exception:
+    """dbt's own contract error (its table of mismatched columns) for the engine's mismatch."""
+    try:
+        from dbt.exceptions import ContractError
+    except ImportError:  # dbt-core is what runs the adapter; keep the engine's text if it moved
+        return CompilationError(str(exc))
+    error = ContractError(exc.yaml_columns, exc.sql_columns)
+    error.msg = f"stream table '{exc.model}': {error.msg}\nnothing was written"
+    return error
 
 
 def _engine_log(level: str, text: str) -> None:

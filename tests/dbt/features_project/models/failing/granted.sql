@@ -1,0 +1,4 @@
+{{ config(grants={'select': ['reporting']}) }}
+select category, sum(amount) as total
+from {{ source('feat', 'items') }}
+group by category

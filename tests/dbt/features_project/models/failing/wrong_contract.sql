@@ -1,0 +1,3 @@
+select category, count(*) as n
+from {{ source('feat', 'items') }}
+group by category
