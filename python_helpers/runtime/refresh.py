@@ -35,6 +35,7 @@ from python_helpers.runtime.catalog_views import Catalog
 from python_helpers.runtime.decide import DIFFERENTIAL, Decision, decide, read_schema
 from python_helpers.runtime.metrics import SparkMeter
 from python_helpers.runtime.planning import Plan, plan_request
+from python_helpers.runtime.server_checks import require_persistent_catalog
 from python_helpers.runtime.settings import result_settings
 from python_helpers.runtime.sources import storage_path
 from python_helpers.runtime.timing import Phases
@@ -54,6 +55,7 @@ def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> Re
     log = log or _default_log
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     _validate(request)
+    require_persistent_catalog(spark, request.model)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             return _refresh_once(spark, request, log)
