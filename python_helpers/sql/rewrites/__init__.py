@@ -2,20 +2,19 @@
 
 Passes run in this order, each over every SELECT block (inner blocks first), one module each:
 
-0a. lateral_joins     -- LATERAL generator in FROM: a LATERAL VIEW; LATERAL subquery: its
+1. lateral_joins      -- LATERAL generator in FROM: a LATERAL VIEW; LATERAL subquery: its
                          expressions, scalar subqueries (one-row aggregate) or a join
-0. grouping_sets      -- GROUPING SETS / ROLLUP / CUBE: a UNION ALL of plain GROUP BY branches
-1. having_subqueries  -- HAVING with a scalar subquery: move the HAVING into an outer WHERE
-2a. exists_values     -- EXISTS used as a value (SELECT list, CASE): a COUNT(*) subquery > 0
-2. scalar_subqueries  -- scalar subqueries in WHERE and SELECT (grouped blocks too): hoist to a
+2. grouping_sets      -- GROUPING SETS / ROLLUP / CUBE: a UNION ALL of plain GROUP BY branches
+3. having_subqueries  -- HAVING with a scalar subquery: move the HAVING into an outer WHERE
+4. exists_values      -- EXISTS used as a value (SELECT list, CASE): a COUNT(*) subquery > 0
+5. scalar_subqueries  -- scalar subqueries in WHERE and SELECT (grouped blocks too): hoist to a
                          join with a (grouped) derived table
-3. sublinks_in_or     -- EXISTS / IN inside OR or NOT: disjoint UNION ALL branches (to a fixed point)
-4. semi_anti_joins    -- EXISTS / NOT EXISTS / IN / NOT IN in WHERE: semi and anti joins
+6. sublinks_in_or     -- EXISTS / IN inside OR or NOT: disjoint UNION ALL branches (to a fixed point)
+7. semi_anti_joins    -- EXISTS / NOT EXISTS / IN / NOT IN in WHERE: semi and anti joins
 
-What no pass removed (NOT IN or a correlated IN used as a value, a subquery in a JOIN's ON clause
-or GROUP BY) is
-rejected at the end with the place named. docs/supported-sql.md states each pattern and why
-the rewrite is equivalent.
+What no pass removed (NOT IN or a correlated IN used as a value, a subquery in a JOIN's ON
+clause or GROUP BY) is rejected at the end with the place named. docs/supported-sql.md states
+each pattern and why the rewrite is equivalent.
 """
 
 from __future__ import annotations

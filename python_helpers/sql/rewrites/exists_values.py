@@ -1,4 +1,4 @@
-"""Pass 2a: EXISTS and IN used as values (in the SELECT list, in CASE, as a function argument)
+"""Pass 4: EXISTS and IN used as values (in the SELECT list, in CASE, as a function argument)
 become COUNT subqueries, which the scalar-subquery pass then turns into joins:
 
     SELECT a.id, CASE WHEN EXISTS (SELECT 1 FROM b WHERE b.k = a.k AND b.v > 0) THEN 'y' ELSE 'n' END

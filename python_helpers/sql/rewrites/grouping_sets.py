@@ -1,4 +1,4 @@
-"""Pass 0: GROUPING SETS, ROLLUP and CUBE become a UNION ALL of plain GROUP BY branches.
+"""Pass 2: GROUPING SETS, ROLLUP and CUBE become a UNION ALL of plain GROUP BY branches.
 
     SELECT a, b, SUM(x), GROUPING(b) FROM t GROUP BY ROLLUP(a, b)
  => SELECT a, b, SUM(x), CAST(0 AS TINYINT) FROM t GROUP BY a, b

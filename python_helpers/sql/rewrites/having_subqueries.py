@@ -1,5 +1,5 @@
-"""Pass 1: a HAVING clause that holds a scalar subquery becomes the WHERE of a block around
-the grouped one, so that pass 2 can hoist the subquery like any WHERE subquery:
+"""Pass 3: a HAVING clause that holds a scalar subquery becomes the WHERE of a block around
+the grouped one, so that the scalar-subquery pass can hoist the subquery like any WHERE subquery:
 
     SELECT k, sum(x) AS s FROM t GROUP BY k HAVING sum(x) > (SELECT ...)
  => SELECT __dvm_hN.__dvm_o0 AS k, __dvm_hN.__dvm_o1 AS s

@@ -1,4 +1,4 @@
-"""Pass 0: LATERAL in FROM (a generator function, or a correlated subquery) becomes a form the
+"""Pass 1: LATERAL in FROM (a generator function, or a correlated subquery) becomes a form the
 other passes and the tree builder maintain.
 
 Generator functions:

@@ -1,4 +1,4 @@
-"""Pass 2: scalar subqueries in WHERE become joins with a grouped derived table.
+"""Pass 5: scalar subqueries in WHERE become joins with a grouped derived table.
 
 Uncorrelated, a single aggregate without GROUP BY returns exactly one row, so
 

@@ -1,4 +1,4 @@
-"""Pass 3: EXISTS, NOT EXISTS, IN and NOT IN (subquery) conjuncts of WHERE become semi and
+"""Pass 7: EXISTS, NOT EXISTS, IN and NOT IN (subquery) conjuncts of WHERE become semi and
 anti joins appended to the block's FROM.
 
 Correlated EXISTS: the subquery's WHERE conjuncts that read outer columns become the join

@@ -1,5 +1,5 @@
-"""Pass 3: EXISTS / IN (subquery) nested in OR (or under NOT) become top-level conjuncts of
-disjoint UNION ALL branches, which pass 4 then turns into semi and anti joins.
+"""Pass 6: EXISTS / IN (subquery) nested in OR (or under NOT) become top-level conjuncts of
+disjoint UNION ALL branches, which the semi/anti join pass then turns into semi and anti joins.
 
     SELECT ... FROM t WHERE a OR EXISTS (q)
  => SELECT ... FROM t WHERE a
