@@ -26,9 +26,9 @@ demo: install
 # DVM_HYPOTHESIS_SLOW_EXAMPLES=40 make test is the long run.
 export DVM_HYPOTHESIS_SLOW_EXAMPLES ?= 3
 
-# Lint first (ruff.toml), then type-check (mypy.ini) the paths that pass, then pytest. pytest exits 5
+# Lint first (ruff.toml), then type-check (mypy.ini) the code and the test support, then pytest. pytest exits 5
 # when it collected no test: that fails here too, never passes silently.
-MYPY_PATHS := python_helpers/dvm python_helpers/sql python_helpers/errors.py python_helpers/testing benchmarks tests/support
+MYPY_PATHS := python_helpers dbt/adapters/spark_stream benchmarks tests/support
 
 test: install
 	$(VENV)/bin/ruff check .

@@ -26,7 +26,7 @@ from python_helpers.dvm import aggregate_state as state
 from python_helpers.dvm.differentiate import delta, plain
 from python_helpers.dvm.restrict import restricted
 from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, repeat_rows, row_id, select_from, sub
-from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Node, Project
+from python_helpers.dvm.tree import WEIGHT, Aggregate, Distinct, Filter, Node, Project
 from python_helpers.errors import UnsupportedSql
 
 ROW_ID = "__dvm_row_id"
@@ -86,7 +86,33 @@ class StoredResult:
         return self.top_k.apply(view, self.output_names, orderable)
 
 
-class BagResult(StoredResult):
+class MaintainedResult(StoredResult):
+    """A result the operator tree maintains: built by `full_sql`, changed by `merge_sql`."""
+
+    def __init__(self, model: str, output_names: list[str], user_columns: list[str]):
+        super().__init__(model, output_names, user_columns)
+        # Spark types of aggregate arguments, by aggregate name: the engine asks Spark's analyser
+        # for those `typed_args` names (exact or DOUBLE accumulation depends on them).
+        self.arg_types: dict = {}
+
+    def typed_args(self) -> list:
+        """(aggregate name, argument) pairs whose Spark type the engine should look up."""
+        return []
+
+    def args_query(self, ctx: Context) -> exp.Select:
+        """A query whose columns are the `typed_args` arguments (analysed, never run)."""
+        raise NotImplementedError
+
+    def full_sql(self, ctx: Context) -> exp.Select:
+        """The stored rows (user, hidden and state columns) at the new versions."""
+        raise NotImplementedError
+
+    def merge_sql(self, ctx: Context, storage: exp.Expr, types: dict) -> exp.Expr | None:
+        """The rows to MERGE into `storage` for this refresh's change; None when nothing changes."""
+        raise NotImplementedError
+
+
+class BagResult(MaintainedResult):
     def __init__(self, model, output_names, user_columns, input_node: Node, distinct: bool):
         super().__init__(model, output_names, user_columns)
         self.input = input_node
@@ -122,7 +148,7 @@ class BagResult(StoredResult):
         dd, s = ctx.alias("d"), ctx.alias("s")
         rid = row_id(self.input.columns, dd)
         count = exp.Add(
-            this=exp.Coalesce(this=col(COUNT, s), expressions=[exp.Literal.number(0)]), expression=col("__dvm_w", dd)
+            this=exp.Coalesce(this=col(COUNT, s), expressions=[exp.Literal.number(0)]), expression=col(WEIGHT, dd)
         )
         m = select_from(
             [alias(rid, ROW_ID)]
@@ -144,7 +170,7 @@ class BagResult(StoredResult):
         return select_from(out, sub(m, mm)).where(keep, copy=False)
 
 
-class AggregateResult(StoredResult):
+class AggregateResult(MaintainedResult):
     kind = "aggregate"
 
     def __init__(self, model, output_names, user_columns, project: Project, having, agg: Aggregate):
@@ -152,9 +178,6 @@ class AggregateResult(StoredResult):
         self.project, self.having, self.agg = project, having, agg
         self.keyed = bool(agg.keys)
         self.key_store = [f"__dvm_key_{i}" for i in range(len(agg.keys))]
-        # Spark types of the algebraic aggregates' arguments (set by the engine, which asks
-        # Spark's analyser); they choose exact or DOUBLE accumulation for the variance family.
-        self.arg_types: dict = {}
         self.agg_store = [f"__dvm_agg_{j}" for j in range(len(agg.aggs))]
 
     # Stored state names: keys, count, then each aggregate's value and aux columns.
@@ -197,7 +220,6 @@ class AggregateResult(StoredResult):
         return query.group_by(*[k.copy() for k in self.agg.keys], copy=False) if self.keyed else query
 
     def typed_args(self) -> list:
-        """(aggregate name, argument) pairs whose Spark type the engine should look up."""
         return [(a.name, a.arg) for a in self.agg.aggs if a.kind in state.VAR_KINDS + ("sum", "avg")]
 
     def args_query(self, ctx: Context) -> exp.Select:
@@ -213,7 +235,7 @@ class AggregateResult(StoredResult):
             return None
         # 1. Per-group delta state.
         dcols = [alias(k.copy(), s) for k, s in zip(self.agg.keys, self.key_store)]
-        dcols.append(alias(exp.Sum(this=col("__dvm_w")), f"{COUNT}_d"))
+        dcols.append(alias(exp.Sum(this=col(WEIGHT)), f"{COUNT}_d"))
         for a, name in zip(self.agg.aggs, self.agg_store):
             dcols += state.delta_exprs(a, name, self.arg_types.get(a.name))
         if any(state.needs_unit_weights(a, self.arg_types.get(a.name)) for a in self.agg.aggs):
@@ -351,9 +373,9 @@ def _unit_weights(delta_query: exp.Expr, columns: list) -> exp.Select:
     """Each delta row repeated |w| times with weight ±1, for aggregates that add ±x because
     x * w would lose digits (wide DECIMALs). Costs the delta's total |weight| in rows, which
     is its row count unless it repeats rows (duplicates, a bag upstream's counts)."""
-    w = col("__dvm_w")
+    w = col(WEIGHT)
     sign = exp.Cast(this=exp.Anonymous(this="signum", expressions=[w.copy()]), to=exp.DataType.build("bigint"))
-    query = select_from([col(c) for c in columns] + [alias(sign, "__dvm_w")], sub(delta_query, "__dvm_uw"))
+    query = select_from([col(c) for c in columns] + [alias(sign, WEIGHT)], sub(delta_query, "__dvm_uw"))
     query = repeat_rows(query, exp.Abs(this=w.copy()), "__dvm_rep")
     return query.where(exp.NEQ(this=w.copy(), expression=exp.Literal.number(0)), copy=False)
 
@@ -363,13 +385,13 @@ def null_safe_keys(keys: list[str], left: str, right: str) -> exp.Expr:
     return exp.and_(*conds) if conds else exp.true()
 
 
-def plan_stored_result(model: str, root: Node, output_names: list[str], top_k=None) -> StoredResult:
+def plan_stored_result(model: str, root: Node, output_names: list[str], top_k=None) -> MaintainedResult:
     result = _layout(model, root, output_names)
     result.top_k = top_k
     return result
 
 
-def _layout(model: str, root: Node, output_names: list[str]) -> StoredResult:
+def _layout(model: str, root: Node, output_names: list[str]) -> MaintainedResult:
     users = storage_names(model, output_names)
     if isinstance(root, Project):
         below, having = root.child, None

@@ -67,7 +67,7 @@ class Bindings:
         so the refresh can fall back to a full one instead of failing half way."""
         path = self.pinned[relation].path
         try:
-            table = delta_tables.open_table(path, version)
+            table = delta_tables.table_at(path, version)
         except Exception as err:  # noqa: BLE001 - delta-rs raises several kinds for a lost version
             raise ChangesUnavailable(self.model, f"version {version} of source {relation} can no longer be read "
                                                  f"(log expired: {type(err).__name__}: "
@@ -158,7 +158,7 @@ class Bindings:
             return None
         if version == "old":
             self._check_readable(relation, number)
-        table = delta_tables.open_table(src.path, number)
+        table = delta_tables.table_at(src.path, number)
         files = delta_tables.files_meeting_keys(table, src.path, column, keys)
         total = len(table.file_uris())
         if files is None or len(files) == total:
@@ -194,7 +194,7 @@ class Bindings:
         self._keys[(relation, column)] = keys
         return keys
 
-    def materialize(self, query: exp.Expression) -> exp.Select:
+    def materialize(self, query: exp.Expr) -> exp.Expr:
         """Compute a (small) intermediate once, now, and serve it as a temp view: the SQL that
         reads it several times then does not recompute it (Spark would, for each reference)."""
         frame = self.spark.sql(render(query)).localCheckpoint(eager=True)

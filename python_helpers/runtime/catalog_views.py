@@ -67,11 +67,11 @@ def directory_relation(path: str, escaped: bool = False) -> exp.Table:
                      db=exp.to_identifier("parquet"))
 
 
-def generation_query(gen: str, spark_types: dict, partition_columns: list) -> exp.Select:
+def generation_query(gen: str, spark_types: dict, partition_columns: list) -> exp.Expr:
     """The table's rows from a generation directory (published_files.link_generation)."""
     from python_helpers.runtime.published_files import PARTITION_DIR
 
-    def cast(table: str, name: str) -> exp.Expression:
+    def cast(table: str, name: str) -> exp.Expr:
         column = exp.column(exp.to_identifier(name, quoted=True), table=table)
         return exp.alias_(exp.Cast(this=column, to=exp.DataType.build(spark_types[name])), name, quoted=True)
 
@@ -136,7 +136,7 @@ class Catalog:
                 role = "legacy"
         return True, role
 
-    def publish_view(self, schema: str, name: str, query: exp.Expression, role: str, model: str,
+    def publish_view(self, schema: str, name: str, query: exp.Expr, role: str, model: str,
                      take_over: bool = False, legacy_mark: Optional[str] = None) -> bool:
         """Create or alter the view `schema.name` to `query`. Returns False (nothing done) when
         the name belongs to an object this project did not create and `take_over` is off for a
@@ -257,7 +257,7 @@ def files_query(root: str, files: list, spark_types: dict, partition_columns: li
                                                 to=exp.DataType.build(t)), n, quoted=True))
         data_types = {n: t for n, t in spark_types.items() if n not in partition_columns}
         branches.append(exp.select(*cols).from_(files_relation(root, group, data_types)))
-    out = branches[0]
+    out: exp.Expression = branches[0]
     for b in branches[1:]:
         out = exp.Union(this=out, expression=b, distinct=False)
     return out

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from python_helpers.dvm.tree import WEIGHT
 from python_helpers.runtime import delta_log, paths
 from python_helpers.runtime.delta_tables import consolidate_arrow, normalize_schema, spark_schema
 
-WEIGHT = "__dvm_w"
 CHANGE_TYPE = "_change_type"
 WEIGHT_OF_CHANGE = {"insert": 1, "delete": -1, "update_preimage": -1, "update_postimage": 1}
 # Up to this many change rows (counted or estimated from the log) a source's change is read in
@@ -33,7 +33,7 @@ DRIVER_READ_MAX_ROWS = 50_000
 
 @dataclass
 class Changes:
-    frame: object  # Spark DataFrame: the read columns + __dvm_w
+    frame: Any  # a Spark DataFrame (pyspark is imported lazily): the read columns + the weight
     rows: int  # exact when `consolidated`, else the log's estimate
     consolidated: bool  # rows with equal values were summed and cancelled ones dropped
     arrow: Optional[pa.Table] = None  # the rows, when they were read in the driver

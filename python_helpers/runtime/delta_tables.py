@@ -16,6 +16,7 @@ import pyarrow.compute  # noqa: F401 - pa.compute
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from python_helpers.dvm.tree import WEIGHT
 from python_helpers.runtime import paths
 
 CDF_PROPERTY = "delta.enableChangeDataFeed"
@@ -52,6 +53,15 @@ def open_table(path: str, version: Optional[int] = None) -> Optional[DeltaTable]
         return None
 
 
+def table_at(path: str, version: Optional[int] = None) -> DeltaTable:
+    """The Delta table at `path` (optionally at `version`) that the caller has already found:
+    a table gone since is an error, not a None to carry on with."""
+    table = open_table(path, version)
+    if table is None:
+        raise FileNotFoundError(f"no Delta table at {path} (removed while the refresh ran?)")
+    return table
+
+
 def add_actions(table: DeltaTable) -> pa.Table:
     """The snapshot's add actions (one row per live file) as a pyarrow table."""
     actions = table.get_add_actions(flatten=True)
@@ -83,7 +93,8 @@ def file_paths(table: DeltaTable, table_path: str) -> list:
 
 def arrow_schema(table: DeltaTable) -> pa.Schema:
     schema = table.schema()
-    raw = schema.to_arrow() if hasattr(schema, "to_arrow") else schema.to_pyarrow()
+    # deltalake 1.x has to_arrow; older releases only to_pyarrow.
+    raw = schema.to_arrow() if hasattr(schema, "to_arrow") else schema.to_pyarrow()  # type: ignore[attr-defined]
     return normalize_schema(pa.schema(raw))
 
 
@@ -96,7 +107,7 @@ def state_of(table: DeltaTable, path: str) -> TableState:
     if config.get("delta.columnMapping.mode", "none") not in ("none", None) and "columnMapping" not in unreadable:
         unreadable.append("columnMapping")
     return TableState(
-        path=path, version=table.version(), table_id=meta.id,
+        path=path, version=table.version(), table_id=str(meta.id),
         cdf_enabled=str(config.get(CDF_PROPERTY, "false")).lower() == "true",
         arrow_schema=arrow_schema(table), partition_columns=list(meta.partition_columns or []),
         unreadable_features=unreadable,
@@ -160,7 +171,7 @@ def snapshot_frame(spark, state: TableState, version: int, columns: Optional[lis
 
 
 def _snapshot_frame(spark, state: TableState, version: int, columns: Optional[list] = None):
-    table = open_table(state.path, version)
+    table = table_at(state.path, version)
     files = file_paths(table, state.path)
     schema = spark_schema(state.arrow_schema if version == state.version else arrow_schema(table))
     if not files:
@@ -242,13 +253,13 @@ def consolidate_arrow(data: pa.Table) -> Optional[pa.Table]:
     column read here), before the rows ever reach Spark. None when Arrow cannot group by these
     column types (nested ones); Spark consolidates then. Treating -0.0 and 0.0, or two NaNs, as
     different rows only consolidates less, which every delta rule tolerates."""
-    keys = [n for n in data.column_names if n != "__dvm_w"]
+    keys = [n for n in data.column_names if n != WEIGHT]
     if data.num_rows == 0:
         return data
     try:  # keys is never empty: every source is read for at least one column
-        grouped = data.group_by(keys, use_threads=False).aggregate([("__dvm_w", "sum")])
+        grouped = data.group_by(keys, use_threads=False).aggregate([(WEIGHT, "sum")])
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
         return None
-    grouped = grouped.rename_columns([("__dvm_w" if n == "__dvm_w_sum" else n) for n in grouped.column_names])
-    grouped = grouped.filter(pa.compute.not_equal(grouped.column("__dvm_w"), 0))
+    grouped = grouped.rename_columns([(WEIGHT if n == f"{WEIGHT}_sum" else n) for n in grouped.column_names])
+    grouped = grouped.filter(pa.compute.not_equal(grouped.column(WEIGHT), 0))
     return grouped.select(data.column_names).cast(data.schema)

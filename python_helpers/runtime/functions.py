@@ -119,7 +119,7 @@ def _is_instance(jvm, class_name: str) -> bool:
     return False
 
 
-def mark_user_functions(spark, model: str, query: exp.Expression) -> tuple[exp.Expression, Optional[UnsupportedSql]]:
+def mark_user_functions(spark, model: str, query: exp.Expr) -> tuple[exp.Expr, Optional[UnsupportedSql]]:
     """The query with user-defined aggregate calls marked as aggregates, and the reason it is not
     differentiable if it calls a non-deterministic function."""
     query = query.copy()
@@ -127,9 +127,10 @@ def mark_user_functions(spark, model: str, query: exp.Expression) -> tuple[exp.E
     problem = None
     for node in list(query.find_all(exp.Anonymous)):
         name = str(node.this).lower()
-        qualified = isinstance(node.parent, exp.Dot) and node.arg_key == "expression"
-        if qualified:
-            name = f"{node.parent.this.name.lower()}.{name}"
+        parent = node.parent
+        qualified = isinstance(parent, exp.Dot) and node.arg_key == "expression"
+        if isinstance(parent, exp.Dot) and qualified:
+            name = f"{parent.this.name.lower()}.{name}"
         elif name in SPARK_AGGREGATE_NAMES:
             continue
         key = (name, len(node.expressions))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 from python_helpers.runtime import paths, steps
-from python_helpers.runtime.delta_tables import open_table
+from python_helpers.runtime.delta_tables import open_table, table_at
 
 DEFAULT_RETENTION_HOURS = 168.0
 VACUUM_EVERY = 20  # commits between two vacuums of a stored result
@@ -34,7 +34,7 @@ def tidy(target: str, retention_hours: float, log: Callable[[str, str], None], m
     steps.reached("vacuuming")
     try:
         table.vacuum(retention_hours=int(retention_hours), enforce_retention_duration=False, dry_run=False)
-        table = open_table(target)
+        table = table_at(target)
         table.create_checkpoint()
         table.cleanup_metadata()
     except Exception as err:  # noqa: BLE001 - tidying is retried by the next refresh

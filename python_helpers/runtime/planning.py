@@ -12,34 +12,35 @@ from typing import Optional
 from sqlglot import exp
 
 from python_helpers.dvm.plan_query import query_tree
-from python_helpers.dvm.tree import RECURSION_PREFIX, Scan, walk
+from python_helpers.dvm.tree import RECURSION_PREFIX, Node, Scan, walk
 from python_helpers.errors import UnsupportedSql
 from python_helpers.runtime import functions
-from python_helpers.runtime.api import RefreshRequest
+from python_helpers.runtime.requests import RefreshRequest
 from python_helpers.runtime.sources import pin_sources
 from python_helpers.runtime.view_inlining import inline_views
 from python_helpers.sql.parse import DIALECT, parse_query, source_relations
+from python_helpers.sql.top_k import TopK
 
 
 @dataclass
 class Plan:
     """Everything known about the query before any data is read."""
 
-    query: exp.Expression
+    query: exp.Expr
     pinned: dict
-    tree: Optional[object]  # None when the query is outside the differential set
+    tree: Optional[Node]  # None when the query is outside the differential set
     unsupported: Optional[UnsupportedSql]
     columns: dict  # relation -> source columns read
-    top_k: Optional[object] = None  # sql.top_k.TopK when the query ends in ORDER BY ... LIMIT
+    top_k: Optional[TopK] = None  # when the query ends in ORDER BY ... LIMIT
     definition: str = ""  # the SQL the stored result is defined by (views inlined): fingerprinted
 
 
 def plan_request(spark, request: RefreshRequest) -> Plan:
     """Parse, inline views, pin the Delta sources and plan the tree."""
     model = request.model
-    query = parse_query(model, request.sql)
+    parsed = parse_query(model, request.sql)
     overrides = {k.lower(): v for k, v in (request.sources or {}).items()}
-    inlined = inline_views(spark, model, query, overrides)
+    inlined = inline_views(spark, model, parsed, overrides)
     relations = [r for r in source_relations(inlined.query) if r not in inlined.kept]
     pinned = pin_sources(spark, model, relations, {**overrides, **inlined.overrides}, inlined.versions,
                          inlined.pinned_by)
@@ -50,10 +51,12 @@ def plan_request(spark, request: RefreshRequest) -> Plan:
     return plan
 
 
-def _plan(model: str, query: exp.Expression, pinned: dict, unsupported: Optional[UnsupportedSql] = None,
+def _plan(model: str, query: exp.Expr, pinned: dict, unsupported: Optional[UnsupportedSql] = None,
           weights: Optional[dict] = None) -> Plan:
     schemas = {r: s.spark_types for r, s in pinned.items()}
-    tree, top_k = None, None
+    tree: Optional[Node] = None
+    top_k: Optional[TopK] = None
+    assert isinstance(query, exp.Query), "parsing and view inlining keep a query a query"
     try:
         if unsupported is None:
             tree, top_k = query_tree(model, query, schemas, weights)

@@ -30,7 +30,7 @@ def _schema_hash(spark_types: dict) -> str:
 
 def _newer(marker: Optional[dict], table_id: str, version: int) -> bool:
     """The marker already shows `version` of this table, or a later one."""
-    return bool(marker) and marker.get("table_id") == table_id and marker.get("version", -1) >= version
+    return marker is not None and marker.get("table_id") == table_id and marker.get("version", -1) >= version
 
 
 def _version_files(table, table_path: str) -> tuple[list, list]:
@@ -67,10 +67,10 @@ def publish_stream_table(spark, schema: str, name: str, model: str, target: str,
                          docs: Optional[dict] = None) -> None:
     """Point the view `schema.name` at the newest version of the stored result (with the column
     comments of `docs`, dbt's persisted descriptions: view_comments.py)."""
-    stored = delta_tables.open_table(target)
+    stored = delta_tables.table_at(target)
     arrow = delta_tables.arrow_schema(stored)
     types = delta_tables.spark_type_strings(arrow)
-    version, table_id = stored.version(), stored.metadata().id
+    version, table_id = stored.version(), str(stored.metadata().id)
     root = published_files.stream_root(target)
     catalog = catalog_views.catalog_key(spark)
     marker = published_files.read_marker(root, catalog)
@@ -79,6 +79,7 @@ def publish_stream_table(spark, schema: str, name: str, model: str, target: str,
     files = delta_tables.file_paths(stored, target)
     gen = published_files.link_generation(root, version, files) if files else None
     steps.reached("stream_generation_linked")
+    relation: exp.Expr
     if gen is not None:
         relation = catalog_views.directory_relation(gen)
     else:
@@ -107,10 +108,11 @@ def publish_source(spark, relation: str, src, model: str, log: Log, retention_se
     if _newer(marker, state.table_id, state.version) and (
             catalog_views.known(spark, schema, name) or Catalog(spark).exists(schema, name)):
         return  # shown already, or a newer version is: a source view never moves back
-    table = delta_tables.open_table(src.path, state.version)
+    table = delta_tables.table_at(src.path, state.version)
     files, partitions = _version_files(table, src.path)
     types = src.spark_types
     parts = list(state.partition_columns)
+    query: exp.Expr
     if not files:
         cols = [exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True)
                 for n, t in types.items()]
@@ -156,7 +158,7 @@ def up_to_date(spark, request, plan, target: str) -> bool:
     stored = delta_tables.open_table(target)
     if stored is None:
         return False
-    if not _newer(stream_table_marker(spark, target), stored.metadata().id, stored.version()):
+    if not _newer(stream_table_marker(spark, target), str(stored.metadata().id), stored.version()):
         return False
     catalog = Catalog(spark)
     key = catalog_views.catalog_key(spark)
@@ -165,7 +167,7 @@ def up_to_date(spark, request, plan, target: str) -> bool:
             continue
         schema, name = relation.split(".")[-2:]
         marker = published_files.read_marker(published_files.source_root(source_schema_dir(spark, relation), name), key)
-        if not _newer(marker, src.state.table_id, src.state.version):
+        if marker is None or not _newer(marker, src.state.table_id, src.state.version):
             return False
         if not marker.get("skipped") and not catalog.exists(schema, name):
             catalog_views.forget(spark)

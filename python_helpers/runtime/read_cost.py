@@ -52,14 +52,14 @@ class ReadEstimate:
                 f"(auto switches over {threshold:g}x): a full refresh is cheaper")
 
 
-def estimate(query: exp.Expression, view_bytes: dict, full_bytes: int) -> ReadEstimate:
+def estimate(query: exp.Expr, view_bytes: dict, full_bytes: int) -> ReadEstimate:
     """The bytes `query` reads through the views named in `view_bytes` (view name -> bytes of
     the files it covers), each reference counted, a CTE's reads counted at each use of it."""
     bodies = {cte.alias_or_name.lower(): cte.this for cte in query.find_all(exp.CTE)}
     sizes = {name.lower(): size for name, size in view_bytes.items()}
     memo: dict = {}
 
-    def cost(node: exp.Expression, seen: frozenset) -> tuple[int, int]:
+    def cost(node: exp.Expr, seen: frozenset) -> tuple[int, int]:
         total = refs = 0
         for table in node.find_all(exp.Table):
             name = table.name.lower()

@@ -66,8 +66,9 @@ def pin_sources(spark, model: str, relations: list, overrides: dict, versions: O
             raise SourceMissing(model, f"table reference '{relation}' has no schema",
                                 "reference sources as schema.table (dbt: {{ source('shop', 'orders') }})") from None
         table = open_table(path)
-        if table is not None and (versions or {}).get(relation) is not None:
-            table = open_table(path, versions[relation])
+        pinned_version = (versions or {}).get(relation)
+        if table is not None and pinned_version is not None:
+            table = open_table(path, pinned_version)
         if table is None:
             raise SourceMissing(
                 model, f"source {relation} is not a Delta table at {path}",

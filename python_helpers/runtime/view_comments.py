@@ -56,7 +56,7 @@ def with_column_docs(spark, schema: str, name: str, query: exp.Expression, docs:
     return exp.Union(this=first, expression=rest, distinct=False)
 
 
-def unwrapped(view: exp.Expression) -> exp.Expression:
+def unwrapped(view: exp.Expr) -> exp.Expr:
     """The rows' query of a view `with_column_docs` made (an upstream stream table's view, as
     parsed for inlining); any other query as it is."""
     if not isinstance(view, exp.Union) or view.args.get("distinct"):

@@ -35,7 +35,7 @@ COUNT_COLUMN = "__dvm_count"
 
 @dataclass
 class Inlined:
-    query: exp.Expression
+    query: exp.Expr
     views: list = field(default_factory=list)  # relations inlined
     kept: set = field(default_factory=set)  # views left as they are (read by name in a full refresh)
     unsupported: Optional[UnsupportedSql] = None
@@ -45,7 +45,7 @@ class Inlined:
     pinned_by: dict = field(default_factory=dict)  # relation -> the upstream stream table pinning it
 
 
-def inline_views(spark, model: str, query: exp.Expression, overrides: dict) -> Inlined:
+def inline_views(spark, model: str, query: exp.Expr, overrides: dict) -> Inlined:
     out = Inlined(query)
     try:
         out.query = _inline(spark, model, query, overrides, out, depth=0)
@@ -60,7 +60,7 @@ def inline_views(spark, model: str, query: exp.Expression, overrides: dict) -> I
     return out
 
 
-def _inline(spark, model: str, query: exp.Expression, overrides: dict, out: Inlined, depth: int) -> exp.Expression:
+def _inline(spark, model: str, query: exp.Expr, overrides: dict, out: Inlined, depth: int) -> exp.Expr:
     ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
 
     def swap(node):
@@ -92,7 +92,7 @@ def _inline(spark, model: str, query: exp.Expression, overrides: dict, out: Inli
     return query.copy().transform(swap)
 
 
-def _upstream(spark, model: str, relation: str, view: exp.Expression, out: Inlined) -> exp.Expression:
+def _upstream(spark, model: str, relation: str, view: exp.Expr, out: Inlined) -> exp.Expr:
     """The view of an upstream stream table, reading its stored table as a source."""
     from python_helpers.runtime.view_comments import unwrapped
 
@@ -110,6 +110,7 @@ def _upstream(spark, model: str, relation: str, view: exp.Expression, out: Inlin
         lateral.pop()  # LATERAL VIEW explode(sequence(1, __dvm_count)): the scan's multiplicity
         out.weights[stored] = COUNT_COLUMN
     from_ = view.args.get("from_") or view.args.get("from")
+    assert from_ is not None, "the view of a stream table always reads its stored table"
     from_.set("this", exp.Table(this=exp.to_identifier(f"{STORED_PREFIX}{name}".lower()),
                                 db=exp.to_identifier(schema.lower()), alias=exp.TableAlias(
                                     this=exp.to_identifier("__dvm_stored"))))
@@ -157,14 +158,14 @@ def _view(spark, relation: str):
     return text, namespace, names
 
 
-def _qualify_tables(query: exp.Expression, namespace: str) -> None:
+def _qualify_tables(query: exp.Expr, namespace: str) -> None:
     ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
     for table in query.find_all(exp.Table):
         if table.name and not table.db and table.name.lower() not in ctes:
             table.set("db", exp.to_identifier(namespace))
 
 
-def _renamed(query: exp.Expression, names: list) -> exp.Expression:
+def _renamed(query: exp.Expr, names: list) -> exp.Expr:
     """The view's own column names, when it declared a column list that differs from its query's."""
     select = query
     while isinstance(select, exp.SetOperation):

@@ -19,7 +19,7 @@ from dbt.adapters.spark.connections import (
 from dbt_common.dataclass_schema import StrEnum
 from dbt_common.exceptions import DbtRuntimeError
 
-from python_helpers.runtime.api import ENGINES
+from python_helpers.runtime.requests import ENGINES
 
 ADAPTER_TYPE = "spark_stream"
 
@@ -74,7 +74,7 @@ class SparkStreamConnectionManager(SparkConnectionManager):
             from dbt.adapters.spark_stream.spark_connect import make_handle
 
             connection.handle = make_handle(connection.credentials)
-            connection.state = ConnectionState.OPEN  # type: ignore[assignment]
+            connection.state = ConnectionState.OPEN
             return connection
         if connection.credentials.method == SparkConnectionMethod.SESSION:
             # Spark reads PYSPARK_PYTHON once, when the session's context starts, and the

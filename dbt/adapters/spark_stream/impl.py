@@ -38,14 +38,15 @@ class SparkStreamConfig(SparkConfig):
 
 
 class SparkStreamAdapter(SparkAdapter):
-    ConnectionManager = SparkStreamConnectionManager  # type: ignore[assignment]
-    AdapterSpecificConfigs = SparkStreamConfig  # type: ignore[assignment]
+    ConnectionManager = SparkStreamConnectionManager
+    AdapterSpecificConfigs = SparkStreamConfig
 
     @classmethod
     def get_adapter_run_info(cls, config) -> AdapterTrackingRelationInfo:
         # dbt's default derives the module from the class name ("SparkStreamAdapter" ->
         # dbt.adapters.sparkstream) and fails on every model when usage tracking is on.
-        return AdapterTrackingRelationInfo(
+        # mypy sees the frozen dataclass's generated __hash__ as abstract.
+        return AdapterTrackingRelationInfo(  # type: ignore[abstract]
             adapter_name=ADAPTER_TYPE,
             base_adapter_version=import_module("dbt.adapters.__about__").version,
             adapter_version=import_module("dbt.adapters.spark_stream.__version__").version,
@@ -187,7 +188,7 @@ class SparkStreamAdapter(SparkAdapter):
         credentials = self.connections.get_thread_connection().credentials
         spark = self._spark(model)
         try:
-            from python_helpers.runtime.api import RefreshRequest
+            from python_helpers.runtime.requests import RefreshRequest
         except ImportError as exc:  # a broken install should say so, not show a traceback
             raise DbtRuntimeError(f"stream table '{model}': cannot load the refresh engine: {exc}") from exc
         request = RefreshRequest(
