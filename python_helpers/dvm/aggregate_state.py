@@ -8,11 +8,17 @@ Each AggCall j keeps its value in `__dvm_agg_j` plus auxiliary columns:
   min / max                value; LEAST/GREATEST with inserted values, rescan of the group
                            only when a deleted value reaches the stored extremum
   other                    value; the group is re-aggregated from the new snapshot
+
+One `AggregateStrategy` subclass per family (at the end of this module) holds its state
+columns, its delta aggregates, its update and when it rescans; `strategy_for` finds it by
+AggCall.kind. A new algebraic aggregate is one more subclass (and its kind in sql/aggregates.py).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import ClassVar
 
 from sqlglot import exp
 
@@ -20,16 +26,6 @@ from python_helpers.dvm.sqlgen import alias, col
 from python_helpers.dvm.tree import WEIGHT, AggCall
 
 VAR_KINDS = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
-
-
-def aux_suffixes(agg: AggCall) -> list[str]:
-    if agg.kind == "sum":
-        return ["nn"]
-    if agg.kind == "avg":
-        return ["sum", "nn"]
-    if agg.kind in VAR_KINDS:
-        return ["nn", "s", "q"]
-    return []
 
 
 def _double(e: exp.Expr) -> exp.Expr:
@@ -86,14 +82,6 @@ def _weighted(value: exp.Expr, value_type: str | None) -> exp.Expr:
     return _case(exp.GT(this=col(WEIGHT), expression=exp.Literal.number(0)), value.copy(), exp.Neg(this=value.copy()))
 
 
-def needs_unit_weights(agg: AggCall, arg_type: str | None) -> bool:
-    """Must the delta rows reach this aggregate with weights of ±1 (each row repeated |w|
-    times)? Only where x * w would lose digits: DECIMALs of more than 17 digits."""
-    if agg.kind in ("sum", "avg") or agg.kind in VAR_KINDS:
-        return not exact_times_weight(value_type(agg, arg_type))
-    return False
-
-
 def exact_sum_type(type_: str | None) -> bool:
     """Can old + delta be added exactly in this stored type? Spark adds two DECIMAL(38, s) in
     DECIMAL(39, s), which exceeds 38 digits, and then keeps only max(s - 1, 6) digits of scale."""
@@ -128,16 +116,6 @@ def value_type(agg: AggCall, arg_type: str | None) -> str | None:
     return moment_type(arg_type) if agg.kind in VAR_KINDS else arg_type
 
 
-def may_rescan(agg: AggCall, arg_type: str | None) -> bool:
-    """Can a group of this algebraic aggregate need a rescan (beyond non-algebraic ones)?"""
-    if agg.kind in ("sum", "avg") or agg.kind in VAR_KINDS:
-        dec = _decimal(value_type(agg, arg_type))
-        # A stored DECIMAL(38, s > 6) sum can hold values beyond DECIMAL(37, s) (_exact_plus).
-        wide_sum = dec is not None and (agg.kind in VAR_KINDS or min(38, dec[0] + 10) == 38) and dec[1] > 6
-        return wide_sum or double_variance(agg, arg_type) or (agg.kind == "avg" and not avg_division_exact(arg_type))
-    return False
-
-
 def avg_division_exact(arg_type: str | None) -> bool:
     """Does Σx / n, as Spark divides DECIMALs, keep every digit of AVG's result scale?
 
@@ -169,130 +147,6 @@ def _nonnull_weight(arg: exp.Expr) -> exp.Expr:
     )
 
 
-def state_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expr]:
-    """Columns computing the state from plain rows (full build, group rescan)."""
-    out = [alias(agg.expr.copy(), name)]
-    if agg.kind == "sum":
-        out.append(alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn"))
-    elif agg.kind == "avg":
-        out += [
-            alias(exp.Sum(this=_arg(agg).copy()), f"{name}_sum"),
-            alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn"),
-        ]
-    elif agg.kind in VAR_KINDS:
-        x = _as(_arg(agg), moment_type(arg_type))
-        out += [
-            alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn"),
-            alias(exp.Sum(this=x), f"{name}_s"),
-            alias(exp.Sum(this=exp.Mul(this=x.copy(), expression=x.copy())), f"{name}_q"),
-        ]
-    return out
-
-
-def delta_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expr]:
-    """Per-group aggregates over the weighted delta (consumed by new_state)."""
-    w = col(WEIGHT)
-    if agg.kind == "count_star":
-        return [alias(exp.Sum(this=w), f"{name}_d")]
-    if agg.kind == "count":
-        return [alias(_nonnull_weight(_arg(agg)), f"{name}_d")]
-    if agg.kind in ("sum", "avg"):
-        return [
-            alias(exp.Sum(this=_weighted(_arg(agg), arg_type)), f"{name}_ds"),
-            alias(_nonnull_weight(_arg(agg)), f"{name}_dnn"),
-        ]
-    if agg.kind in VAR_KINDS:
-        mt = moment_type(arg_type)
-        x = _as(_arg(agg), mt)
-        deleted = exp.and_(
-            exp.LT(this=w.copy(), expression=exp.Literal.number(0)),
-            exp.Not(this=exp.Is(this=_arg(agg).copy(), expression=exp.Null())),
-        )
-        return [
-            alias(_nonnull_weight(_arg(agg)), f"{name}_dnn"),
-            alias(exp.Sum(this=_weighted(x, mt)), f"{name}_ds"),
-            alias(exp.Sum(this=_weighted(exp.Mul(this=x.copy(), expression=x.copy()), mt)), f"{name}_dq"),
-            alias(exp.Max(this=_case(deleted, exp.Literal.number(1), exp.Literal.number(0))), f"{name}_ddel"),
-        ]
-    if agg.kind in ("min", "max"):
-        fn = exp.Min if agg.kind == "min" else exp.Max
-        pos = exp.GT(this=w.copy(), expression=exp.Literal.number(0))
-        neg = exp.LT(this=w.copy(), expression=exp.Literal.number(0))
-        return [
-            alias(fn(this=_case(pos, _arg(agg).copy())), f"{name}_ins"),
-            alias(fn(this=_case(neg, _arg(agg).copy())), f"{name}_del"),
-        ]
-    return []
-
-
-def new_state(
-    agg: AggCall, name: str, old: str, d: str, types: dict, arg_type: str | None = None
-) -> tuple[list[exp.Expr], exp.Expr]:
-    """(new state columns named like the stored ones, rescan-needed predicate) for one group.
-
-    `old` / `d` are the table aliases of the stored row (NULL if the group is new) and of the
-    group's delta; `types` maps stored column names to their Spark types.
-    """
-    zero = exp.Literal.number(0)
-    o = lambda suffix="": col(f"{name}{suffix}", old)  # noqa: E731
-    dd = lambda suffix: col(f"{name}{suffix}", d)  # noqa: E731
-    coalesce0 = lambda e: exp.Coalesce(this=e, expressions=[zero.copy()])  # noqa: E731
-    plus = lambda a, b: exp.Add(this=a, expression=b)  # noqa: E731
-    no_rescan = exp.false()
-    if agg.kind in ("count_star", "count"):
-        return [alias(plus(coalesce0(o()), coalesce0(dd("_d"))), name)], no_rescan
-    if agg.kind in ("sum", "avg"):
-        nn = plus(coalesce0(o("_nn")), coalesce0(dd("_dnn")))
-        has = exp.GT(this=nn.copy(), expression=zero.copy())
-        total_col = o("") if agg.kind == "sum" else o("_sum")
-        sum_type = types.get(name if agg.kind == "sum" else f"{name}_sum")
-        added, inexact = _exact_plus(coalesce0(total_col), coalesce0(dd("_ds")), sum_type)
-        total = _case(has, added)
-        rescan = inexact
-        if agg.kind == "sum":
-            return [alias(total, name), alias(nn, f"{name}_nn")], rescan
-        sum_type = sum_type or "double"
-        numerator: exp.Expr = exp.Cast(this=total.copy(), to=exp.DataType.build(sum_type))
-        if sum_type.startswith("decimal"):
-            denominator: exp.Expr = exp.Cast(this=nn.copy(), to=exp.DataType.build("decimal(20,0)"))
-        else:
-            numerator, denominator = _double(numerator), _double(nn)
-        value: exp.Expr = _case(has.copy(), exp.Div(this=numerator, expression=denominator))
-        if not avg_division_exact(arg_type):
-            rescan = exp.true()
-        return [alias(value, name), alias(total, f"{name}_sum"), alias(nn, f"{name}_nn")], rescan
-    if agg.kind in VAR_KINDS:
-        nn = plus(coalesce0(o("_nn")), coalesce0(dd("_dnn")))
-        s_type, q_type = types.get(f"{name}_s"), types.get(f"{name}_q")
-        s, s_inexact = _exact_plus(coalesce0(o("_s")), coalesce0(dd("_ds")), s_type)
-        q, q_inexact = _exact_plus(coalesce0(o("_q")), coalesce0(dd("_dq")), q_type)
-        exact = (s_type or "double").startswith("decimal")
-        rescan = (
-            exp.or_(s_inexact, q_inexact)
-            if exact
-            else exp.EQ(this=coalesce0(dd("_ddel")), expression=exp.Literal.number(1))
-        )
-        return [
-            alias(_variance(agg.kind, nn, s, q, exact), name),
-            alias(nn, f"{name}_nn"),
-            alias(s, f"{name}_s"),
-            alias(q, f"{name}_q"),
-        ], rescan
-    if agg.kind in ("min", "max"):
-        pick = exp.Least if agg.kind == "min" else exp.Greatest
-        reaches = exp.LTE if agg.kind == "min" else exp.GTE
-        value = pick(this=o(""), expressions=[dd("_ins")])
-        # A deleted value at or beyond the candidate (the old extremum or an inserted value: an
-        # unconsolidated delta can insert and delete the same value) may have been it.
-        rescan = exp.and_(
-            exp.Not(this=exp.Is(this=dd("_del"), expression=exp.Null())),
-            exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
-            reaches(this=dd("_del"), expression=value.copy()),
-        )
-        return [alias(value, name)], rescan
-    return [alias(o(""), name)], exp.true()
-
-
 def _variance(kind: str, n: exp.Expr, s: exp.Expr, q: exp.Expr, exact: bool) -> exp.Expr:
     """Variance from count, Σx and Σx²; NULL where Spark's aggregate gives NULL.
 
@@ -320,3 +174,279 @@ def _variance(kind: str, n: exp.Expr, s: exp.Expr, q: exp.Expr, exact: bool) -> 
         var = exp.Sqrt(this=var)
     minimum = 1 if samp else 0
     return _case(exp.GT(this=n.copy(), expression=exp.Literal.number(minimum)), var)
+
+
+# -- strategies: one class per family of aggregates -------------------------------------------
+
+
+def _coalesce0(e: exp.Expr) -> exp.Expr:
+    return exp.Coalesce(this=e, expressions=[exp.Literal.number(0)])
+
+
+def _plus(a: exp.Expr, b: exp.Expr) -> exp.Expr:
+    return exp.Add(this=a, expression=b)
+
+
+@dataclass(frozen=True)
+class GroupRefs:
+    """Column references of one aggregate in a group: its stored state (table alias `old`, NULL
+    when the group is new) and the group's delta (`d`, the columns `delta_exprs` named)."""
+
+    name: str
+    old: str
+    d: str
+
+    def stored(self, suffix: str = "") -> exp.Expr:
+        return col(f"{self.name}{suffix}", self.old)
+
+    def delta(self, suffix: str) -> exp.Expr:
+        return col(f"{self.name}{suffix}", self.d)
+
+
+class AggregateStrategy:
+    """How one family of aggregates is kept per group of the stored result.
+
+    Subclasses name the `kinds` they handle (AggCall.kind, from sql/aggregates.py) and are
+    registered by being defined. The default is the group rescan: the value alone is stored and
+    every changed group is re-aggregated from the new snapshot.
+    """
+
+    kinds: ClassVar[tuple[str, ...]] = ()
+    aux: ClassVar[tuple[str, ...]] = ()  # suffixes of the state columns stored beside the value
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for kind in cls.kinds:
+            _STRATEGIES[kind] = cls()
+
+    def state_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
+        """Columns computing the value and its state from plain rows (full build, group rescan)."""
+        return [alias(agg.expr.copy(), name)]
+
+    def delta_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
+        """Per-group aggregates over the weighted delta (read back by new_state as `d`)."""
+        return []
+
+    def new_state(self, agg: AggCall, g: GroupRefs, types: dict, arg_type: str | None) -> tuple[list, exp.Expr]:
+        """(new value and state columns, named like the stored ones; predicate: the group must
+        be rescanned instead). `types` maps stored column names to their Spark types."""
+        return [alias(g.stored(""), g.name)], exp.true()
+
+    def may_rescan(self, agg: AggCall, arg_type: str | None) -> bool:
+        """Can a group of this algebraic aggregate need a rescan (for these argument types)?"""
+        return False
+
+    def needs_unit_weights(self, agg: AggCall, arg_type: str | None) -> bool:
+        """Must the delta rows reach it with weights of ±1 (x * w would lose digits)?"""
+        return False
+
+
+_STRATEGIES: dict[str, AggregateStrategy] = {}
+_RESCAN = AggregateStrategy()
+
+
+def strategy_for(agg: AggCall) -> AggregateStrategy:
+    return _STRATEGIES.get(agg.kind, _RESCAN)
+
+
+class CountStrategy(AggregateStrategy):
+    """COUNT(*) and COUNT(x): new = old + Σw (of the non-NULL x)."""
+
+    kinds = ("count_star", "count")
+
+    def delta_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
+        if agg.kind == "count_star":
+            return [alias(exp.Sum(this=col(WEIGHT)), f"{name}_d")]
+        return [alias(_nonnull_weight(_arg(agg)), f"{name}_d")]
+
+    def new_state(self, agg: AggCall, g: GroupRefs, types: dict, arg_type: str | None) -> tuple[list, exp.Expr]:
+        return [alias(_plus(_coalesce0(g.stored()), _coalesce0(g.delta("_d"))), g.name)], exp.false()
+
+
+class _ExactSums(AggregateStrategy):
+    """Families that keep running sums of x (exact in DECIMAL where Spark's types allow)."""
+
+    def needs_unit_weights(self, agg: AggCall, arg_type: str | None) -> bool:
+        return not exact_times_weight(value_type(agg, arg_type))
+
+    def _wide_sum(self, agg: AggCall, arg_type: str | None) -> bool:
+        dec = _decimal(value_type(agg, arg_type))
+        # A stored DECIMAL(38, s > 6) sum can hold values beyond DECIMAL(37, s) (_exact_plus).
+        return dec is not None and (agg.kind in VAR_KINDS or min(38, dec[0] + 10) == 38) and dec[1] > 6
+
+    def may_rescan(self, agg: AggCall, arg_type: str | None) -> bool:
+        return self._wide_sum(agg, arg_type)
+
+    def delta_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
+        return [
+            alias(exp.Sum(this=_weighted(_arg(agg), arg_type)), f"{name}_ds"),
+            alias(_nonnull_weight(_arg(agg)), f"{name}_dnn"),
+        ]
+
+    def _total(self, g: GroupRefs, stored_sum: str, types: dict) -> tuple[exp.Expr, exp.Expr, exp.Expr, str | None]:
+        """(non-NULL count, new sum — NULL when that count is 0 —, inexact predicate, sum type)."""
+        nn = _plus(_coalesce0(g.stored("_nn")), _coalesce0(g.delta("_dnn")))
+        has = exp.GT(this=nn.copy(), expression=exp.Literal.number(0))
+        sum_type = types.get(f"{g.name}{stored_sum}")
+        added, inexact = _exact_plus(_coalesce0(g.stored(stored_sum)), _coalesce0(g.delta("_ds")), sum_type)
+        return nn, _case(has, added), inexact, sum_type
+
+
+class SumStrategy(_ExactSums):
+    """SUM(x): the value and the non-NULL count (the sum is NULL again when it drops to 0)."""
+
+    kinds = ("sum",)
+    aux = ("nn",)
+
+    def state_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
+        return [alias(agg.expr.copy(), name), alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn")]
+
+    def new_state(self, agg: AggCall, g: GroupRefs, types: dict, arg_type: str | None) -> tuple[list, exp.Expr]:
+        nn, total, inexact, _ = self._total(g, "", types)
+        return [alias(total, g.name), alias(nn, f"{g.name}_nn")], inexact
+
+
+class AvgStrategy(_ExactSums):
+    """AVG(x): Σx and the non-NULL count, the value their quotient as Spark's AVG computes it."""
+
+    kinds = ("avg",)
+    aux = ("sum", "nn")
+
+    def state_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
+        return [
+            alias(agg.expr.copy(), name),
+            alias(exp.Sum(this=_arg(agg).copy()), f"{name}_sum"),
+            alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn"),
+        ]
+
+    def may_rescan(self, agg: AggCall, arg_type: str | None) -> bool:
+        return self._wide_sum(agg, arg_type) or not avg_division_exact(arg_type)
+
+    def new_state(self, agg: AggCall, g: GroupRefs, types: dict, arg_type: str | None) -> tuple[list, exp.Expr]:
+        nn, total, rescan, sum_type = self._total(g, "_sum", types)
+        has = exp.GT(this=nn.copy(), expression=exp.Literal.number(0))
+        sum_type = sum_type or "double"
+        numerator: exp.Expr = exp.Cast(this=total.copy(), to=exp.DataType.build(sum_type))
+        if sum_type.startswith("decimal"):
+            denominator: exp.Expr = exp.Cast(this=nn.copy(), to=exp.DataType.build("decimal(20,0)"))
+        else:
+            numerator, denominator = _double(numerator), _double(nn)
+        value: exp.Expr = _case(has, exp.Div(this=numerator, expression=denominator))
+        if not avg_division_exact(arg_type):
+            rescan = exp.true()
+        return [alias(value, g.name), alias(total, f"{g.name}_sum"), alias(nn, f"{g.name}_nn")], rescan
+
+
+class VarianceStrategy(_ExactSums):
+    """VAR_POP/VAR_SAMP/STDDEV_POP/STDDEV_SAMP: count, Σx and Σx² (moment_type); over DOUBLE a
+    group with deleted values is rescanned (Σx² − (Σx)²/n cancels when a dominant value leaves)."""
+
+    kinds = VAR_KINDS
+    aux = ("nn", "s", "q")
+
+    def state_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
+        x = _as(_arg(agg), moment_type(arg_type))
+        return [
+            alias(agg.expr.copy(), name),
+            alias(exp.Count(this=_arg(agg).copy()), f"{name}_nn"),
+            alias(exp.Sum(this=x), f"{name}_s"),
+            alias(exp.Sum(this=exp.Mul(this=x.copy(), expression=x.copy())), f"{name}_q"),
+        ]
+
+    def may_rescan(self, agg: AggCall, arg_type: str | None) -> bool:
+        return self._wide_sum(agg, arg_type) or double_variance(agg, arg_type)
+
+    def delta_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
+        w = col(WEIGHT)
+        mt = moment_type(arg_type)
+        x = _as(_arg(agg), mt)
+        deleted = exp.and_(
+            exp.LT(this=w.copy(), expression=exp.Literal.number(0)),
+            exp.Not(this=exp.Is(this=_arg(agg).copy(), expression=exp.Null())),
+        )
+        return [
+            alias(_nonnull_weight(_arg(agg)), f"{name}_dnn"),
+            alias(exp.Sum(this=_weighted(x, mt)), f"{name}_ds"),
+            alias(exp.Sum(this=_weighted(exp.Mul(this=x.copy(), expression=x.copy()), mt)), f"{name}_dq"),
+            alias(exp.Max(this=_case(deleted, exp.Literal.number(1), exp.Literal.number(0))), f"{name}_ddel"),
+        ]
+
+    def new_state(self, agg: AggCall, g: GroupRefs, types: dict, arg_type: str | None) -> tuple[list, exp.Expr]:
+        name = g.name
+        nn = _plus(_coalesce0(g.stored("_nn")), _coalesce0(g.delta("_dnn")))
+        s_type, q_type = types.get(f"{name}_s"), types.get(f"{name}_q")
+        s, s_inexact = _exact_plus(_coalesce0(g.stored("_s")), _coalesce0(g.delta("_ds")), s_type)
+        q, q_inexact = _exact_plus(_coalesce0(g.stored("_q")), _coalesce0(g.delta("_dq")), q_type)
+        exact = (s_type or "double").startswith("decimal")
+        rescan = (
+            exp.or_(s_inexact, q_inexact)
+            if exact
+            else exp.EQ(this=_coalesce0(g.delta("_ddel")), expression=exp.Literal.number(1))
+        )
+        return [
+            alias(_variance(agg.kind, nn, s, q, exact), name),
+            alias(nn, f"{name}_nn"),
+            alias(s, f"{name}_s"),
+            alias(q, f"{name}_q"),
+        ], rescan
+
+
+class ExtremumStrategy(AggregateStrategy):
+    """MIN / MAX (semi-algebraic): LEAST / GREATEST with the inserted values; the group is
+    rescanned only when a deleted value reaches the stored extremum."""
+
+    kinds = ("min", "max")
+
+    def delta_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
+        w = col(WEIGHT)
+        fn = exp.Min if agg.kind == "min" else exp.Max
+        pos = exp.GT(this=w.copy(), expression=exp.Literal.number(0))
+        neg = exp.LT(this=w.copy(), expression=exp.Literal.number(0))
+        return [
+            alias(fn(this=_case(pos, _arg(agg).copy())), f"{name}_ins"),
+            alias(fn(this=_case(neg, _arg(agg).copy())), f"{name}_del"),
+        ]
+
+    def new_state(self, agg: AggCall, g: GroupRefs, types: dict, arg_type: str | None) -> tuple[list, exp.Expr]:
+        pick = exp.Least if agg.kind == "min" else exp.Greatest
+        reaches = exp.LTE if agg.kind == "min" else exp.GTE
+        value = pick(this=g.stored(""), expressions=[g.delta("_ins")])
+        # A deleted value at or beyond the candidate (the old extremum or an inserted value: an
+        # unconsolidated delta can insert and delete the same value) may have been it.
+        rescan = exp.and_(
+            exp.Not(this=exp.Is(this=g.delta("_del"), expression=exp.Null())),
+            exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
+            reaches(this=g.delta("_del"), expression=value.copy()),
+        )
+        return [alias(value, g.name)], rescan
+
+
+# -- the calls the stored result makes (dvm/stored_result.py) ----------------------------------
+
+
+def aux_suffixes(agg: AggCall) -> list[str]:
+    return list(strategy_for(agg).aux)
+
+
+def state_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expr]:
+    return strategy_for(agg).state_exprs(agg, name, arg_type)
+
+
+def delta_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expr]:
+    return strategy_for(agg).delta_exprs(agg, name, arg_type)
+
+
+def new_state(
+    agg: AggCall, name: str, old: str, d: str, types: dict, arg_type: str | None = None
+) -> tuple[list[exp.Expr], exp.Expr]:
+    """(new state columns named like the stored ones, rescan-needed predicate) for one group;
+    `old` / `d` are the table aliases of the stored row and of the group's delta."""
+    return strategy_for(agg).new_state(agg, GroupRefs(name, old, d), types, arg_type)
+
+
+def may_rescan(agg: AggCall, arg_type: str | None) -> bool:
+    return strategy_for(agg).may_rescan(agg, arg_type)
+
+
+def needs_unit_weights(agg: AggCall, arg_type: str | None) -> bool:
+    return strategy_for(agg).needs_unit_weights(agg, arg_type)

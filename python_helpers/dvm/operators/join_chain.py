@@ -156,7 +156,7 @@ def _term(node: Node, ctx: Context, i: int, d, inputs: list, conds: list, owners
     w: exp.Expr = weight(current.alias)
     for m in multiplicities:
         w = exp.Mul(this=w, expression=col(m, current.alias))
-    cols = [col(c) for c in node.columns] + [alias(w, "__dvm_w")]
+    cols = [col(c) for c in node.columns] + [alias(w, WEIGHT)]
     out = select_from(cols, current)
     rest = ready(set(range(len(inputs))))  # conjuncts over no input's columns (constants)
     return out.where(exp.and_(*rest), copy=False) if rest else out

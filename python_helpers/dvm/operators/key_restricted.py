@@ -26,6 +26,7 @@ from typing import Optional, Union
 
 from sqlglot import exp
 
+from python_helpers.dvm.operators.base import Operator, Walk, copied_from
 from python_helpers.dvm.sqlgen import (
     Context,
     alias,
@@ -37,7 +38,7 @@ from python_helpers.dvm.sqlgen import (
     union_all_of,
     weight,
 )
-from python_helpers.dvm.tree import WEIGHT, OuterJoin, SemiJoin, SetOp, Window
+from python_helpers.dvm.tree import WEIGHT, Node, OuterJoin, SemiJoin, SetOp, Window
 from python_helpers.sql.predicates import conjuncts
 
 _KEY = "__dvm_rk"
@@ -167,3 +168,43 @@ def window_delta(node: Window, ctx: Context, delta_of, plain_of):
         return window_plain(node, ctx, _restrict(ctx, rows, node.partition_keys, keys) if keys is not None else rows)
 
     return _new_minus_old(ctx, node.columns, at)
+
+
+class KeyRestrictedOperator(Operator):
+    """Outer, semi and anti joins and INTERSECT / EXCEPT: recomputed for the changed keys."""
+
+    nodes = (OuterJoin, SemiJoin, SetOp)
+
+    @classmethod
+    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+        assert isinstance(node, (OuterJoin, SemiJoin, SetOp))
+        return plain(node, ctx, walk.plain(node.left, version), walk.plain(node.right, version))
+
+    @classmethod
+    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+        assert isinstance(node, (OuterJoin, SemiJoin, SetOp))
+        return delta(node, ctx, walk.delta, walk.plain)
+
+    @classmethod
+    def copied_from(cls, node: Node, name: str, ref: str) -> str | None:
+        # A left row is kept or dropped whole by a semi / anti / left join: its columns are copies;
+        # a right or full join pads with NULLs, a set operation matches whole rows.
+        if isinstance(node, SemiJoin) or (isinstance(node, OuterJoin) and node.kind == "left"):
+            if name in node.left.columns:
+                return copied_from(node.left, name, ref)
+            return None if isinstance(node, OuterJoin) else copied_from(node.right, name, ref)
+        return None
+
+
+class WindowOperator(Operator):
+    nodes = (Window,)
+
+    @classmethod
+    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+        assert isinstance(node, Window)
+        return window_plain(node, ctx, walk.plain(node.child, version))
+
+    @classmethod
+    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+        assert isinstance(node, Window)
+        return window_delta(node, ctx, walk.delta, walk.plain)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from python_helpers.dvm.operators.base import Operator, Walk
 from python_helpers.dvm.sqlgen import (
     Context,
     alias,
@@ -23,7 +24,7 @@ from python_helpers.dvm.sqlgen import (
     sub,
     union_all_of,
 )
-from python_helpers.dvm.tree import Aggregate, Distinct
+from python_helpers.dvm.tree import WEIGHT, Aggregate, Distinct, Node
 
 
 def aggregate_plain(node: Aggregate, ctx: Context, version: str, child_sql) -> exp.Select:
@@ -59,7 +60,39 @@ def recompute_delta(node, ctx: Context, child_delta, plain_old, plain_new):
             out = semi_join(ctx.alias("s"), out, key_cols, keys, ctx)
         sides.append(
             select_from(
-                [col(c) for c in node.columns] + [alias(exp.Literal.number(sign), "__dvm_w")], sub(out, ctx.alias("v"))
+                [col(c) for c in node.columns] + [alias(exp.Literal.number(sign), WEIGHT)], sub(out, ctx.alias("v"))
             )
         )
     return consolidate(ctx, union_all_of(sides), node.columns)
+
+
+class AggregateOperator(Operator):
+    nodes = (Aggregate,)
+
+    @classmethod
+    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+        assert isinstance(node, Aggregate)
+        return aggregate_plain(node, ctx, version, walk.plain(node.child, version))
+
+    @classmethod
+    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+        assert isinstance(node, Aggregate)
+        return recompute_delta(
+            node, ctx, walk.delta(node.child), lambda: walk.plain(node, "old"), lambda: walk.plain(node, "new")
+        )
+
+
+class DistinctOperator(Operator):
+    nodes = (Distinct,)
+
+    @classmethod
+    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+        assert isinstance(node, Distinct)
+        return distinct_plain(node, ctx, version, walk.plain(node.child, version))
+
+    @classmethod
+    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+        assert isinstance(node, Distinct)
+        return recompute_delta(
+            node, ctx, walk.delta(node.child), lambda: walk.plain(node, "old"), lambda: walk.plain(node, "new")
+        )

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from python_helpers.dvm.operators import join_chain
+from python_helpers.dvm.operators.base import Operator, Walk, copied_from, restricted, with_fields
 from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, union_all, union_all_of, weight
-from python_helpers.dvm.tree import Filter, Generate, KeyFilter, Project, UnionAll
+from python_helpers.dvm.tree import Filter, Generate, Join, KeyFilter, Node, Project, UnionAll
 
 
 def filter_plain(node: Filter, ctx: Context, version: str, child_sql) -> exp.Select:
@@ -90,3 +92,113 @@ def key_filter_plain(node: KeyFilter, ctx: Context, child_sql) -> exp.Select:
     return select_from([exp.Star()], sub(child_sql, a)).join(
         sub(node.keys.copy(), k), on=on, join_type="LEFT SEMI", copy=False
     )
+
+
+class FilterOperator(Operator):
+    nodes = (Filter,)
+
+    @classmethod
+    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+        assert isinstance(node, Filter)
+        return filter_plain(node, ctx, version, walk.plain(node.child, version))
+
+    @classmethod
+    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+        assert isinstance(node, Filter)
+        if isinstance(node.child, Join):  # a join's own conditions: the chain is differentiated as one
+            return join_chain.chain_delta(node, ctx, walk.delta, walk.plain)
+        return filter_delta(node, ctx, walk.delta(node.child))
+
+    @classmethod
+    def restricted(cls, node: Node, key_exprs: list, keys: exp.Expr, key_names: list) -> Node | None:
+        assert isinstance(node, Filter)
+        child = restricted(node.child, key_exprs, keys, key_names)
+        return None if child is None else with_fields(node, child=child)
+
+    @classmethod
+    def copied_from(cls, node: Node, name: str, ref: str) -> str | None:
+        assert isinstance(node, Filter)
+        return copied_from(node.child, name, ref) if name in node.child.columns else None
+
+
+class ProjectOperator(Operator):
+    nodes = (Project,)
+
+    @classmethod
+    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+        assert isinstance(node, Project)
+        return project_plain(node, ctx, version, walk.plain(node.child, version))
+
+    @classmethod
+    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+        assert isinstance(node, Project)
+        return project_delta(node, ctx, walk.delta(node.child))
+
+    @classmethod
+    def restricted(cls, node: Node, key_exprs: list, keys: exp.Expr, key_names: list) -> Node | None:
+        assert isinstance(node, Project)
+        by_name = dict(zip(node.columns, node.exprs))
+        inner = []
+        for k in key_exprs:
+            if not isinstance(k, exp.Column) or k.name not in by_name:
+                return None
+            inner.append(by_name[k.name].copy())
+        child = restricted(node.child, inner, keys, key_names)
+        return None if child is None else with_fields(node, child=child)
+
+    @classmethod
+    def copied_from(cls, node: Node, name: str, ref: str) -> str | None:
+        assert isinstance(node, Project)
+        e = node.exprs[node.columns.index(name)]
+        return copied_from(node.child, e.name, ref) if isinstance(e, exp.Column) else None
+
+
+class UnionAllOperator(Operator):
+    nodes = (UnionAll,)
+
+    @classmethod
+    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+        assert isinstance(node, UnionAll)
+        return union_all_plain(node, ctx, version, [walk.plain(c, version) for c in node.inputs])
+
+    @classmethod
+    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+        assert isinstance(node, UnionAll)
+        return union_all_delta(node, ctx, [walk.delta(c) for c in node.inputs])
+
+    @classmethod
+    def copied_from(cls, node: Node, name: str, ref: str) -> str | None:
+        assert isinstance(node, UnionAll)
+        i = node.columns.index(name)
+        found = {copied_from(c, c.columns[i], ref) for c in node.inputs}
+        return found.pop() if len(found) == 1 else None
+
+
+class GenerateOperator(Operator):
+    nodes = (Generate,)
+
+    @classmethod
+    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+        assert isinstance(node, Generate)
+        return generate_plain(node, ctx, version, walk.plain(node.child, version))
+
+    @classmethod
+    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+        assert isinstance(node, Generate)
+        return generate_delta(node, ctx, walk.delta(node.child))
+
+    @classmethod
+    def copied_from(cls, node: Node, name: str, ref: str) -> str | None:
+        assert isinstance(node, Generate)
+        return copied_from(node.child, name, ref) if name in node.child.columns else None
+
+
+class KeyFilterOperator(Operator):
+    """Only inside a restricted recursion's base (restrict pushes it there); never differentiated."""
+
+    nodes = (KeyFilter,)
+
+    @classmethod
+    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+        assert isinstance(node, KeyFilter)
+        return key_filter_plain(node, ctx, walk.plain(node.child, version))

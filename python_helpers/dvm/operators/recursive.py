@@ -21,6 +21,7 @@ from contextlib import contextmanager
 
 from sqlglot import exp
 
+from python_helpers.dvm.operators.base import Operator, Walk, copied_from, with_fields
 from python_helpers.dvm.sqlgen import (
     Context,
     alias,
@@ -31,7 +32,7 @@ from python_helpers.dvm.sqlgen import (
     union_all_of,
     weight,
 )
-from python_helpers.dvm.tree import WEIGHT, Node, Recursive
+from python_helpers.dvm.tree import WEIGHT, KeyFilter, Node, Recursive
 
 
 def _as_labels(child: Node, query, node: Recursive, ctx: Context, weighted: bool) -> exp.Select:
@@ -120,3 +121,39 @@ def delta(node: Recursive, ctx: Context, delta_of, plain_of, changed):
     # Spark would run the recursion again for every reference to it in the MERGE (the aggregate
     # state, the rescan flags, ...): computed once when the engine can.
     return ctx.materialize(out) if ctx.materialize is not None else out
+
+
+class RecursiveOperator(Operator):
+    nodes = (Recursive,)
+
+    @classmethod
+    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+        assert isinstance(node, Recursive)
+        return plain(node, ctx, version, walk.plain)
+
+    @classmethod
+    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+        assert isinstance(node, Recursive)
+        return delta(node, ctx, walk.delta, walk.plain, walk.changed)
+
+    @classmethod
+    def restricted(cls, node: Node, key_exprs: list, keys: exp.Expr, key_names: list) -> Node | None:
+        """When every step copies the key columns unchanged from the working table, every row
+        descends from a base row with the same keys: restricting the base restricts the result."""
+        assert isinstance(node, Recursive)
+        positions = []
+        for k in key_exprs:
+            if not isinstance(k, exp.Column) or k.name not in node.columns:
+                return None
+            positions.append(node.columns.index(k.name))
+        for i in positions:
+            if any(copied_from(step, step.columns[i], node.ref) != node.names[i] for step in node.steps):
+                return None
+        base = KeyFilter(
+            columns=list(node.base.columns),
+            child=node.base,
+            key_exprs=[exp.column(node.base.columns[i]) for i in positions],
+            keys=keys,
+            key_names=list(key_names),
+        )
+        return with_fields(node, base=base)

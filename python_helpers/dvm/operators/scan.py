@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from python_helpers.dvm.operators.base import Operator, Walk
 from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, repeat_rows, select_from, weight
-from python_helpers.dvm.tree import Scan
+from python_helpers.dvm.tree import WEIGHT, Node, Scan
 
 
 def _columns(node: Scan):
@@ -57,7 +58,7 @@ def delta(node: Scan, ctx: Context):
     w = (
         weight()
         if node.weight_column is None
-        else alias(exp.Mul(this=weight(), expression=col(node.weight_column)), "__dvm_w")
+        else alias(exp.Mul(this=weight(), expression=col(node.weight_column)), WEIGHT)
     )
     raw = select_from(_columns(node) + [w], ctx.changes(node.relation))
     if node.relation in ctx.consolidated:
@@ -65,3 +66,22 @@ def delta(node: Scan, ctx: Context):
         # reads fewer may keep a cancelling pair, which the delta rules above tolerate (linear).
         return raw
     return consolidate(ctx, raw, node.columns)
+
+
+class ScanOperator(Operator):
+    nodes = (Scan,)
+
+    @classmethod
+    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+        assert isinstance(node, Scan)
+        return plain(node, ctx, version)
+
+    @classmethod
+    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+        assert isinstance(node, Scan)
+        return delta(node, ctx)
+
+    @classmethod
+    def copied_from(cls, node: Node, name: str, ref: str) -> str | None:
+        assert isinstance(node, Scan)
+        return node.source_columns[node.columns.index(name)] if node.relation == ref else None
