@@ -172,8 +172,12 @@ def snapshot_frame(spark, state: TableState, version: int, columns: Optional[lis
 
 def _snapshot_frame(spark, state: TableState, version: int, columns: Optional[list] = None):
     table = table_at(state.path, version)
-    files = file_paths(table, state.path)
-    schema = spark_schema(state.arrow_schema if version == state.version else arrow_schema(table))
+    return _files_frame(spark, state, table, file_paths(table, state.path), columns)
+
+
+def _files_frame(spark, state: TableState, table: DeltaTable, files: list, columns: Optional[list]):
+    """Some of the data files of `table` (opened at the version read) as a DataFrame."""
+    schema = spark_schema(state.arrow_schema if table.version() == state.version else arrow_schema(table))
     if not files:
         frame = spark.createDataFrame([], schema)
     else:
@@ -229,18 +233,7 @@ def files_meeting_keys(table: DeltaTable, table_path: str, column: str, keys: pa
 def keyed_frame(spark, state: TableState, table: DeltaTable, files: list, columns: Optional[list] = None):
     """The rows of some of `table`'s files (those statistics leave in; `table` opened at the
     version read) as a DataFrame."""
-    version = table.version()
-    schema = spark_schema(state.arrow_schema if version == state.version else arrow_schema(table))
-    if not files:
-        frame = spark.createDataFrame([], schema)
-    else:
-        reader = spark.read.schema(schema)
-        if state.partition_columns:
-            reader = reader.option("basePath", paths.for_spark(state.path, state.path))
-        frame = reader.parquet(*[paths.glob_escaped(f) for f in files])
-    if columns is not None:
-        frame = frame.select(*[quoted_column(c) for c in columns])
-    return frame
+    return _files_frame(spark, state, table, files, columns)
 
 
 def quoted_column(name: str) -> str:

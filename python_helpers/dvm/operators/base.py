@@ -67,6 +67,39 @@ class Operator:
         return None
 
 
+class UnaryOperator(Operator):
+    """An operator over one input whose rules need only that input rendered: `over` is the node
+    over its input's rows at a version, `delta_over` over its input's weighted change (None when
+    the input did not change)."""
+
+    @classmethod
+    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+        return cls.over(node, ctx, version, walk.plain(only_child(node), version))
+
+    @classmethod
+    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+        return cls.delta_over(node, ctx, walk.delta(only_child(node)))
+
+    @classmethod
+    def over(cls, node: Node, ctx: Context, version: str, child_sql: exp.Expr) -> exp.Expr:
+        raise NotImplementedError
+
+    @classmethod
+    def delta_over(cls, node: Node, ctx: Context, child_delta: exp.Expr | None) -> exp.Expr | None:
+        raise TypeError(f"no delta rule for {type(node).__name__}")
+
+
+def only_child(node: Node) -> Node:
+    (child,) = node.children()
+    return child
+
+
+def copied_through(node: Node, name: str, ref: str) -> str | None:
+    """`copied_from` of a node that passes its input's columns through unchanged (Filter, Generate)."""
+    child = only_child(node)
+    return copied_from(child, name, ref) if name in child.columns else None
+
+
 def operator_for(node: Node) -> type[Operator]:
     try:
         return _REGISTRY[type(node)]

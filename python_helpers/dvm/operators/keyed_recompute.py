@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from python_helpers.dvm.operators.base import Operator, Walk
+from python_helpers.dvm.operators.base import UnaryOperator, Walk, only_child
 from python_helpers.dvm.sqlgen import (
     Context,
     alias,
@@ -66,33 +66,29 @@ def recompute_delta(node, ctx: Context, child_delta, plain_old, plain_new):
     return consolidate(ctx, union_all_of(sides), node.columns)
 
 
-class AggregateOperator(Operator):
+class _KeyedRecomputeOperator(UnaryOperator):
+    """Recomputed for the keys its input's change touches, at both versions (recompute_delta)."""
+
+    @classmethod
+    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+        return recompute_delta(
+            node, ctx, walk.delta(only_child(node)), lambda: walk.plain(node, "old"), lambda: walk.plain(node, "new")
+        )
+
+
+class AggregateOperator(_KeyedRecomputeOperator):
     nodes = (Aggregate,)
 
     @classmethod
-    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+    def over(cls, node: Node, ctx: Context, version: str, child_sql: exp.Expr) -> exp.Expr:
         assert isinstance(node, Aggregate)
-        return aggregate_plain(node, ctx, version, walk.plain(node.child, version))
-
-    @classmethod
-    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
-        assert isinstance(node, Aggregate)
-        return recompute_delta(
-            node, ctx, walk.delta(node.child), lambda: walk.plain(node, "old"), lambda: walk.plain(node, "new")
-        )
+        return aggregate_plain(node, ctx, version, child_sql)
 
 
-class DistinctOperator(Operator):
+class DistinctOperator(_KeyedRecomputeOperator):
     nodes = (Distinct,)
 
     @classmethod
-    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+    def over(cls, node: Node, ctx: Context, version: str, child_sql: exp.Expr) -> exp.Expr:
         assert isinstance(node, Distinct)
-        return distinct_plain(node, ctx, version, walk.plain(node.child, version))
-
-    @classmethod
-    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
-        assert isinstance(node, Distinct)
-        return recompute_delta(
-            node, ctx, walk.delta(node.child), lambda: walk.plain(node, "old"), lambda: walk.plain(node, "new")
-        )
+        return distinct_plain(node, ctx, version, child_sql)

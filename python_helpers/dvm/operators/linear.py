@@ -9,7 +9,15 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.dvm.operators import join_chain
-from python_helpers.dvm.operators.base import Operator, Walk, copied_from, restricted, with_fields
+from python_helpers.dvm.operators.base import (
+    Operator,
+    UnaryOperator,
+    Walk,
+    copied_from,
+    copied_through,
+    restricted,
+    with_fields,
+)
 from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, union_all, union_all_of, weight
 from python_helpers.dvm.tree import Filter, Generate, Join, KeyFilter, Node, Project, UnionAll
 
@@ -94,13 +102,13 @@ def key_filter_plain(node: KeyFilter, ctx: Context, child_sql) -> exp.Select:
     )
 
 
-class FilterOperator(Operator):
+class FilterOperator(UnaryOperator):
     nodes = (Filter,)
 
     @classmethod
-    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+    def over(cls, node: Node, ctx: Context, version: str, child_sql: exp.Expr) -> exp.Expr:
         assert isinstance(node, Filter)
-        return filter_plain(node, ctx, version, walk.plain(node.child, version))
+        return filter_plain(node, ctx, version, child_sql)
 
     @classmethod
     def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
@@ -117,22 +125,21 @@ class FilterOperator(Operator):
 
     @classmethod
     def copied_from(cls, node: Node, name: str, ref: str) -> str | None:
-        assert isinstance(node, Filter)
-        return copied_from(node.child, name, ref) if name in node.child.columns else None
+        return copied_through(node, name, ref)
 
 
-class ProjectOperator(Operator):
+class ProjectOperator(UnaryOperator):
     nodes = (Project,)
 
     @classmethod
-    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+    def over(cls, node: Node, ctx: Context, version: str, child_sql: exp.Expr) -> exp.Expr:
         assert isinstance(node, Project)
-        return project_plain(node, ctx, version, walk.plain(node.child, version))
+        return project_plain(node, ctx, version, child_sql)
 
     @classmethod
-    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+    def delta_over(cls, node: Node, ctx: Context, child_delta: exp.Expr | None) -> exp.Expr | None:
         assert isinstance(node, Project)
-        return project_delta(node, ctx, walk.delta(node.child))
+        return project_delta(node, ctx, child_delta)
 
     @classmethod
     def restricted(cls, node: Node, key_exprs: list, keys: exp.Expr, key_names: list) -> Node | None:
@@ -174,31 +181,30 @@ class UnionAllOperator(Operator):
         return found.pop() if len(found) == 1 else None
 
 
-class GenerateOperator(Operator):
+class GenerateOperator(UnaryOperator):
     nodes = (Generate,)
 
     @classmethod
-    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+    def over(cls, node: Node, ctx: Context, version: str, child_sql: exp.Expr) -> exp.Expr:
         assert isinstance(node, Generate)
-        return generate_plain(node, ctx, version, walk.plain(node.child, version))
+        return generate_plain(node, ctx, version, child_sql)
 
     @classmethod
-    def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
+    def delta_over(cls, node: Node, ctx: Context, child_delta: exp.Expr | None) -> exp.Expr | None:
         assert isinstance(node, Generate)
-        return generate_delta(node, ctx, walk.delta(node.child))
+        return generate_delta(node, ctx, child_delta)
 
     @classmethod
     def copied_from(cls, node: Node, name: str, ref: str) -> str | None:
-        assert isinstance(node, Generate)
-        return copied_from(node.child, name, ref) if name in node.child.columns else None
+        return copied_through(node, name, ref)
 
 
-class KeyFilterOperator(Operator):
+class KeyFilterOperator(UnaryOperator):
     """Only inside a restricted recursion's base (restrict pushes it there); never differentiated."""
 
     nodes = (KeyFilter,)
 
     @classmethod
-    def plain(cls, node: Node, ctx: Context, version: str, walk: Walk) -> exp.Expr:
+    def over(cls, node: Node, ctx: Context, version: str, child_sql: exp.Expr) -> exp.Expr:
         assert isinstance(node, KeyFilter)
-        return key_filter_plain(node, ctx, walk.plain(node.child, version))
+        return key_filter_plain(node, ctx, child_sql)
