@@ -38,8 +38,8 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.tpch_data import ChangeBatches, change_fraction, generate, lineitem_rows, load  # noqa: E402
-from benchmarks.tpch_queries import QUERIES  # noqa: E402
+from python_helpers.testing.tpch_data import ChangeBatches, change_fraction, generate, lineitem_rows, load  # noqa: E402
+from python_helpers.testing.tpch_queries import HEADLINE_QUERIES as QUERIES  # noqa: E402
 
 
 def spark_session(work: str):
@@ -101,7 +101,7 @@ def rows_of(spark, view: str) -> Counter:
 def warm_queries() -> dict:
     """The warm benchmark's queries: its own five (q1, q3_nolimit, q5, q6, q12) and the 22 of
     TPC-H as the test suite runs them (q01 ... q22, `--queries all`)."""
-    from tests.tpch.queries import QUERIES as TPCH
+    from python_helpers.testing.tpch_queries import QUERIES as TPCH
 
     return {**QUERIES, **{name: sql.replace("{src}", "tpch") for name, sql in TPCH.items()}}
 
@@ -159,7 +159,7 @@ def main(argv=None) -> int:
     args.queries = args.queries or ",".join(QUERIES)
     every_query = args.queries == "all"
     if every_query:
-        from tests.tpch.queries import QUERIES as TPCH
+        from python_helpers.testing.tpch_queries import QUERIES as TPCH
 
         args.queries = ",".join(TPCH)
 

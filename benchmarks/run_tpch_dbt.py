@@ -20,14 +20,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.tpch_data import RefreshFunctions, ScatteredUpdates, build  # noqa: E402
 from benchmarks.tpch_dbt import DbtBench, check_equal  # noqa: E402
+from python_helpers.testing.tpch_data import RefreshFunctions, ScatteredUpdates, build  # noqa: E402
 
 HEADLINE = ("q01", "q03", "q05", "q06", "q12")
 
 
 def _queries(selection: str) -> dict:
-    from tests.tpch.queries import QUERIES
+    from python_helpers.testing.tpch_queries import QUERIES
 
     names = list(QUERIES) if selection == "all" else [q.strip() for q in selection.split(",") if q.strip()]
     names = [q for q in HEADLINE if q in names] + [q for q in names if q not in HEADLINE]

@@ -18,12 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from python_helpers.testing import run_results
+
 SCRIPTS = Path(__file__).resolve().parent
 PROJECT = SCRIPTS.parent
 REPO = PROJECT.parent
-sys.path.insert(0, str(SCRIPTS))
-
-import run_results  # noqa: E402
 
 
 def dbt_executable() -> str:

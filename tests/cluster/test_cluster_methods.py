@@ -24,11 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from python_helpers.testing import run_results
+
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_SRC = ROOT / "integration_tests"
-sys.path.insert(0, str(PROJECT_SRC / "scripts"))
-
-import run_results  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from python_helpers.testing import run_results
+
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_SRC = ROOT / "integration_tests"
 sys.path.insert(0, str(PROJECT_SRC / "scripts"))
 
-import run_results  # noqa: E402
-import shop_data  # noqa: E402
+import shop_data  # noqa: E402  (the example project's data script)
 
 pytestmark = pytest.mark.dbt
 

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from python_helpers.testing import run_results
+
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_SRC = Path(__file__).resolve().parent / "features_project"
-sys.path.insert(0, str(ROOT / "integration_tests" / "scripts"))
-
-import run_results  # noqa: E402
 
 pytestmark = pytest.mark.dbt
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from benchmarks.tpch_data import CDF_ON, TABLES, generate
+from python_helpers.testing.tpch_data import CDF_ON, TABLES, generate
 
 
 def load_sources(scale: float, source_path) -> dict:

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
+from python_helpers.testing.tpch_queries import QUERIES
 from tests.support.harness import StreamEnv
-from tests.tpch.queries import QUERIES
 from tests.tpch.refresh_functions import RefreshFunctions, load_sources
 
 pytestmark = [pytest.mark.spark, pytest.mark.tpch]
