@@ -32,6 +32,7 @@ MYPY_PATHS := python_helpers dbt/adapters/spark_stream benchmarks tests/support
 
 test: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy $(MYPY_PATHS)
 	$(PY) -m pytest $(PYTEST_ARGS)
 

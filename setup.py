@@ -57,11 +57,19 @@ setup(
         "connect": ["pyspark[connect]==4.1.4"],
         # thrift: dbt-spark's Thrift client, for `method: thrift` with `connect_url`.
         "thrift": ["dbt-spark[PyHive]==1.11.0", "pyspark[connect]==4.1.4"],
-        "dev": ["pytest", "hypothesis", "duckdb", "duckdb-extension-tpch", "matplotlib", "pyspark[connect]==4.1.4",
-                "dbt-spark[PyHive]==1.11.0", "ruff==0.17.6",
-                # mypy 1.19.1: the last release that accepts dbt-core's pathspec<0.13 (2.x needs pathspec 1.x).
-                "mypy==1.19.1",
-                # dbt's standard adapter suites (tests/adapter); 1.20.0 installs beside dbt-core 1.11.16.
-                "dbt-tests-adapter==1.20.0"],
+        "dev": [
+            "pytest",
+            "hypothesis",
+            "duckdb",
+            "duckdb-extension-tpch",
+            "matplotlib",
+            "pyspark[connect]==4.1.4",
+            "dbt-spark[PyHive]==1.11.0",
+            "ruff==0.17.6",
+            # mypy 1.19.1: the last release that accepts dbt-core's pathspec<0.13 (2.x needs pathspec 1.x).
+            "mypy==1.19.1",
+            # dbt's standard adapter suites (tests/adapter); 1.20.0 installs beside dbt-core 1.11.16.
+            "dbt-tests-adapter==1.20.0",
+        ],
     },
 )

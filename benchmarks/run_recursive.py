@@ -24,6 +24,7 @@ the same source versions and checked equal:
 
 Prints a table and writes benchmarks/results/recursive_<nodes>.{md,png}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,14 +60,28 @@ def build(root: str, nodes: int, seed: int) -> tuple[dict, int]:
     rng = random.Random(seed)
     parents = [None if i % 5000 == 0 else rng.randrange(i - i % 5000, i) for i in range(nodes)]
     paths = {"bench_rec.nodes": os.path.join(root, "nodes"), "bench_rec.edges": os.path.join(root, "edges")}
-    write_deltalake(paths["bench_rec.nodes"], pa.table({
-        "id": pa.array(range(nodes), pa.int64()),
-        "team": pa.array([i % 50 for i in range(nodes)], pa.int32()),
-        "active": pa.array([rng.random() < 0.2 for _ in range(nodes)])}), configuration=CDF_ON)
+    write_deltalake(
+        paths["bench_rec.nodes"],
+        pa.table(
+            {
+                "id": pa.array(range(nodes), pa.int64()),
+                "team": pa.array([i % 50 for i in range(nodes)], pa.int32()),
+                "active": pa.array([rng.random() < 0.2 for _ in range(nodes)]),
+            }
+        ),
+        configuration=CDF_ON,
+    )
     edges = [(p, c) for c, p in enumerate(parents) if p is not None]
-    write_deltalake(paths["bench_rec.edges"], pa.table({
-        "parent": pa.array([p for p, _ in edges], pa.int64()),
-        "child": pa.array([c for _, c in edges], pa.int64())}), configuration=CDF_ON)
+    write_deltalake(
+        paths["bench_rec.edges"],
+        pa.table(
+            {
+                "parent": pa.array([p for p, _ in edges], pa.int64()),
+                "child": pa.array([c for _, c in edges], pa.int64()),
+            }
+        ),
+        configuration=CDF_ON,
+    )
     return paths, nodes
 
 
@@ -77,12 +92,24 @@ def change_base(paths: dict, rng: random.Random, nodes: int, count: int) -> None
 
 def change_edges(paths: dict, rng: random.Random, next_id: int, count: int) -> int:
     new = list(range(next_id, next_id + count))
-    write_deltalake(paths["bench_rec.nodes"], pa.table({
-        "id": pa.array(new, pa.int64()), "team": pa.array([0] * count, pa.int32()),
-        "active": pa.array([False] * count)}), mode="append")
-    write_deltalake(paths["bench_rec.edges"], pa.table({
-        "parent": pa.array([rng.randrange(next_id) for _ in new], pa.int64()),
-        "child": pa.array(new, pa.int64())}), mode="append")
+    write_deltalake(
+        paths["bench_rec.nodes"],
+        pa.table(
+            {
+                "id": pa.array(new, pa.int64()),
+                "team": pa.array([0] * count, pa.int32()),
+                "active": pa.array([False] * count),
+            }
+        ),
+        mode="append",
+    )
+    write_deltalake(
+        paths["bench_rec.edges"],
+        pa.table(
+            {"parent": pa.array([rng.randrange(next_id) for _ in new], pa.int64()), "child": pa.array(new, pa.int64())}
+        ),
+        mode="append",
+    )
     return next_id + count
 
 
@@ -103,16 +130,25 @@ def main(argv=None) -> int:
 
     def refresh(mode: str):
         ident = f"subtrees_{mode}"
-        request = RefreshRequest(model=ident, schema="bench", identifier=ident, sql=QUERY, refresh_mode=mode,
-                                 sources=dict(paths), auto_full_threshold=0)
+        request = RefreshRequest(
+            model=ident,
+            schema="bench",
+            identifier=ident,
+            sql=QUERY,
+            refresh_mode=mode,
+            sources=dict(paths),
+            auto_full_threshold=0,
+        )
         return refresh_stream_table(spark, request, log=lambda level, text: None)
 
     for mode in ("full", "differential"):
         built = refresh(mode)
         print(f"build ({mode}): {built.rows_changed} subtrees in {built.seconds:.2f}s", flush=True)
     rng = random.Random(11)
-    results: dict[str, dict[str, list[float]]] = {"base": {"full": [], "differential": [], "rows": []},
-               "edges": {"full": [], "differential": [], "rows": []}}
+    results: dict[str, dict[str, list[float]]] = {
+        "base": {"full": [], "differential": [], "rows": []},
+        "edges": {"full": [], "differential": [], "rows": []},
+    }
     for kind in ("base", "edges"):
         for cycle in range(args.cycles):
             if kind == "base":
@@ -124,16 +160,24 @@ def main(argv=None) -> int:
             results[kind]["full"].append(full.seconds)
             results[kind]["differential"].append(diff.seconds)
             results[kind]["rows"].append(diff.rows_changed)
-            print(f"  {kind} cycle {cycle + 1}: full {full.seconds:.2f}s, {diff.mode} {diff.seconds:.2f}s "
-                  f"({diff.rows_changed} subtrees changed; {_phases(diff.phases)}), equal={same}", flush=True)
+            print(
+                f"  {kind} cycle {cycle + 1}: full {full.seconds:.2f}s, {diff.mode} {diff.seconds:.2f}s "
+                f"({diff.rows_changed} subtrees changed; {_phases(diff.phases)}), equal={same}",
+                flush=True,
+            )
             if not same or diff.mode != "differential":
                 print("  !! the differential refresh differs from the full one", file=sys.stderr)
                 return 1
 
-    lines = [f"# WITH RECURSIVE: FULL vs DIFFERENTIAL ({args.nodes:,} nodes, {args.changes} changed rows "
-             f"per cycle, {args.cycles} cycles, medians)", "", f"Machine: {machine()}", "",
-             "| change | FULL (s) | DIFFERENTIAL (s) | FULL / DIFFERENTIAL | subtrees changed |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"# WITH RECURSIVE: FULL vs DIFFERENTIAL ({args.nodes:,} nodes, {args.changes} changed rows "
+        f"per cycle, {args.cycles} cycles, medians)",
+        "",
+        f"Machine: {machine()}",
+        "",
+        "| change | FULL (s) | DIFFERENTIAL (s) | FULL / DIFFERENTIAL | subtrees changed |",
+        "|---|---|---|---|---|",
+    ]
     for kind, r in results.items():
         f, d = statistics.median(r["full"]), statistics.median(r["differential"])
         lines.append(f"| {kind} | {f:.2f} | {d:.2f} | {f / d:.1f}x | {statistics.median(r['rows']):.0f} |")
@@ -161,8 +205,9 @@ def chart(results: dict, path: str, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = range(len(kinds))
     ax.bar([x - 0.2 for x in xs], [statistics.median(results[k]["full"]) for k in kinds], 0.4, label="FULL")
-    ax.bar([x + 0.2 for x in xs], [statistics.median(results[k]["differential"]) for k in kinds], 0.4,
-           label="DIFFERENTIAL")
+    ax.bar(
+        [x + 0.2 for x in xs], [statistics.median(results[k]["differential"]) for k in kinds], 0.4, label="DIFFERENTIAL"
+    )
     ax.set_xticks(list(xs), [f"{k} change" for k in kinds])
     ax.set_ylabel("refresh seconds (median)")
     ax.set_title(title, fontsize=9)

@@ -22,6 +22,7 @@ Then, unless --no-sweeps:
 
 Prints tables and writes benchmarks/results/tpch_sf<sf>.{md,png}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,13 +47,22 @@ def spark_session(work: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[*]").appName("dbt-spark-stream-bench").enableHiveSupport()
-             .config("spark.sql.warehouse.dir", os.path.join(work, "warehouse"))
-             .config("spark.hadoop.javax.jdo.option.ConnectionURL",
-                     f"jdbc:derby:;databaseName={os.path.join(work, 'metastore_db')};create=true")
-             .config("spark.driver.memory", "8g").config("spark.sql.shuffle.partitions", "4")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[*]")
+        .appName("dbt-spark-stream-bench")
+        .enableHiveSupport()
+        .config("spark.sql.warehouse.dir", os.path.join(work, "warehouse"))
+        .config(
+            "spark.hadoop.javax.jdo.option.ConnectionURL",
+            f"jdbc:derby:;databaseName={os.path.join(work, 'metastore_db')};create=true",
+        )
+        .config("spark.driver.memory", "8g")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -116,35 +126,59 @@ class Bench:
 
     def refresh(self, name: str, mode: str, **config):
         ident = f"{name}_{mode}{self.tag}"
-        request = self._request(model=ident, schema="bench", identifier=ident, sql=self.queries[name],
-                                refresh_mode=mode, sources=dict(self.paths), **config)
+        request = self._request(
+            model=ident,
+            schema="bench",
+            identifier=ident,
+            sql=self.queries[name],
+            refresh_mode=mode,
+            sources=dict(self.paths),
+            **config,
+        )
         return self._refresh(self.spark, request, log=lambda level, text: None)
 
     def same(self, name: str) -> bool:
-        return (rows_of(self.spark, f"bench.{name}_full{self.tag}")
-                == rows_of(self.spark, f"bench.{name}_differential{self.tag}"))
+        return rows_of(self.spark, f"bench.{name}_full{self.tag}") == rows_of(
+            self.spark, f"bench.{name}_differential{self.tag}"
+        )
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--via", choices=("dbt", "warm"), default="dbt",
-                        help="dbt: a `dbt run` per refresh (default); warm: refreshes in this process")
-    parser.add_argument("--spark", choices=("session", "connect"), default="session",
-                        help="(--via dbt) a local session per run, or a long-lived Spark Connect server")
+    parser.add_argument(
+        "--via",
+        choices=("dbt", "warm"),
+        default="dbt",
+        help="dbt: a `dbt run` per refresh (default); warm: refreshes in this process",
+    )
+    parser.add_argument(
+        "--spark",
+        choices=("session", "connect"),
+        default="session",
+        help="(--via dbt) a local session per run, or a long-lived Spark Connect server",
+    )
     parser.add_argument("--mixes", default="rf,scattered", help="(--via dbt) change mixes: rf, scattered")
-    parser.add_argument("--rf-fraction", type=float, default=0.001,
-                        help="(--via dbt) orders inserted and deleted per cycle, as a fraction of orders")
+    parser.add_argument(
+        "--rf-fraction",
+        type=float,
+        default=0.001,
+        help="(--via dbt) orders inserted and deleted per cycle, as a fraction of orders",
+    )
     parser.add_argument("--scattered-rows", type=int, default=1000, help="(--via dbt) lineitem rows updated")
     parser.add_argument("--data", default=None, help="(--via dbt) where generated TPC-H is cached (.work/tpch)")
     parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (default 1)")
     parser.add_argument("--changes", type=int, default=1000, help="changed rows per cycle (default 1000)")
     parser.add_argument("--cycles", type=int, default=3, help="change cycles (default 3)")
-    parser.add_argument("--queries", default=None,
-                        help="comma-separated subset, or 'all' (default: the five headline queries)")
+    parser.add_argument(
+        "--queries", default=None, help="comma-separated subset, or 'all' (default: the five headline queries)"
+    )
     parser.add_argument("--no-sweeps", action="store_true", help="skip the scale and change-rate sweeps")
     parser.add_argument("--scales", default="0.1,0.3", help="other scale factors for the scale sweep")
-    parser.add_argument("--rates", default="0.0001,0.001,0.01,0.1,0.5",
-                        help="fractions of lineitem changed at once, for the change-rate sweep")
+    parser.add_argument(
+        "--rates",
+        default="0.0001,0.001,0.01,0.1,0.5",
+        help="fractions of lineitem changed at once, for the change-rate sweep",
+    )
     parser.add_argument("--scale-queries", default=None, help="queries of the scale sweep (default: --queries)")
     parser.add_argument("--rate-queries", default="q1,q6", help="queries of the change-rate sweep")
     parser.add_argument("--work", default=None, help="work directory (default: a temp dir, removed after)")
@@ -175,16 +209,29 @@ def main(argv=None) -> int:
     bench = Bench(spark, paths)
 
     results: dict[str, dict[str, Any]] = {
-        q: {"build": None, "full": [], "differential": [], "noop": None, "modes": [], "phases": [], "rows": [],
-            "read_ratio": []} for q in queries}
+        q: {
+            "build": None,
+            "full": [],
+            "differential": [],
+            "noop": None,
+            "modes": [],
+            "phases": [],
+            "rows": [],
+            "read_ratio": [],
+        }
+        for q in queries
+    }
     for q in queries:
         first = bench.refresh(q, "differential")
         bench.refresh(q, "full")
         results[q]["build"] = first.seconds
         noop = bench.refresh(q, "differential")
         results[q]["noop"] = noop.seconds
-        print(f"{q}: initial build {first.seconds:.2f}s ({first.rows_changed} rows), "
-              f"no-change refresh {noop.seconds * 1000:.0f}ms", flush=True)
+        print(
+            f"{q}: initial build {first.seconds:.2f}s ({first.rows_changed} rows), "
+            f"no-change refresh {noop.seconds * 1000:.0f}ms",
+            flush=True,
+        )
     changes = ChangeBatches(paths)
     peaks: dict[str, dict[str, float]] = {"full": {}, "differential": {}}
     for cycle in range(1, args.cycles + 1):
@@ -208,9 +255,12 @@ def main(argv=None) -> int:
             ratio = (diff.counters or {}).get("read_ratio_pct")
             r["read_ratio"].append(ratio / 100 if ratio is not None else None)
             r.setdefault("auto", []).append(_auto_pick(diff.counters or {}))
-            print(f"  {q}: full {full.seconds:.2f}s, {diff.mode} {diff.seconds:.2f}s "
-                  f"({diff.rows_changed} rows changed; reads {_ratio(r['read_ratio'][-1])} of a rebuild's; "
-                  f"{_phases(diff.phases)}), equal={same}", flush=True)
+            print(
+                f"  {q}: full {full.seconds:.2f}s, {diff.mode} {diff.seconds:.2f}s "
+                f"({diff.rows_changed} rows changed; reads {_ratio(r['read_ratio'][-1])} of a rebuild's; "
+                f"{_phases(diff.phases)}), equal={same}",
+                flush=True,
+            )
             if not same:
                 print(f"  !! {q}: differential result differs from the full refresh", file=sys.stderr)
                 return 1
@@ -229,8 +279,14 @@ def main(argv=None) -> int:
     stem = os.path.join(args.out, f"tpch_sf{args.sf:g}" + ("_all" if every_query else ""))
     with open(stem + ".md", "w") as handle:
         handle.write(report + "\n")
-    chart(results, queries, scale_rows, rate_rows, stem + ".png",
-          f"TPC-H SF {args.sf:g}, {args.changes} changed rows per cycle")
+    chart(
+        results,
+        queries,
+        scale_rows,
+        rate_rows,
+        stem + ".png",
+        f"TPC-H SF {args.sf:g}, {args.changes} changed rows per cycle",
+    )
     print(f"\nwrote {stem}.md and {stem}.png")
     spark.stop()
     if not args.work:
@@ -310,46 +366,79 @@ def _rate_sweep(bench: Bench, paths: dict, args, queries: list):
                 print(f"  !! {q}: differential differs from full at change rate {rate}", file=sys.stderr)
                 return None
             if diff.rows_changed == 0:
-                print(f"  !! {q}: the change at rate {rate} touched no row of the result; not a measurement",
-                      file=sys.stderr)
+                print(
+                    f"  !! {q}: the change at rate {rate} touched no row of the result; not a measurement",
+                    file=sys.stderr,
+                )
                 return None
             rows.append((q, rate, full.seconds, diff.seconds))
-            print(f"  rate sweep {q} {rate:.2%} of {total} lineitem rows: full {full.seconds:.2f}s, "
-                  f"differential {diff.seconds:.2f}s ({diff.rows_changed} rows changed; {_phases(diff.phases)}; "
-                  f"{done['seconds']:.0f}s to change)", flush=True)
+            print(
+                f"  rate sweep {q} {rate:.2%} of {total} lineitem rows: full {full.seconds:.2f}s, "
+                f"differential {diff.seconds:.2f}s ({diff.rows_changed} rows changed; {_phases(diff.phases)}; "
+                f"{done['seconds']:.0f}s to change)",
+                flush=True,
+            )
     return rows
 
 
 def _report(args, paths, queries, results, peaks, scale_rows, rate_rows) -> str:
-    lines = [f"TPC-H SF {args.sf:g} ({lineitem_rows(paths)} lineitem rows), {args.changes} changed rows per "
-             f"cycle, {args.cycles} cycles; medians. Machine: {machine()}.", "",
-             "| query | initial build (s) | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF | no-change refresh (s) | "
-             "rows changed | delta reads / rebuild reads | modes | `auto` picks |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"TPC-H SF {args.sf:g} ({lineitem_rows(paths)} lineitem rows), {args.changes} changed rows per "
+        f"cycle, {args.cycles} cycles; medians. Machine: {machine()}.",
+        "",
+        "| query | initial build (s) | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF | no-change refresh (s) | "
+        "rows changed | delta reads / rebuild reads | modes | `auto` picks |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for q in queries:
         r = results[q]
         full, diff = statistics.median(r["full"]), statistics.median(r["differential"])
-        lines.append(f"| {q} | {r['build']:.2f} | {full:.2f} | {diff:.2f} | {full / diff:.1f}x | {r['noop']:.3f} | "
-                     f"{statistics.median(r['rows']):.0f} | {_ratio(_median_of(r['read_ratio']))} | "
-                     f"{', '.join(sorted(set(r['modes'])))} | {', '.join(sorted(set(r.get('auto', []))))} |")
-    lines += ["", "Where a differential refresh spends its time (median ms per phase):", "",
-              "| query | " + " | ".join(_PHASES) + " |", "|---|" + "---|" * len(_PHASES)]
+        lines.append(
+            f"| {q} | {r['build']:.2f} | {full:.2f} | {diff:.2f} | {full / diff:.1f}x | {r['noop']:.3f} | "
+            f"{statistics.median(r['rows']):.0f} | {_ratio(_median_of(r['read_ratio']))} | "
+            f"{', '.join(sorted(set(r['modes'])))} | {', '.join(sorted(set(r.get('auto', []))))} |"
+        )
+    lines += [
+        "",
+        "Where a differential refresh spends its time (median ms per phase):",
+        "",
+        "| query | " + " | ".join(_PHASES) + " |",
+        "|---|" + "---|" * len(_PHASES),
+    ]
     for q in queries:
         ph = results[q]["phases"]
-        lines.append(f"| {q} | " + " | ".join(
-            f"{statistics.median([p.get(k, 0) for p in ph]) * 1000:.0f}" for k in _PHASES) + " |")
-    lines += ["", "Peak driver memory (resident MiB, Python process / Spark JVM) during the refreshes: "
-              + "; ".join(f"{mode}: " + " / ".join(f"{v:.0f}" for v in peaks[mode].values())
-                          for mode in ("full", "differential") if peaks[mode])]
+        lines.append(
+            f"| {q} | "
+            + " | ".join(f"{statistics.median([p.get(k, 0) for p in ph]) * 1000:.0f}" for k in _PHASES)
+            + " |"
+        )
+    lines += [
+        "",
+        "Peak driver memory (resident MiB, Python process / Spark JVM) during the refreshes: "
+        + "; ".join(
+            f"{mode}: " + " / ".join(f"{v:.0f}" for v in peaks[mode].values())
+            for mode in ("full", "differential")
+            if peaks[mode]
+        ),
+    ]
     if scale_rows:
-        lines += ["", f"Scale sweep: DIFFERENTIAL refresh (s, median) with {args.changes} changed rows per cycle:",
-                  "", "| query | " + " | ".join(f"SF {sf:g}" for sf in sorted({r[1] for r in scale_rows})) + " |",
-                  "|---|" + "---|" * len({r[1] for r in scale_rows})]
+        lines += [
+            "",
+            f"Scale sweep: DIFFERENTIAL refresh (s, median) with {args.changes} changed rows per cycle:",
+            "",
+            "| query | " + " | ".join(f"SF {sf:g}" for sf in sorted({r[1] for r in scale_rows})) + " |",
+            "|---|" + "---|" * len({r[1] for r in scale_rows}),
+        ]
         for q in sorted({r[0] for r in scale_rows}):
             lines.append(f"| {q} | " + " | ".join(f"{t:.2f}" for (qq, _, t) in scale_rows if qq == q) + " |")
     if rate_rows:
-        lines += ["", "Change-rate sweep: a fraction of lineitem changed at once; FULL vs forced DIFFERENTIAL (s):",
-                  "", "| query | changed | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "Change-rate sweep: a fraction of lineitem changed at once; FULL vs forced DIFFERENTIAL (s):",
+            "",
+            "| query | changed | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF |",
+            "|---|---|---|---|---|",
+        ]
         for q, rate, full, diff in rate_rows:
             lines.append(f"| {q} | {rate:.2%} | {full:.2f} | {diff:.2f} | {full / diff:.2f}x |")
     return "\n".join(lines)
@@ -400,10 +489,17 @@ def chart(results: dict, queries: list, scale_rows: list, rate_rows: list, path:
         ax = axes[0][k]
         for q in sorted({r[0] for r in rate_rows}):
             by_rate = [(rate, f, d) for (qq, rate, f, d) in rate_rows if qq == q]
-            line = ax.plot([p[0] * 100 for p in by_rate], [p[2] for p in by_rate], marker="o",
-                           label=f"{q} DIFFERENTIAL")
-            ax.plot([p[0] * 100 for p in by_rate], [p[1] for p in by_rate], marker="s", linestyle="--",
-                    color=line[0].get_color(), label=f"{q} FULL")
+            line = ax.plot(
+                [p[0] * 100 for p in by_rate], [p[2] for p in by_rate], marker="o", label=f"{q} DIFFERENTIAL"
+            )
+            ax.plot(
+                [p[0] * 100 for p in by_rate],
+                [p[1] for p in by_rate],
+                marker="s",
+                linestyle="--",
+                color=line[0].get_color(),
+                label=f"{q} FULL",
+            )
         ax.set_xscale("log")
         ax.set_xlabel("% of lineitem changed at once")
         ax.set_ylabel("seconds")

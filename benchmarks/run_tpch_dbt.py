@@ -7,6 +7,7 @@ sources, runs the differential models (`dbt run -s tag:diff`) and then the full 
 Per model: dbt's execution_time, the refresh mode, Spark jobs and rows read (Spark's REST API),
 snapshot files skipped by statistics; per run: wall time and peak memory of dbt + Spark.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,11 +58,18 @@ def run(args, machine: str) -> int:
     if args.spark == "connect":
         from python_helpers.testing.local_spark import ConnectServer
 
-        server = ConnectServer(os.path.join(work, "server"), warehouse=os.path.join(work, "warehouse"),
-                               memory="10g").start()
+        server = ConnectServer(
+            os.path.join(work, "server"), warehouse=os.path.join(work, "warehouse"), memory="10g"
+        ).start()
     try:
-        bench = DbtBench(work, paths, queries, spark_mode=args.spark,
-                         remote=server.remote if server else "", ui_url=server.ui_url if server else "")
+        bench = DbtBench(
+            work,
+            paths,
+            queries,
+            spark_mode=args.spark,
+            remote=server.remote if server else "",
+            ui_url=server.ui_url if server else "",
+        )
         bench.write()
         built = bench.dbt("run")
         if not built.ok:
@@ -70,7 +78,9 @@ def run(args, machine: str) -> int:
         print(f"built {len(built.models)} stream tables in {built.wall:.0f}s", flush=True)
         orders = max(1, int(1_500_000 * args.sf * args.rf_fraction))
         mixes: dict[str, RefreshFunctions | ScatteredUpdates] = {
-            "rf": RefreshFunctions(paths, orders), "scattered": ScatteredUpdates(paths, rows=args.scattered_rows)}
+            "rf": RefreshFunctions(paths, orders),
+            "scattered": ScatteredUpdates(paths, rows=args.scattered_rows),
+        }
         chosen = [m.strip() for m in args.mixes.split(",") if m.strip()]
         records: dict[str, list[tuple]] = {m: [] for m in chosen}
         report = ""
@@ -84,14 +94,20 @@ def run(args, machine: str) -> int:
                     return 1
                 equal = check_equal(bench, list(queries))
                 records[mix].append((diff, full, equal))
-                print(f"cycle {cycle} {mixes[mix].name} ({done}): differential run {diff.wall:.1f}s, "
-                      f"full run {full.wall:.1f}s, equal: {all(equal.values())}", flush=True)
+                print(
+                    f"cycle {cycle} {mixes[mix].name} ({done}): differential run {diff.wall:.1f}s, "
+                    f"full run {full.wall:.1f}s, equal: {all(equal.values())}",
+                    flush=True,
+                )
                 for q in queries:
                     d, f = diff.models[q], full.models[f"{q}_full"]
-                    print(f"  {q}: full {f.seconds:.2f}s, {d.mode} {d.seconds:.2f}s "
-                          f"({d.counters.get('spark_jobs', '?')} jobs, {_n(d.counters.get('rows_read'))} rows read; "
-                          f"full {f.counters.get('spark_jobs', '?')} jobs, {_n(f.counters.get('rows_read'))}); "
-                          f"{'equal' if equal[q] else 'DIFFERENT'}", flush=True)
+                    print(
+                        f"  {q}: full {f.seconds:.2f}s, {d.mode} {d.seconds:.2f}s "
+                        f"({d.counters.get('spark_jobs', '?')} jobs, {_n(d.counters.get('rows_read'))} rows read; "
+                        f"full {f.counters.get('spark_jobs', '?')} jobs, {_n(f.counters.get('rows_read'))}); "
+                        f"{'equal' if equal[q] else 'DIFFERENT'}",
+                        flush=True,
+                    )
                 if not all(equal.values()):
                     print("!! a differential result differs from its full twin", file=sys.stderr)
                     return 1
@@ -124,18 +140,28 @@ def _median(values):
 
 
 def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> str:
-    lines = [f"TPC-H SF {args.sf:g} through `dbt run` ({args.spark}: "
-             + ("a fresh local Spark per run" if args.spark == "session" else "a long-lived Spark Connect server")
-             + f"), {args.cycles} cycle(s); medians. Machine: {machine}.", ""]
+    lines = [
+        f"TPC-H SF {args.sf:g} through `dbt run` ({args.spark}: "
+        + ("a fresh local Spark per run" if args.spark == "session" else "a long-lived Spark Connect server")
+        + f"), {args.cycles} cycle(s); medians. Machine: {machine}.",
+        "",
+    ]
     for mix, rows in records.items():
         if not rows:
             continue
-        lines += [f"**{mixes[mix].name}** ("
-                  + (f"{mixes[mix].orders} orders in, as many out" if mix == "rf"
-                     else f"{mixes[mix].rows} lineitem rows and their orders updated") + ")", "",
-                  "| query | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF | mode | jobs FULL / DIFF "
-                  "| rows read FULL / DIFF | snapshot files read / skipped |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"**{mixes[mix].name}** ("
+            + (
+                f"{mixes[mix].orders} orders in, as many out"
+                if mix == "rf"
+                else f"{mixes[mix].rows} lineitem rows and their orders updated"
+            )
+            + ")",
+            "",
+            "| query | FULL (s) | DIFFERENTIAL (s) | FULL / DIFF | mode | jobs FULL / DIFF "
+            "| rows read FULL / DIFF | snapshot files read / skipped |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for q in queries:
             f = _median([r[1].models[f"{q}_full"].seconds for r in rows])
             d = _median([r[0].models[q].seconds for r in rows])
@@ -146,14 +172,20 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
             bd = _median([r[0].models[q].counters.get("rows_read") for r in rows])
             fr = _median([r[0].models[q].counters.get("files_read") for r in rows])
             fs = _median([r[0].models[q].counters.get("files_skipped") for r in rows])
-            lines.append(f"| {q} | {f:.2f} | {d:.2f} | {f / d:.1f}x | {modes} | {_n(jf)} / {_n(jd)} | "
-                         f"{_n(bf)} / {_n(bd)} | {_n(fr)} / {_n(fs)} |")
+            lines.append(
+                f"| {q} | {f:.2f} | {d:.2f} | {f / d:.1f}x | {modes} | {_n(jf)} / {_n(jd)} | "
+                f"{_n(bf)} / {_n(bd)} | {_n(fr)} / {_n(fs)} |"
+            )
         dw = _median([r[0].wall for r in rows])
         fw = _median([r[1].wall for r in rows])
         dm = max(r[0].peak_rss_mib for r in rows)
         fm = max(r[1].peak_rss_mib for r in rows)
-        lines += ["", f"Whole `dbt run`: FULL {fw:.1f}s, DIFFERENTIAL {dw:.1f}s ({fw / dw:.1f}x); peak resident memory "
-                      f"of dbt and Spark: FULL {fm:.0f} MiB, DIFFERENTIAL {dm:.0f} MiB.", ""]
+        lines += [
+            "",
+            f"Whole `dbt run`: FULL {fw:.1f}s, DIFFERENTIAL {dw:.1f}s ({fw / dw:.1f}x); peak resident memory "
+            f"of dbt and Spark: FULL {fm:.0f} MiB, DIFFERENTIAL {dm:.0f} MiB.",
+            "",
+        ]
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ Two ways to reach Spark: `session` (dbt-spark's method: session, a fresh local J
 `dbt run`) and `connect` (a long-lived Spark Connect server, profile `method: connect`;
 python_helpers/testing/local_spark.py starts one).
 """
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,9 @@ class DbtBench:
         models = os.path.join(self.project, "models")
         os.makedirs(models, exist_ok=True)
         with open(os.path.join(self.project, "dbt_project.yml"), "w") as handle:
-            handle.write("name: tpch_bench\nversion: '1.0'\nconfig-version: 2\nprofile: tpch_bench\n"
-                         "model-paths: ['models']\n")
+            handle.write(
+                "name: tpch_bench\nversion: '1.0'\nconfig-version: 2\nprofile: tpch_bench\nmodel-paths: ['models']\n"
+            )
         tables = sorted({r.split(".")[1] for r in self.paths})
         with open(os.path.join(models, "sources.yml"), "w") as handle:
             handle.write("version: 2\nsources:\n  - name: tpch\n    schema: tpch\n    tables:\n")
@@ -96,12 +98,20 @@ class DbtBench:
             "spark.sql.session.timeZone": "UTC",
         }
         method, host = ("connect", self.remote) if self.spark_mode == "connect" else ("session", "localhost")
-        lines = ["tpch_bench:", "  target: bench", "  outputs:", "    bench:", "      type: spark_stream",
-                 f"      method: {method}", f"      host: \"{host}\"", "      schema: bench",
-                 f"      threads: {self.threads}"]
+        lines = [
+            "tpch_bench:",
+            "  target: bench",
+            "  outputs:",
+            "    bench:",
+            "      type: spark_stream",
+            f"      method: {method}",
+            f'      host: "{host}"',
+            "      schema: bench",
+            f"      threads: {self.threads}",
+        ]
         if self.spark_mode == "session":
             lines.append("      server_side_parameters:")
-            lines += [f"        {k}: \"{v}\"" for k, v in params.items()]
+            lines += [f'        {k}: "{v}"' for k, v in params.items()]
         with open(os.path.join(self.project, "profiles.yml"), "w") as handle:
             handle.write("\n".join(lines) + "\n")
 
@@ -119,8 +129,9 @@ class DbtBench:
         if os.path.exists(results):
             os.remove(results)
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=self._environment(), cwd=self.project)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self._environment(), cwd=self.project
+        )
         sampler = _PeakRss(proc.pid)
         sampler.start()
         out, _ = proc.communicate()
@@ -134,9 +145,14 @@ class DbtBench:
             for r in data["results"]:
                 name = r["unique_id"].split(".")[-1]
                 resp = r.get("adapter_response") or {}
-                models[name] = ModelRun(r.get("execution_time", 0.0), resp.get("mode", "?"),
-                                        resp.get("rows_changed", 0) or 0, resp.get("reason") or "",
-                                        resp.get("phases") or {}, resp.get("counters") or {})
+                models[name] = ModelRun(
+                    r.get("execution_time", 0.0),
+                    resp.get("mode", "?"),
+                    resp.get("rows_changed", 0) or 0,
+                    resp.get("reason") or "",
+                    resp.get("phases") or {},
+                    resp.get("counters") or {},
+                )
                 ok = ok and r["status"] == "success"
         return RunReport(wall, models, peak, ok, "" if ok else out[-3000:])
 
@@ -181,7 +197,7 @@ class _PeakRss(threading.Thread):
         return self.peak
 
 
-CHECK = r'''
+CHECK = r"""
 import json, os, sys
 from collections import Counter
 os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -204,16 +220,27 @@ for n in names:
     b = Counter(tuple(norm(v) for v in r) for r in spark.table(f"bench.{n}_full").collect())
     out[n] = a == b
 print("CHECK " + json.dumps(out))
-'''
+"""
 
 
 def check_equal(bench: DbtBench, names: list) -> dict:
     """Each stream table against its full twin, after both refreshed to the same versions."""
     env = bench._environment()
-    proc = subprocess.run([sys.executable, "-c", CHECK, json.dumps(names), bench.work,
-                           bench.remote if bench.spark_mode == "connect" else ""],
-                          capture_output=True, text=True, env=env, timeout=1800)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CHECK,
+            json.dumps(names),
+            bench.work,
+            bench.remote if bench.spark_mode == "connect" else "",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     line = next((x for x in proc.stdout.splitlines() if x.startswith("CHECK ")), None)
     if line is None:
         raise RuntimeError(f"check failed: {proc.stderr[-3000:]}")
-    return json.loads(line[len("CHECK "):])
+    return json.loads(line[len("CHECK ") :])

@@ -1,4 +1,5 @@
 """Typed errors. Every message names the model, says what is wrong and what to do."""
+
 from __future__ import annotations
 
 
@@ -27,8 +28,7 @@ class UnsupportedSql(StreamTableError):
         super().__init__(
             model,
             f"cannot be refreshed differentially: {construct}",
-            "use refresh_mode='auto' (refreshes in full) or 'full', or rewrite the query; "
-            "see docs/supported-sql.md",
+            "use refresh_mode='auto' (refreshes in full) or 'full', or rewrite the query; see docs/supported-sql.md",
         )
 
 

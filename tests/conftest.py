@@ -5,6 +5,7 @@ tests never ask for it, so they never start a JVM). It is built as dbt-spark's `
 connection would open it, so an in-process dbt run (tests/dbt) reuses it via getOrCreate; it is
 stopped only when the whole pytest session ends.
 """
+
 from __future__ import annotations
 
 import os

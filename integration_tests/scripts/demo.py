@@ -10,6 +10,7 @@
 Everything it writes lives under $DBT_SPARK_STREAM_WORK_DIR (default: .work/demo in the
 repository), which is emptied first; dbt's target/ and logs/ are in integration_tests/.
 """
+
 from __future__ import annotations
 
 import os

@@ -11,6 +11,7 @@ Only the deltalake package is used (no Spark): sources are written the way an ou
 producer would, and each operation is its own Delta commit, so a refresh reads several
 versions of change data at once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -138,8 +139,9 @@ def mutate(seed: int) -> None:
 
     # Updates of measures, of a filter column, of the group/join key, and to NULL.
     picked = rng.sample(order_ids, 12)
-    orders.update(updates={"amount": "amount + CAST(7.25 AS DECIMAL(10,2))"},
-                  predicate=f"order_id IN {_in_list(picked[:4])}")
+    orders.update(
+        updates={"amount": "amount + CAST(7.25 AS DECIMAL(10,2))"}, predicate=f"order_id IN {_in_list(picked[:4])}"
+    )
     orders.update(updates={"status": f"'{rng.choice(STATUSES)}'"}, predicate=f"order_id IN {_in_list(picked[4:7])}")
     orders.update(
         updates={"customer_id": f"CAST({rng.choice(customer_ids)} AS INT)"},

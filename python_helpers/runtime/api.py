@@ -1,4 +1,5 @@
 """The engine's public surface: what the dbt adapter (and tests, benchmarks) call."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -12,8 +13,15 @@ from python_helpers.runtime.requests import (
     RefreshResult,
 )
 
-__all__ = ["DEFAULT_AUTO_FULL_THRESHOLD", "ENGINES", "REFRESH_MODES", "RefreshRequest", "RefreshResult",
-           "explain", "refresh_stream_table"]
+__all__ = [
+    "DEFAULT_AUTO_FULL_THRESHOLD",
+    "ENGINES",
+    "REFRESH_MODES",
+    "RefreshRequest",
+    "RefreshResult",
+    "explain",
+    "refresh_stream_table",
+]
 
 
 def refresh_stream_table(spark, request: RefreshRequest, log: Optional[Log] = None) -> RefreshResult:

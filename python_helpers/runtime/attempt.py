@@ -4,6 +4,7 @@ commits with the rows, the stored layout, publishing the views.
 
 A refresh that loses a commit race starts a new attempt (refresh.py); nothing here outlives one.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,19 +45,29 @@ class Attempt:
     def metadata(self, mode: str, result: Optional[StoredResult]) -> dict:
         """What the storage commit records beside the rows (offsets first of all)."""
         previous = self.meta or {}
-        meta = {"format": storage.FORMAT_VERSION, "model": self.model, "fingerprint": self.print_fp, "mode": mode,
-                "layout": result.kind if result is not None else "recompute",
-                "offsets": {r: {"version": s.state.version, "table_id": s.state.table_id, "path": s.path}
-                            for r, s in self.plan.pinned.items()},
-                "settings": self.session, "read_schema": self.schema_now,
-                # differential refreshes since the last full one (float_recompute_every counts them)
-                "differential_since_full": previous.get("differential_since_full", 0) + 1
-                if mode == "differential" else 0}
+        meta = {
+            "format": storage.FORMAT_VERSION,
+            "model": self.model,
+            "fingerprint": self.print_fp,
+            "mode": mode,
+            "layout": result.kind if result is not None else "recompute",
+            "offsets": {
+                r: {"version": s.state.version, "table_id": s.state.table_id, "path": s.path}
+                for r, s in self.plan.pinned.items()
+            },
+            "settings": self.session,
+            "read_schema": self.schema_now,
+            # differential refreshes since the last full one (float_recompute_every counts them)
+            "differential_since_full": previous.get("differential_since_full", 0) + 1 if mode == "differential" else 0,
+        }
         if isinstance(result, MaintainedResult) and self.plan.tree is not None:
             # What Spark's analyser said of the query, for the source schemas it saw: the stored
             # state was laid out by it, and the next refresh reuses it instead of asking again.
-            meta["analysis"] = {"sources": schema_key(self.plan), "names": list(result.output_names),
-                                "arg_types": dict(result.arg_types)}
+            meta["analysis"] = {
+                "sources": schema_key(self.plan),
+                "names": list(result.output_names),
+                "arg_types": dict(result.arg_types),
+            }
         return meta
 
     def stored_result_from_meta(self) -> MaintainedResult:

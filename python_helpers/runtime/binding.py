@@ -3,6 +3,7 @@
 Every name carries the refresh's unique id, because dbt runs models on several threads against
 one session; all of them are dropped when the refresh ends.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,7 +60,8 @@ class Bindings:
             table = delta_tables.open_table(src.path, number)
             if table is not None:
                 self.view_bytes[self.views_by_key[key].name] = read_cost.bytes_of_files(
-                    delta_tables.add_actions(table), [])
+                    delta_tables.add_actions(table), []
+                )
         return self.views_by_key[key].copy()
 
     def _check_readable(self, relation: str, version: int) -> None:
@@ -69,14 +71,19 @@ class Bindings:
         try:
             table = delta_tables.table_at(path, version)
         except Exception as err:  # noqa: BLE001 - delta-rs raises several kinds for a lost version
-            raise ChangesUnavailable(self.model, f"version {version} of source {relation} can no longer be read "
-                                                 f"(log expired: {type(err).__name__}: "
-                                                 f"{str(err).splitlines()[0][:200]})") from None
+            raise ChangesUnavailable(
+                self.model,
+                f"version {version} of source {relation} can no longer be read "
+                f"(log expired: {type(err).__name__}: "
+                f"{str(err).splitlines()[0][:200]})",
+            ) from None
         missing = [f for f in delta_tables.file_paths(table, path) if not paths.is_uri(f) and not os.path.exists(f)]
         if missing:
             raise ChangesUnavailable(
-                self.model, f"version {version} of source {relation} can no longer be read "
-                            f"(vacuumed; first missing file: {missing[0]})")
+                self.model,
+                f"version {version} of source {relation} can no longer be read "
+                f"(vacuumed; first missing file: {missing[0]})",
+            )
 
     def changes(self, relation: str) -> exp.Table:
         key = f"s{self._index[relation]}_chg"
@@ -94,12 +101,18 @@ class Bindings:
             try:
                 files = delta_log.change_files(src.path, v_old + 1, src.state.version)
             except delta_log.CommitMissing as err:
-                raise ChangesUnavailable(self.model, f"the Delta log of source {relation} no longer holds the "
-                                                     f"commits since version {v_old} (cleaned up: {err})") from None
+                raise ChangesUnavailable(
+                    self.model,
+                    f"the Delta log of source {relation} no longer holds the "
+                    f"commits since version {v_old} (cleaned up: {err})",
+                ) from None
             missing = change_feed.missing_files(files.files)
             if missing:
-                raise ChangesUnavailable(self.model, f"change files of source {relation} since version {v_old} "
-                                                     f"were vacuumed (first missing: {missing[0]})")
+                raise ChangesUnavailable(
+                    self.model,
+                    f"change files of source {relation} since version {v_old} "
+                    f"were vacuumed (first missing: {missing[0]})",
+                )
             self.change_files[relation] = files
             exact = change_feed.exact_rows(files.files)
             if exact is None:
@@ -116,8 +129,14 @@ class Bindings:
         for relation, files in self.change_files.items():
             src = self.pinned[relation]
             changes = change_feed.read_changes(
-                self.spark, src.state.arrow_schema, src.state.partition_columns, src.path, files.files,
-                self.columns.get(relation) or [f.name for f in src.state.arrow_schema], self.change_counts[relation])
+                self.spark,
+                src.state.arrow_schema,
+                src.state.partition_columns,
+                src.path,
+                files.files,
+                self.columns.get(relation) or [f.name for f in src.state.arrow_schema],
+                self.change_counts[relation],
+            )
             self.change_counts[relation] = changes.rows
             if changes.arrow is not None:
                 self.change_arrow[relation] = changes.arrow
@@ -136,13 +155,17 @@ class Bindings:
         return changed
 
     def context(self, changed: set) -> Context:
-        return Context(changes=self.changes, snapshot=self.snapshot, changed=set(changed),
-                       consolidated=set(self.consolidated) & set(changed),
-                       small_delta=sum(self.change_counts.values()) <= SMALL_DELTA_ROWS,
-                       materialize=self.materialize, keyed_snapshot=self.keyed_snapshot)
+        return Context(
+            changes=self.changes,
+            snapshot=self.snapshot,
+            changed=set(changed),
+            consolidated=set(self.consolidated) & set(changed),
+            small_delta=sum(self.change_counts.values()) <= SMALL_DELTA_ROWS,
+            materialize=self.materialize,
+            keyed_snapshot=self.keyed_snapshot,
+        )
 
-    def keyed_snapshot(self, relation: str, version: str, column: str, changed_relation: str,
-                       changed_column: str):
+    def keyed_snapshot(self, relation: str, version: str, column: str, changed_relation: str, changed_column: str):
         """`relation` at `version`, only the files whose statistics of `column` can hold a value
         that `changed_relation`'s change has in `changed_column` (Delta keeps min and max per file
         and column; data laid out by key, as a fact table by its business key usually is, leaves
@@ -168,7 +191,8 @@ class Bindings:
         frame = delta_tables.keyed_frame(self.spark, src.state, table, files, self.columns.get(relation))
         view = self.register(frame, f"s{self._index[relation]}_{version}_k{len(self.views)}")
         self.view_bytes[view.name] = read_cost.bytes_of_files(
-            delta_tables.add_actions(table), delta_tables.file_paths(table, src.path), files)
+            delta_tables.add_actions(table), delta_tables.file_paths(table, src.path), files
+        )
         return view
 
     def _change_keys(self, relation: str, column: str):
@@ -184,8 +208,10 @@ class Bindings:
         if data is not None:
             if column in data.column_names:
                 keys = pc.unique(data.column(column))
-        elif self.change_counts.get(relation, 0) <= SMALL_DELTA_ROWS and \
-                f"s{self._index[relation]}_chg" in self.views_by_key:
+        elif (
+            self.change_counts.get(relation, 0) <= SMALL_DELTA_ROWS
+            and f"s{self._index[relation]}_chg" in self.views_by_key
+        ):
             view = self.views_by_key[f"s{self._index[relation]}_chg"]
             if column in self.spark.table(view.name).columns:
                 query = exp.select(exp.column(column, quoted=True)).distinct().from_(view.copy())

@@ -11,6 +11,7 @@ managed or external table, a view of the user's) is left as it is and not publis
 stream table's own name is taken over only when the caller says it owns the name (dbt does, for
 a model's relation, as its table materialization does).
 """
+
 from __future__ import annotations
 
 import threading
@@ -51,8 +52,10 @@ def _sql_string(value: str) -> str:
 def files_relation(root: str, files: list, spark_types: dict) -> exp.Expression:
     """A FROM item reading exactly `files` under `root` (an empty typed relation when none)."""
     if not files:
-        cols = [exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True)
-                for n, t in spark_types.items()]
+        cols = [
+            exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True)
+            for n, t in spark_types.items()
+        ]
         empty = exp.select(*cols).where(exp.false())
         return exp.Subquery(this=empty, alias=exp.TableAlias(this=exp.to_identifier("__dvm_empty")))
     rel = [paths.glob_escaped(paths.relative(f, root)).replace(",", "\\,") for f in files]
@@ -63,8 +66,10 @@ def files_relation(root: str, files: list, spark_types: dict) -> exp.Expression:
 
 def directory_relation(path: str, escaped: bool = False) -> exp.Table:
     """`parquet.`path``: Spark reads every data file under the directory."""
-    return exp.Table(this=exp.to_identifier(path if escaped else paths.glob_escaped(path), quoted=True),
-                     db=exp.to_identifier("parquet"))
+    return exp.Table(
+        this=exp.to_identifier(path if escaped else paths.glob_escaped(path), quoted=True),
+        db=exp.to_identifier("parquet"),
+    )
 
 
 def generation_query(gen: str, spark_types: dict, partition_columns: list) -> exp.Expr:
@@ -77,11 +82,14 @@ def generation_query(gen: str, spark_types: dict, partition_columns: list) -> ex
 
     if not partition_columns:
         return exp.select(*[cast("d", n) for n in spark_types]).from_(
-            exp.alias_(directory_relation(gen), "d", table=True))
+            exp.alias_(directory_relation(gen), "d", table=True)
+        )
     data = exp.alias_(directory_relation(paths.join(gen, "data")), "d", table=True)
     parts = exp.alias_(directory_relation(paths.join(gen, "parts")), "m", table=True)
-    on = exp.EQ(this=exp.column(exp.to_identifier(PARTITION_DIR, quoted=True), table="d"),
-                expression=exp.column(exp.to_identifier(PARTITION_DIR, quoted=True), table="m"))
+    on = exp.EQ(
+        this=exp.column(exp.to_identifier(PARTITION_DIR, quoted=True), table="d"),
+        expression=exp.column(exp.to_identifier(PARTITION_DIR, quoted=True), table="m"),
+    )
     cols = [cast("m" if n in partition_columns else "d", n) for n in spark_types]
     return exp.select(*cols).from_(data).join(parts, on=on)
 
@@ -136,8 +144,16 @@ class Catalog:
                 role = "legacy"
         return True, role
 
-    def publish_view(self, schema: str, name: str, query: exp.Expr, role: str, model: str,
-                     take_over: bool = False, legacy_mark: Optional[str] = None) -> bool:
+    def publish_view(
+        self,
+        schema: str,
+        name: str,
+        query: exp.Expr,
+        role: str,
+        model: str,
+        take_over: bool = False,
+        legacy_mark: Optional[str] = None,
+    ) -> bool:
         """Create or alter the view `schema.name` to `query`. Returns False (nothing done) when
         the name belongs to an object this project did not create and `take_over` is off for a
         source; raises NameTaken for the stream table's own name in that case."""
@@ -159,15 +175,19 @@ class Catalog:
                 except Exception:  # noqa: BLE001 - dropped by someone meanwhile: the long way below
                     _PUBLISHED.pop(key, None)
             if len(text) > MAX_VIEW_TEXT:
-                raise StreamTableError(model, f"the view {schema}.{name} would need {len(text)} characters of text, "
-                                              f"more than the metastore keeps ({MAX_VIEW_TEXT})",
-                                       "keep the table on storage where hard links can be made, or compact it "
-                                       "(OPTIMIZE) to fewer files")
+                raise StreamTableError(
+                    model,
+                    f"the view {schema}.{name} would need {len(text)} characters of text, "
+                    f"more than the metastore keeps ({MAX_VIEW_TEXT})",
+                    "keep the table on storage where hard links can be made, or compact it (OPTIMIZE) to fewer files",
+                )
             exists, owner = self.role(schema, name, legacy_mark)
             if not exists:
                 self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
-                self.spark.sql(f"CREATE VIEW {quote(schema, name)} "
-                               f"TBLPROPERTIES ({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)}) AS {text}")
+                self.spark.sql(
+                    f"CREATE VIEW {quote(schema, name)} "
+                    f"TBLPROPERTIES ({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)}) AS {text}"
+                )
             elif owner is not None:
                 self.spark.sql(f"ALTER VIEW {quote(schema, name)} AS {text}")
                 if owner == "legacy":
@@ -179,9 +199,11 @@ class Catalog:
                 self._mark(schema, name, role)
             else:
                 kind = (self.table_type(schema, name) or "object").lower()
-                raise NameTaken(model, f"{schema}.{name} is a {kind} that dbt-spark-stream did not create; "
-                                       "it is left as it is",
-                                "drop or rename it, or give the stream table another name")
+                raise NameTaken(
+                    model,
+                    f"{schema}.{name} is a {kind} that dbt-spark-stream did not create; it is left as it is",
+                    "drop or rename it, or give the stream table another name",
+                )
             _PUBLISHED[key] = text
             return True
 
@@ -196,13 +218,17 @@ class Catalog:
         kind = self.table_type(schema, name)
         if take_over and kind == "VIEW":
             return
-        raise NameTaken(model, f"{schema}.{name} is a {(kind or 'object').lower()} that dbt-spark-stream did not "
-                               "create; it is left as it is, and nothing was written",
-                        "drop or rename it, or give the stream table another name")
+        raise NameTaken(
+            model,
+            f"{schema}.{name} is a {(kind or 'object').lower()} that dbt-spark-stream did not "
+            "create; it is left as it is, and nothing was written",
+            "drop or rename it, or give the stream table another name",
+        )
 
     def _mark(self, schema: str, name: str, role: str) -> None:
-        self.spark.sql(f"ALTER VIEW {quote(schema, name)} SET TBLPROPERTIES "
-                       f"({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)})")
+        self.spark.sql(
+            f"ALTER VIEW {quote(schema, name)} SET TBLPROPERTIES ({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)})"
+        )
 
 
 def catalog_key(spark) -> str:
@@ -211,8 +237,11 @@ def catalog_key(spark) -> str:
     import hashlib
 
     parts = []
-    for key in ("spark.sql.catalogImplementation", "spark.hadoop.hive.metastore.uris",
-                "spark.hadoop.javax.jdo.option.ConnectionURL"):
+    for key in (
+        "spark.sql.catalogImplementation",
+        "spark.hadoop.hive.metastore.uris",
+        "spark.hadoop.javax.jdo.option.ConnectionURL",
+    ):
         try:
             parts.append(str(spark.conf.get(key, "")))
         except Exception:  # noqa: BLE001
@@ -237,8 +266,12 @@ def files_query(root: str, files: list, spark_types: dict, partition_columns: li
     """The rows of a version named file by file (where no generation directory can be made):
     one branch per partition value, the values as literals."""
     if not partition_columns:
-        cols = [exp.alias_(exp.Cast(this=exp.column(exp.to_identifier(n, quoted=True)), to=exp.DataType.build(t)),
-                           n, quoted=True) for n, t in spark_types.items()]
+        cols = [
+            exp.alias_(
+                exp.Cast(this=exp.column(exp.to_identifier(n, quoted=True)), to=exp.DataType.build(t)), n, quoted=True
+            )
+            for n, t in spark_types.items()
+        ]
         return exp.select(*cols).from_(files_relation(root, files, spark_types))
     groups: dict = {}
     for f, values in zip(files, partitions):
@@ -253,8 +286,13 @@ def files_query(root: str, files: list, spark_types: dict, partition_columns: li
                 lit = exp.Null() if v is None else exp.Literal.string(v)
                 cols.append(exp.alias_(exp.Cast(this=lit, to=exp.DataType.build(t)), n, quoted=True))
             else:
-                cols.append(exp.alias_(exp.Cast(this=exp.column(exp.to_identifier(n, quoted=True)),
-                                                to=exp.DataType.build(t)), n, quoted=True))
+                cols.append(
+                    exp.alias_(
+                        exp.Cast(this=exp.column(exp.to_identifier(n, quoted=True)), to=exp.DataType.build(t)),
+                        n,
+                        quoted=True,
+                    )
+                )
         data_types = {n: t for n, t in spark_types.items() if n not in partition_columns}
         branches.append(exp.select(*cols).from_(files_relation(root, group, data_types)))
     out: exp.Expression = branches[0]

@@ -11,6 +11,7 @@ decision to refresh in full is taken without reading a large change at all. Then
 
 Weights: inserts and update post-images +1, deletes and pre-images -1.
 """
+
 from __future__ import annotations
 
 import os
@@ -72,16 +73,20 @@ def missing_files(files: list) -> list:
     return [f.path for f in files if not paths.is_uri(f.path) and not os.path.exists(f.path)]
 
 
-def read_changes(spark, arrow_schema: pa.Schema, partition_columns: list, table_path: str, files: list,
-                 columns: list, rows: int) -> Changes:
+def read_changes(
+    spark, arrow_schema: pa.Schema, partition_columns: list, table_path: str, files: list, columns: list, rows: int
+) -> Changes:
     """The change rows of `files` restricted to `columns`, with weights."""
     if rows <= DRIVER_READ_MAX_ROWS:
         data = _read_in_driver(arrow_schema, files, columns)
         merged = consolidate_arrow(data)
         if merged is not None:
             data = merged
-        frame = spark.createDataFrame(data, schema=spark_schema(data.schema)) if data.num_rows else \
-            spark.createDataFrame([], spark_schema(data.schema))
+        frame = (
+            spark.createDataFrame(data, schema=spark_schema(data.schema))
+            if data.num_rows
+            else spark.createDataFrame([], spark_schema(data.schema))
+        )
         return Changes(frame, data.num_rows, merged is not None, data)
     return Changes(_read_in_spark(spark, arrow_schema, partition_columns, table_path, files, columns), rows, False)
 
@@ -152,8 +157,9 @@ def _hive_layout(table_root: str, files: list, partition_columns: list) -> bool:
     return True
 
 
-def _read_in_spark(spark, arrow_schema: pa.Schema, partition_columns: list, table_root: str, files: list,
-                   columns: list):
+def _read_in_spark(
+    spark, arrow_schema: pa.Schema, partition_columns: list, table_root: str, files: list, columns: list
+):
     """Spark reads the change files itself (nothing passes through the driver)."""
     from pyspark.sql import functions as F
 
@@ -188,12 +194,16 @@ def _read_in_spark(spark, arrow_schema: pa.Schema, partition_columns: list, tabl
                     typed = full[c].dataType
                     frame = frame.withColumn(c, F.lit(v).cast(typed))
             if kind == "cdc":
-                w = (F.when(F.col(CHANGE_TYPE).isin("insert", "update_postimage"), F.lit(1))
-                     .when(F.col(CHANGE_TYPE).isin("delete", "update_preimage"), F.lit(-1)).otherwise(F.lit(0)))
+                w = (
+                    F.when(F.col(CHANGE_TYPE).isin("insert", "update_postimage"), F.lit(1))
+                    .when(F.col(CHANGE_TYPE).isin("delete", "update_preimage"), F.lit(-1))
+                    .otherwise(F.lit(0))
+                )
             else:
                 w = F.lit(1 if kind == "add" else -1)
-            frames.append(frame.select(*[F.col(f"`{c.replace('`', '``')}`") for c in columns],
-                                       w.cast("bigint").alias(WEIGHT)))
+            frames.append(
+                frame.select(*[F.col(f"`{c.replace('`', '``')}`") for c in columns], w.cast("bigint").alias(WEIGHT))
+            )
     if not frames:
         return spark.createDataFrame([], spark_schema(_target_schema(arrow_schema, columns)))
     out = frames[0]

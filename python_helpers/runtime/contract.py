@@ -3,13 +3,23 @@
 Checked when the stored result is built in full (the first build, a changed model SQL, a changed
 contract: the contract is part of the stored result's fingerprint), before anything is written.
 """
+
 from __future__ import annotations
 
 from python_helpers.errors import StreamTableError
 
 # Spellings of one Spark type that a contract may use.
-_ALIASES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint", "real": "float",
-            "dec": "decimal", "numeric": "decimal", "text": "string", "bool": "boolean"}
+_ALIASES = {
+    "integer": "int",
+    "long": "bigint",
+    "short": "smallint",
+    "byte": "tinyint",
+    "real": "float",
+    "dec": "decimal",
+    "numeric": "decimal",
+    "text": "string",
+    "bool": "boolean",
+}
 
 
 def normal_type(data_type: str) -> str:
@@ -27,8 +37,11 @@ class ContractMismatch(StreamTableError):
     are dbt's shape ({"name", "data_type"}) for its contract error."""
 
     def __init__(self, model: str, yaml_columns: list, sql_columns: list, problem: str):
-        super().__init__(model, problem, "make the model's SQL and the columns in its YAML (name, data_type, "
-                                         "order does not matter) agree")
+        super().__init__(
+            model,
+            problem,
+            "make the model's SQL and the columns in its YAML (name, data_type, order does not matter) agree",
+        )
         self.yaml_columns = yaml_columns
         self.sql_columns = sql_columns
 
@@ -45,14 +58,23 @@ def check(model: str, declared: list, schema) -> None:
         if actual is None:
             problems.append(f"{col['name']}: missing in definition (contract {col['data_type']})")
         elif actual["data_type"] != col["data_type"]:
-            problems.append(f"{col['name']}: data type mismatch (definition {actual['data_type']}, "
-                            f"contract {col['data_type']})")
+            problems.append(
+                f"{col['name']}: data type mismatch (definition {actual['data_type']}, contract {col['data_type']})"
+            )
         else:
             actual["name"] = col["name"]  # dbt matches names exactly; Spark's are case-insensitive
     declared_names = {c["name"].lower() for c in yaml_columns}
-    problems += [f"{c['name']}: missing in contract (definition {c['data_type']})"
-                 for c in sql_columns if c["name"].lower() not in declared_names]
+    problems += [
+        f"{c['name']}: missing in contract (definition {c['data_type']})"
+        for c in sql_columns
+        if c["name"].lower() not in declared_names
+    ]
     if problems:
-        raise ContractMismatch(model, yaml_columns, sql_columns,
-                               "the enforced contract does not match the query's columns: " + "; ".join(problems)
-                               + "; nothing was written")
+        raise ContractMismatch(
+            model,
+            yaml_columns,
+            sql_columns,
+            "the enforced contract does not match the query's columns: "
+            + "; ".join(problems)
+            + "; nothing was written",
+        )

@@ -4,6 +4,7 @@ Everything here reads what planning found and what the last refresh recorded in 
 nothing reads data. A full refresh caused by something the user should know about (the model
 changed, a source was recreated, a setting changed) is a warning; one the user asked for is not.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,8 +35,11 @@ def read_schema(plan) -> dict:
     for relation, src in sorted(plan.pinned.items()):
         fields = {f.name: f for f in src.state.arrow_schema}
         types = src.spark_types
-        out[relation] = {c: types[c] + ("" if fields[c].nullable else " not null")
-                         for c in plan.columns.get(relation, []) if c in types}
+        out[relation] = {
+            c: types[c] + ("" if fields[c].nullable else " not null")
+            for c in plan.columns.get(relation, [])
+            if c in types
+        }
     return out
 
 
@@ -51,8 +55,10 @@ def _schema_change(old: Optional[dict], new: dict) -> Optional[str]:
             if column not in before:
                 return f"source {relation} has a column {column} the query now reads (the source's schema changed)"
             if before[column] != after[column]:
-                return (f"column {column} of source {relation} changed type from {before[column]} to {after[column]} "
-                        "since the last refresh")
+                return (
+                    f"column {column} of source {relation} changed type from {before[column]} to {after[column]} "
+                    "since the last refresh"
+                )
     return None
 
 
@@ -70,8 +76,9 @@ def decide(request, plan, meta: Optional[dict], print_fp: str, session: dict, sc
     if meta.get("format") != storage.FORMAT_VERSION:
         return Decision.full("the stored result was written by another version of dbt-spark-stream", warn=True)
     if meta.get("fingerprint") != print_fp:
-        return Decision.full("the model's SQL or result-shaping config changed since the last refresh; "
-                             "rebuilt from scratch", warn=True)
+        return Decision.full(
+            "the model's SQL or result-shaping config changed since the last refresh; rebuilt from scratch", warn=True
+        )
     changed = result_settings.changed_setting(meta.get("settings"), session)
     if changed:
         return Decision.full(changed, warn=True)
@@ -82,8 +89,9 @@ def decide(request, plan, meta: Optional[dict], print_fp: str, session: dict, sc
     if schema_change:
         return Decision.full(schema_change + "; the stored state no longer fits it", warn=True)
     if _float_recompute_due(request, meta):
-        return Decision.full(f"periodic recompute of floating-point aggregates (float_recompute_every="
-                             f"{request.float_recompute_every})")
+        return Decision.full(
+            f"periodic recompute of floating-point aggregates (float_recompute_every={request.float_recompute_every})"
+        )
     return DIFFERENTIAL
 
 
@@ -99,8 +107,9 @@ def _source_decision(request, plan, meta: dict) -> Optional[Decision]:
         if old is None:
             return Decision.full(f"source {relation} was not read by the previous refresh", warn=True)
         if old.get("table_id") != src.state.table_id:
-            return Decision.full(f"source {relation} was recreated since the last refresh (its Delta table id "
-                                 "changed)", warn=True)
+            return Decision.full(
+                f"source {relation} was recreated since the last refresh (its Delta table id changed)", warn=True
+            )
         if old["version"] > src.state.version:
             raise _behind(model, relation, src, old["version"])
     return None
@@ -110,14 +119,18 @@ def _behind(model: str, relation: str, src, consumed: int) -> SourceBehind:
     """Offsets only move forward: reading an older version would re-apply changes."""
     if src.pinned_by:
         return SourceBehind(
-            model, f"source {relation} would be read at version {src.state.version}, the version the upstream "
-                   f"stream table {src.pinned_by} was refreshed to, but this stream table already consumed "
-                   f"version {consumed}; nothing was changed",
-            f"refresh {src.pinned_by} first (dbt run does, in dependency order; it may have failed in this run)")
+            model,
+            f"source {relation} would be read at version {src.state.version}, the version the upstream "
+            f"stream table {src.pinned_by} was refreshed to, but this stream table already consumed "
+            f"version {consumed}; nothing was changed",
+            f"refresh {src.pinned_by} first (dbt run does, in dependency order; it may have failed in this run)",
+        )
     return SourceBehind(
-        model, f"source {relation} is at version {src.state.version}, older than version {consumed} this stream "
-               "table already consumed (was its Delta log replaced?); nothing was changed",
-        "run dbt run --full-refresh for this model to rebuild it from the source as it is now")
+        model,
+        f"source {relation} is at version {src.state.version}, older than version {consumed} this stream "
+        "table already consumed (was its Delta log replaced?); nothing was changed",
+        "run dbt run --full-refresh for this model to rebuild it from the source as it is now",
+    )
 
 
 def _float_recompute_due(request, meta: dict) -> bool:

@@ -7,6 +7,7 @@ the Delta protocol's for the change data feed: a commit that wrote `cdc` files h
 rows there (with `_change_type`); a commit without them changed the table by whole files, so
 its added data files are inserts and its removed data files deletes (`dataChange` true only).
 """
+
 from __future__ import annotations
 
 import json
@@ -106,16 +107,25 @@ def change_files(table_path: str, start: int, end: int) -> ChangeFiles:
         # removes are then its change, which is exact (a rewritten file is all its old rows
         # deleted and all its new rows inserted), only larger.
         if cdc:
-            out.files += [ChangeFile(_absolute(table_path, c["path"]), "cdc", _partition_key(c),
-                                     int(c.get("size") or 0), None) for c in cdc]
+            out.files += [
+                ChangeFile(_absolute(table_path, c["path"]), "cdc", _partition_key(c), int(c.get("size") or 0), None)
+                for c in cdc
+            ]
             continue
         for a in actions:
             for kind in ("add", "remove"):
                 act = a.get(kind)
                 if act is None or not act.get("dataChange", True):
                     continue
-                out.files.append(ChangeFile(_absolute(table_path, act["path"]), kind, _partition_key(act),
-                                            int(act.get("size") or 0), _records(act)))
+                out.files.append(
+                    ChangeFile(
+                        _absolute(table_path, act["path"]),
+                        kind,
+                        _partition_key(act),
+                        int(act.get("size") or 0),
+                        _records(act),
+                    )
+                )
     return out
 
 

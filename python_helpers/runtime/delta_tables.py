@@ -3,6 +3,7 @@
 Snapshots are native Spark parquet scans of a version's live files (no data through Python);
 change feeds come from delta-rs' CDF reader as Arrow and enter Spark as a DataFrame.
 """
+
 from __future__ import annotations
 
 import os
@@ -107,9 +108,12 @@ def state_of(table: DeltaTable, path: str) -> TableState:
     if config.get("delta.columnMapping.mode", "none") not in ("none", None) and "columnMapping" not in unreadable:
         unreadable.append("columnMapping")
     return TableState(
-        path=path, version=table.version(), table_id=str(meta.id),
+        path=path,
+        version=table.version(),
+        table_id=str(meta.id),
         cdf_enabled=str(config.get(CDF_PROPERTY, "false")).lower() == "true",
-        arrow_schema=arrow_schema(table), partition_columns=list(meta.partition_columns or []),
+        arrow_schema=arrow_schema(table),
+        partition_columns=list(meta.partition_columns or []),
         unreadable_features=unreadable,
     )
 
@@ -205,8 +209,12 @@ def files_meeting_keys(table: DeltaTable, table_path: str, column: str, keys: pa
     if lo_name not in actions.column_names or hi_name not in actions.column_names:
         return None
     stat_type = actions.schema.field(lo_name).type
-    if not (pa.types.is_integer(stat_type) or pa.types.is_string(stat_type) or pa.types.is_large_string(stat_type)
-            or pa.types.is_date(stat_type)):
+    if not (
+        pa.types.is_integer(stat_type)
+        or pa.types.is_string(stat_type)
+        or pa.types.is_large_string(stat_type)
+        or pa.types.is_date(stat_type)
+    ):
         return None  # decimals and timestamps: the log's rendering is not compared here
     try:
         wanted = sorted(set(pa.compute.drop_null(keys.cast(stat_type)).to_pylist()))

@@ -6,6 +6,7 @@ Under `auto` it gives way to a full refresh (FullIsCheaper) before anything is w
 change is a large part of a source, or when its SQL would read several times what a rebuild
 reads: both judged from the Delta logs.
 """
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -48,8 +49,11 @@ def run_differential(attempt: Attempt) -> int:
             stored = delta_tables.table_at(attempt.target, read_version)
             schema = delta_tables.spark_schema(delta_tables.arrow_schema(stored))
             files = delta_tables.file_paths(stored, attempt.target)
-            frame = (spark.read.schema(schema).parquet(*[delta_tables.paths.glob_escaped(f) for f in files])
-                     if files else spark.createDataFrame([], schema))
+            frame = (
+                spark.read.schema(schema).parquet(*[delta_tables.paths.glob_escaped(f) for f in files])
+                if files
+                else spark.createDataFrame([], schema)
+            )
             store_rel = bindings.register(frame, "store")
             types = {f.name: f.dataType.simpleString() for f in schema.fields}
             try:  # a recursion's delta is computed here already (Bindings.materialize)
@@ -61,8 +65,11 @@ def run_differential(attempt: Attempt) -> int:
             if merge is not None:
                 bindings.view_bytes[store_rel.name] = read_cost.bytes_of_files(delta_tables.add_actions(stored), [])
                 check_read_cost(request, plan, merge, bindings, attempt.counters)
-        attempt.counters.update(change_rows=dict(bindings.change_counts), files_read=bindings.files_read,
-                                files_skipped=bindings.files_skipped)
+        attempt.counters.update(
+            change_rows=dict(bindings.change_counts),
+            files_read=bindings.files_read,
+            files_skipped=bindings.files_skipped,
+        )
         with phases("delta"):
             try:
                 data = spark.sql(render(merge)).toArrow() if merge is not None else None
@@ -75,18 +82,25 @@ def run_differential(attempt: Attempt) -> int:
             steps.reached("merging")
             try:
                 if data is not None and rows:
-                    merged = storage.merge_rows(attempt.target, data, result.storage_columns(), ROW_ID, ACTION,
-                                                metadata, read_version)
+                    merged = storage.merge_rows(
+                        attempt.target, data, result.storage_columns(), ROW_ID, ACTION, metadata, read_version
+                    )
                     # What the MERGE did to the stored rows (one per group, or per distinct row
                     # with its multiplicity): delta-rs counts them as it applies them.
-                    attempt.counters.update({f"rows_{what}": int((merged or {}).get(f"num_target_rows_{what}", 0))
-                                             for what in ("inserted", "updated", "deleted")})
+                    attempt.counters.update(
+                        {
+                            f"rows_{what}": int((merged or {}).get(f"num_target_rows_{what}", 0))
+                            for what in ("inserted", "updated", "deleted")
+                        }
+                    )
                 else:
                     storage.commit_offsets_only(attempt.target, metadata, read_version)
             except storage.ConcurrentCommit as err:
-                raise ConcurrentRefresh(request.model, f"another refresh committed to the stored result first "
-                                                       f"({err}); nothing was applied",
-                                        "run the refresh again") from None
+                raise ConcurrentRefresh(
+                    request.model,
+                    f"another refresh committed to the stored result first ({err}); nothing was applied",
+                    "run the refresh again",
+                ) from None
             steps.reached("committed")
             if storage.maybe_compact(attempt.target):
                 steps.reached("compacted")
@@ -107,10 +121,14 @@ def analyzed(attempt: Attempt, bindings: Bindings) -> MaintainedResult:
     assert plan.tree is not None, "only a query with an operator tree is refreshed differentially"
     names = output_names(attempt.spark, attempt.model, plan, bindings)
     result = typed(attempt.spark, plan_stored_result(attempt.model, plan.tree, names, plan.top_k), bindings)
-    if cached and (cached.get("names") != list(result.output_names)
-                   or (cached.get("arg_types") or {}) != result.arg_types):
-        raise ChangesUnavailable(attempt.model, "the types of the source columns the query reads changed "
-                                                "since the last refresh, so the stored state no longer fits them")
+    if cached and (
+        cached.get("names") != list(result.output_names) or (cached.get("arg_types") or {}) != result.arg_types
+    ):
+        raise ChangesUnavailable(
+            attempt.model,
+            "the types of the source columns the query reads changed "
+            "since the last refresh, so the stored state no longer fits them",
+        )
     return result
 
 
@@ -122,8 +140,9 @@ def recursion_limit(plan: Plan, err: Exception) -> None:
     text = str(err)
     limit = next((name for name in _RECURSION_LIMITS if name in text), None)
     if limit is not None and plan.tree is not None and any(isinstance(n, Recursive) for n in walk(plan.tree)):
-        raise FullIsCheaper(f"the change's WITH RECURSIVE delta reached Spark's {limit} (a cycle that only "
-                            "changed rows lead to)") from None
+        raise FullIsCheaper(
+            f"the change's WITH RECURSIVE delta reached Spark's {limit} (a cycle that only changed rows lead to)"
+        ) from None
 
 
 def check_change_size(request: RefreshRequest, plan: Plan, counts: dict) -> None:
@@ -141,12 +160,13 @@ def check_change_size(request: RefreshRequest, plan: Plan, counts: dict) -> None
         src = plan.pinned[relation]
         total, _ = table_stats(delta_tables.table_at(src.path, src.state.version))
         if total and rows / total > threshold:
-            raise FullIsCheaper(f"{rows} change rows of {relation} are {rows / total:.0%} of its {total} rows, "
-                                f"over auto_full_threshold={threshold:g}: a full refresh is cheaper")
+            raise FullIsCheaper(
+                f"{rows} change rows of {relation} are {rows / total:.0%} of its {total} rows, "
+                f"over auto_full_threshold={threshold:g}: a full refresh is cheaper"
+            )
 
 
-def check_read_cost(request: RefreshRequest, plan: Plan, merge: exp.Expr, bindings: Bindings,
-                    counters: dict) -> None:
+def check_read_cost(request: RefreshRequest, plan: Plan, merge: exp.Expr, bindings: Bindings, counters: dict) -> None:
     """Under `auto`, give up the differential refresh when its SQL would read several times the
     bytes a rebuild reads (read_cost.py), judged from the Delta logs before the query runs."""
     full_bytes = 0
@@ -155,8 +175,11 @@ def check_read_cost(request: RefreshRequest, plan: Plan, merge: exp.Expr, bindin
         if table is not None:
             full_bytes += read_cost.bytes_of_files(delta_tables.add_actions(table), [])
     estimate = read_cost.estimate(merge, bindings.view_bytes, full_bytes)
-    counters.update(read_bytes=estimate.differential_bytes, full_read_bytes=estimate.full_bytes,
-                    read_ratio_pct=int(round(estimate.ratio * 100)))
+    counters.update(
+        read_bytes=estimate.differential_bytes,
+        full_read_bytes=estimate.full_bytes,
+        read_ratio_pct=int(round(estimate.ratio * 100)),
+    )
     reason = estimate.full_reason(read_cost.FULL_WHEN_READ_RATIO_OVER, read_cost.MIN_FULL_BYTES)
     if reason is not None and request.refresh_mode == "auto":
         raise FullIsCheaper(reason)

@@ -1,5 +1,6 @@
 """A full refresh: compute the whole stored result in Spark and overwrite the stored table with
 it in one commit (rows and offsets together), then publish the views."""
+
 from __future__ import annotations
 
 from sqlglot import exp
@@ -31,8 +32,9 @@ def run_full(attempt: Attempt) -> int:
             Catalog(spark).check_name(request.schema, request.identifier, request.model, request.take_over_relation)
             names = output_names(spark, request.model, plan, bindings)
             if request.contract:  # before anything is computed or written
-                contract.check(request.model, request.contract,
-                               spark.sql(spark_sql(bind_plain_query(plan, bindings))).schema)
+                contract.check(
+                    request.model, request.contract, spark.sql(spark_sql(bind_plain_query(plan, bindings))).schema
+                )
             result: StoredResult
             if plan.tree is not None:
                 maintained = typed(spark, plan_stored_result(request.model, plan.tree, names, plan.top_k), bindings)
@@ -54,8 +56,11 @@ def run_full(attempt: Attempt) -> int:
                 storage.write_full(attempt.target, data, attempt.metadata("full", result), read_version)
                 attempt.counters["rows_written"] = data.num_rows
             except storage.ConcurrentCommit as err:
-                raise ConcurrentRefresh(request.model, f"another refresh committed to the stored result first ({err}); "
-                                                       "nothing was written", "run the refresh again") from None
+                raise ConcurrentRefresh(
+                    request.model,
+                    f"another refresh committed to the stored result first ({err}); nothing was written",
+                    "run the refresh again",
+                ) from None
         steps.reached("committed")
         with phases("publish"):
             attempt.publish(result)
@@ -93,5 +98,6 @@ def output_names(spark, model: str, plan: Plan, bindings: Bindings) -> list:
     try:
         return spark.sql(spark_sql(bind_plain_query(plan, bindings))).columns
     except Exception as err:  # noqa: BLE001 - Spark's analysis error is the message the user needs
-        raise StreamTableError(model, f"Spark rejects the query: {str(err).splitlines()[0][:400]}",
-                               "fix the model SQL") from None
+        raise StreamTableError(
+            model, f"Spark rejects the query: {str(err).splitlines()[0][:400]}", "fix the model SQL"
+        ) from None

@@ -12,6 +12,7 @@ rescan, as any aggregate without an algebraic rule); a non-deterministic functio
 UDAF (which Spark will not compute beside the group's row count), makes the query
 non-differentiable with that reason.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,8 +47,7 @@ def classify(spark, name: str, arity: int) -> Optional[Kind]:
     if jvm is None:  # Spark Connect: no JVM on this side
         return classify_by_sql(spark, name)
     database, _, func = name.rpartition(".")
-    ident = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier.apply(
-        func, jvm.scala.Option.apply(database or None))
+    ident = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier.apply(func, jvm.scala.Option.apply(database or None))
     try:
         registry = spark._jsparkSession.sessionState().functionRegistry()
         literal = getattr(jvm.org.apache.spark.sql.catalyst.expressions, "Literal$").__getattr__("MODULE$")
@@ -57,14 +57,19 @@ def classify(spark, name: str, arity: int) -> Optional[Kind]:
             args.add(null)
         built = registry.lookupFunction(ident, jvm.scala.jdk.javaapi.CollectionConverters.asScala(args).toSeq())
         cls = built.getClass().getName()
-        return Kind(aggregate=_is_instance(jvm, cls), deterministic=bool(built.deterministic()),
-                    pandas=cls.endswith(".PythonUDAF"))
+        return Kind(
+            aggregate=_is_instance(jvm, cls),
+            deterministic=bool(built.deterministic()),
+            pandas=cls.endswith(".PythonUDAF"),
+        )
     except Exception:  # not buildable over untyped NULLs (Hive functions), or not in the session registry
         pass
     try:
         info = spark._jsparkSession.sessionState().catalog().lookupFunctionInfo(ident)
-        return Kind(aggregate=_is_instance(jvm, info.getClassName()),
-                    deterministic=_hive_deterministic(jvm, info.getClassName()))
+        return Kind(
+            aggregate=_is_instance(jvm, info.getClassName()),
+            deterministic=_hive_deterministic(jvm, info.getClassName()),
+        )
     except Exception:
         return None
 
@@ -99,7 +104,8 @@ def _hive_deterministic(jvm, class_name: str) -> bool:
     """A Hive function's @UDFType(deterministic=...) (deterministic when not annotated)."""
     try:
         annotation = jvm.java.lang.Class.forName(class_name).getAnnotation(
-            jvm.java.lang.Class.forName("org.apache.hadoop.hive.ql.udf.UDFType"))
+            jvm.java.lang.Class.forName("org.apache.hadoop.hive.ql.udf.UDFType")
+        )
         return True if annotation is None else bool(annotation.deterministic())
     except Exception:  # not a Hive class, or Hive is not on the classpath
         return True
@@ -140,16 +146,25 @@ def mark_user_functions(spark, model: str, query: exp.Expr) -> tuple[exp.Expr, O
         if kind is None:
             continue
         if kind.unclassified and problem is None:
-            problem = UnsupportedSql(model, f"user function {name}(): over this connection Spark does not say "
-                                            "whether it is deterministic or an aggregate")
+            problem = UnsupportedSql(
+                model,
+                f"user function {name}(): over this connection Spark does not say "
+                "whether it is deterministic or an aggregate",
+            )
         elif not kind.deterministic and problem is None:
             problem = UnsupportedSql(model, f"non-deterministic function {name}()")
         if kind.pandas and problem is None:
-            problem = UnsupportedSql(model, f"pandas aggregate UDF {name}() (Spark computes it only beside other "
-                                            "pandas UDAFs, not beside the row count a stream table keeps)")
+            problem = UnsupportedSql(
+                model,
+                f"pandas aggregate UDF {name}() (Spark computes it only beside other "
+                "pandas UDAFs, not beside the row count a stream table keeps)",
+            )
         if kind.aggregate and qualified and problem is None:
-            problem = UnsupportedSql(model, f"aggregate function {name}() called with its database (call it "
-                                            "unqualified, from the database it is registered in)")
+            problem = UnsupportedSql(
+                model,
+                f"aggregate function {name}() called with its database (call it "
+                "unqualified, from the database it is registered in)",
+            )
         elif kind.aggregate:
             node.replace(exp.AnonymousAggFunc(this=node.this, expressions=[e.copy() for e in node.expressions]))
     return query, problem

@@ -11,6 +11,7 @@
 A failure here never fails a refresh whose result is already committed and published: it is
 logged, and the next refresh tries again.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -38,8 +39,11 @@ def tidy(target: str, retention_hours: float, log: Callable[[str, str], None], m
         table.create_checkpoint()
         table.cleanup_metadata()
     except Exception as err:  # noqa: BLE001 - tidying is retried by the next refresh
-        log("warn", f"{model}: vacuum of {paths.basename(target)} failed ({type(err).__name__}: "
-                    f"{str(err).splitlines()[0][:200]}); the next refresh tries again")
+        log(
+            "warn",
+            f"{model}: vacuum of {paths.basename(target)} failed ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:200]}); the next refresh tries again",
+        )
         return False
     steps.reached("vacuumed")
     return True

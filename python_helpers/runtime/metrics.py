@@ -6,6 +6,7 @@ DBT_SPARK_STREAM_METRICS=1 turns it on; the benchmark does. The refresh's jobs c
 is the application's UI: the local session's (`spark.ui.enabled` must be true), or for Spark
 Connect the server's, at DBT_SPARK_STREAM_SPARK_UI (e.g. http://127.0.0.1:4040).
 """
+
 from __future__ import annotations
 
 import json

@@ -9,6 +9,7 @@ same files:
 * Hadoop's glob syntax: every path handed to `spark.read...parquet(...)` is a glob pattern,
   so `{ } [ ] * ? \\` in a file name must be escaped.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,7 +55,7 @@ def basename(path: str) -> str:
 
 def relative(path: str, root: str) -> str:
     if is_uri(path):
-        return path[len(root.rstrip("/")) + 1:] if path.startswith(root.rstrip("/") + "/") else path
+        return path[len(root.rstrip("/")) + 1 :] if path.startswith(root.rstrip("/") + "/") else path
     return os.path.relpath(path, root)
 
 

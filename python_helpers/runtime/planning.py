@@ -4,6 +4,7 @@ Parse, inline views, pin the Delta sources at their versions, classify user-defi
 (runtime/functions.py) and build the operator tree, or record why the query is not
 differentiable.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,17 +43,24 @@ def plan_request(spark, request: RefreshRequest) -> Plan:
     overrides = {k.lower(): v for k, v in (request.sources or {}).items()}
     inlined = inline_views(spark, model, parsed, overrides)
     relations = [r for r in source_relations(inlined.query) if r not in inlined.kept]
-    pinned = pin_sources(spark, model, relations, {**overrides, **inlined.overrides}, inlined.versions,
-                         inlined.pinned_by)
+    pinned = pin_sources(
+        spark, model, relations, {**overrides, **inlined.overrides}, inlined.versions, inlined.pinned_by
+    )
     query, volatile = functions.mark_user_functions(spark, model, inlined.query)
     plan = _plan(model, query, pinned, inlined.unsupported or volatile, inlined.weights)
-    plan.definition = (request.sql if not inlined.views
-                       else f"{request.sql}\n-- views inlined:\n{inlined.query.sql(DIALECT)}")
+    plan.definition = (
+        request.sql if not inlined.views else f"{request.sql}\n-- views inlined:\n{inlined.query.sql(DIALECT)}"
+    )
     return plan
 
 
-def _plan(model: str, query: exp.Expr, pinned: dict, unsupported: Optional[UnsupportedSql] = None,
-          weights: Optional[dict] = None) -> Plan:
+def _plan(
+    model: str,
+    query: exp.Expr,
+    pinned: dict,
+    unsupported: Optional[UnsupportedSql] = None,
+    weights: Optional[dict] = None,
+) -> Plan:
     schemas = {r: s.spark_types for r, s in pinned.items()}
     tree: Optional[Node] = None
     top_k: Optional[TopK] = None

@@ -21,6 +21,7 @@ crash in between leaves the marker behind and the next refresh publishes again.
 Where links cannot be made (remote storage, another file system) `link_generation` returns None
 and the caller names the files in the view instead.
 """
+
 from __future__ import annotations
 
 import json
@@ -88,9 +89,14 @@ def _live_generations(root: str) -> set:
     return live
 
 
-def link_generation(root: str, version: int, files: list, partitions: Optional[list] = None,
-                    data_schema: Optional[pa.Schema] = None,
-                    partition_schema: Optional[pa.Schema] = None) -> Optional[str]:
+def link_generation(
+    root: str,
+    version: int,
+    files: list,
+    partitions: Optional[list] = None,
+    data_schema: Optional[pa.Schema] = None,
+    partition_schema: Optional[pa.Schema] = None,
+) -> Optional[str]:
     """The directory `<root>/g<version>` holding links to `files` (made once; reused after).
 
     `partitions[i]` is the tuple of partition values of `files[i]` (None: not partitioned).
@@ -126,8 +132,9 @@ def _link_name(i: int, f: str) -> str:
     return f"{i:06d}-{os.path.basename(f)}"
 
 
-def _link_partitioned(staging: str, files: list, partitions: list, data_schema: pa.Schema,
-                      partition_schema: pa.Schema) -> None:
+def _link_partitioned(
+    staging: str, files: list, partitions: list, data_schema: pa.Schema, partition_schema: pa.Schema
+) -> None:
     import pyarrow.parquet as pq
 
     from python_helpers.runtime.delta_log import typed_partition_value
@@ -143,14 +150,18 @@ def _link_partitioned(staging: str, files: list, partitions: list, data_schema: 
     pq.write_metadata(data_schema, os.path.join(data, "_common_metadata"))
     columns = {PARTITION_DIR: pa.array(list(numbers.values()), pa.int32())}
     for field in partition_schema:
-        columns[field.name] = pa.concat_arrays([typed_partition_value(dict(v).get(field.name), field.type, 1)
-                                                for v in numbers]) if numbers else pa.array([], field.type)
+        columns[field.name] = (
+            pa.concat_arrays([typed_partition_value(dict(v).get(field.name), field.type, 1) for v in numbers])
+            if numbers
+            else pa.array([], field.type)
+        )
     os.makedirs(os.path.join(staging, "parts"))
     pq.write_table(pa.table(columns), os.path.join(staging, "parts", "part-0.parquet"))
 
 
-def prune(root: str, keep: Optional[int] = None, retention_seconds: Optional[float] = None,
-          now: Optional[float] = None) -> list:
+def prune(
+    root: str, keep: Optional[int] = None, retention_seconds: Optional[float] = None, now: Optional[float] = None
+) -> list:
     """Remove generations older than the retention beyond the newest `keep`, never the one the
     marker names, and leftovers of killed refreshes. Returns what was removed."""
     if paths.is_uri(root) or not os.path.isdir(root):

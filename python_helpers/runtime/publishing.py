@@ -8,6 +8,7 @@ A refresh that finds its sources unchanged still compares the markers with the n
 so a crash anywhere after the storage commit is repaired by the next run, whatever the
 sources did meanwhile. Views never move back to an older version than their marker records.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,9 +42,10 @@ def _version_files(table, table_path: str) -> tuple[list, list]:
     if not columns:
         return files, [() for _ in files]
     values = [actions.column(c).to_pylist() for c in columns]
-    names = [c[len("partition."):] for c in columns]
-    partitions = [tuple(sorted((n, None if v is None else _log_string(v)) for n, v in zip(names, row)))
-                  for row in zip(*values)]
+    names = [c[len("partition.") :] for c in columns]
+    partitions = [
+        tuple(sorted((n, None if v is None else _log_string(v)) for n, v in zip(names, row))) for row in zip(*values)
+    ]
     return files, partitions
 
 
@@ -62,9 +64,17 @@ def stream_table_marker(spark, target: str) -> Optional[dict]:
     return published_files.read_marker(published_files.stream_root(target), catalog_views.catalog_key(spark))
 
 
-def publish_stream_table(spark, schema: str, name: str, model: str, target: str, view_sql: Callable,
-                         take_over: bool = False, retention_seconds: Optional[float] = None,
-                         docs: Optional[dict] = None) -> None:
+def publish_stream_table(
+    spark,
+    schema: str,
+    name: str,
+    model: str,
+    target: str,
+    view_sql: Callable,
+    take_over: bool = False,
+    retention_seconds: Optional[float] = None,
+    docs: Optional[dict] = None,
+) -> None:
     """Point the view `schema.name` at the newest version of the stored result (with the column
     comments of `docs`, dbt's persisted descriptions: view_comments.py)."""
     stored = delta_tables.table_at(target)
@@ -87,8 +97,16 @@ def publish_stream_table(spark, schema: str, name: str, model: str, target: str,
     query = view_comments.with_column_docs(spark, schema, name, view_sql(relation, types), docs)
     Catalog(spark).publish_view(schema, name, query, catalog_views.STREAM_TABLE, model, take_over=take_over)
     steps.reached("stream_view_altered")
-    published_files.write_marker(root, {"table_id": table_id, "version": version, "schema": _schema_hash(types),
-                                        "generation": paths.basename(gen) if gen else None}, catalog)
+    published_files.write_marker(
+        root,
+        {
+            "table_id": table_id,
+            "version": version,
+            "schema": _schema_hash(types),
+            "generation": paths.basename(gen) if gen else None,
+        },
+        catalog,
+    )
     published_files.prune(root, retention_seconds=retention_seconds)
 
 
@@ -106,7 +124,8 @@ def publish_source(spark, relation: str, src, model: str, log: Log, retention_se
     marker = published_files.read_marker(root, catalog)
     state = src.state
     if _newer(marker, state.table_id, state.version) and (
-            catalog_views.known(spark, schema, name) or Catalog(spark).exists(schema, name)):
+        catalog_views.known(spark, schema, name) or Catalog(spark).exists(schema, name)
+    ):
         return  # shown already, or a newer version is: a source view never moves back
     table = delta_tables.table_at(src.path, state.version)
     files, partitions = _version_files(table, src.path)
@@ -114,42 +133,61 @@ def publish_source(spark, relation: str, src, model: str, log: Log, retention_se
     parts = list(state.partition_columns)
     query: exp.Expr
     if not files:
-        cols = [exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True)
-                for n, t in types.items()]
+        cols = [
+            exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True) for n, t in types.items()
+        ]
         query = exp.select(*cols).where(exp.false())
         gen = None
     else:
         data_schema = pa.schema([f for f in state.arrow_schema if f.name not in parts])
         part_schema = pa.schema([state.arrow_schema.field(p) for p in parts])
-        gen = published_files.link_generation(root, state.version, files, partitions if parts else None,
-                                              data_schema, part_schema)
+        gen = published_files.link_generation(
+            root, state.version, files, partitions if parts else None, data_schema, part_schema
+        )
         if gen is not None:
             query = catalog_views.generation_query(gen, types, parts)
         else:
             query = catalog_views.files_query(src.path, files, types, parts, partitions)
     steps.reached("source_generation_linked")
-    published = Catalog(spark).publish_view(schema, name, query, catalog_views.SOURCE, model,
-                                            legacy_mark=paths.local(src.path))
+    published = Catalog(spark).publish_view(
+        schema, name, query, catalog_views.SOURCE, model, legacy_mark=paths.local(src.path)
+    )
     steps.reached("source_view_altered")
     if not published:
-        log("info", f"{model}: {relation} is a catalog object dbt-spark-stream did not create; it is left as it "
-                    "is (no view of the source is published under that name)")
-        published_files.write_marker(root, {"table_id": state.table_id, "version": state.version, "skipped": True},
-                                     catalog)
+        log(
+            "info",
+            f"{model}: {relation} is a catalog object dbt-spark-stream did not create; it is left as it "
+            "is (no view of the source is published under that name)",
+        )
+        published_files.write_marker(
+            root, {"table_id": state.table_id, "version": state.version, "skipped": True}, catalog
+        )
         return
-    published_files.write_marker(root, {"table_id": state.table_id, "version": state.version,
-                                        "generation": paths.basename(gen) if gen else None}, catalog)
+    published_files.write_marker(
+        root,
+        {"table_id": state.table_id, "version": state.version, "generation": paths.basename(gen) if gen else None},
+        catalog,
+    )
     published_files.prune(root, retention_seconds=retention_seconds)
 
 
-def publish(spark, request, plan, target: str, view_sql: Callable, log: Log,
-            retention_seconds: Optional[float] = None) -> None:
+def publish(
+    spark, request, plan, target: str, view_sql: Callable, log: Log, retention_seconds: Optional[float] = None
+) -> None:
     for relation, src in plan.pinned.items():
         if not is_stored_table(relation):  # an upstream stream table's stored table has its own view
             publish_source(spark, relation, src, request.model, log, retention_seconds)
-    publish_stream_table(spark, request.schema, request.identifier, request.model, target, view_sql,
-                         take_over=request.take_over_relation, retention_seconds=retention_seconds,
-                         docs=request.docs)
+    publish_stream_table(
+        spark,
+        request.schema,
+        request.identifier,
+        request.model,
+        target,
+        view_sql,
+        take_over=request.take_over_relation,
+        retention_seconds=retention_seconds,
+        docs=request.docs,
+    )
 
 
 def up_to_date(spark, request, plan, target: str) -> bool:

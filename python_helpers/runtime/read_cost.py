@@ -12,6 +12,7 @@ Bytes are whole data files (parquet is columnar, but both sides read the same co
 source, so the ratio holds); this is an estimate to catch the refreshes that read several times
 what a rebuild does, not a timing model.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,14 +43,17 @@ class ReadEstimate:
     def ratio(self) -> float:
         return self.differential_bytes / self.full_bytes if self.full_bytes else 0.0
 
-    def full_reason(self, threshold: float = FULL_WHEN_READ_RATIO_OVER,
-                    min_full_bytes: int = MIN_FULL_BYTES) -> Optional[str]:
+    def full_reason(
+        self, threshold: float = FULL_WHEN_READ_RATIO_OVER, min_full_bytes: int = MIN_FULL_BYTES
+    ) -> Optional[str]:
         """Why a rebuild is cheaper, or None when the differential refresh should go on."""
         if not self.full_bytes or self.full_bytes < min_full_bytes or self.ratio <= threshold:
             return None
-        return (f"the differential refresh would read {_size(self.differential_bytes)} of snapshots "
-                f"({self.references} reads), {self.ratio:.1f}x the {_size(self.full_bytes)} a full refresh reads "
-                f"(auto switches over {threshold:g}x): a full refresh is cheaper")
+        return (
+            f"the differential refresh would read {_size(self.differential_bytes)} of snapshots "
+            f"({self.references} reads), {self.ratio:.1f}x the {_size(self.full_bytes)} a full refresh reads "
+            f"(auto switches over {threshold:g}x): a full refresh is cheaper"
+        )
 
 
 def estimate(query: exp.Expr, view_bytes: dict, full_bytes: int) -> ReadEstimate:

@@ -13,6 +13,7 @@ full_refresh.py and differential_refresh.py (compute and commit), publishing.py 
 requests.py (the request and the result reported to dbt); attempt.py holds what one attempt
 knows. This module runs them in order and starts over after a lost commit race.
 """
+
 from __future__ import annotations
 
 import os
@@ -81,12 +82,23 @@ def _refresh_once(spark, request: RefreshRequest, log: Log) -> RefreshResult:
 
     def result(mode: str, rows: int, reason: Optional[str] = None, skipped: bool = False) -> RefreshResult:
         attempt.counters.update(meter.finish())
-        return RefreshResult(model, mode, rows, time.perf_counter() - started, reason=reason, skipped=skipped,
-                             source_versions={r: s.state.version for r, s in plan.pinned.items()},
-                             phases=dict(phases.seconds), counters=dict(attempt.counters))
+        return RefreshResult(
+            model,
+            mode,
+            rows,
+            time.perf_counter() - started,
+            reason=reason,
+            skipped=skipped,
+            source_versions={r: s.state.version for r, s in plan.pinned.items()},
+            phases=dict(phases.seconds),
+            counters=dict(attempt.counters),
+        )
 
-    if decision == DIFFERENTIAL and meta is not None and all(
-            meta["offsets"][r]["version"] == s.state.version for r, s in plan.pinned.items()):
+    if (
+        decision == DIFFERENTIAL
+        and meta is not None
+        and all(meta["offsets"][r]["version"] == s.state.version for r, s in plan.pinned.items())
+    ):
         if publishing.up_to_date(spark, request, plan, target):
             return result("differential", 0, skipped=True)  # nothing moved: no Spark job, no commit
         with phases("publish"):  # a crash after the last commit left the views behind
@@ -107,26 +119,40 @@ def _refresh_once(spark, request: RefreshRequest, log: Log) -> RefreshResult:
 
 def _validate(request: RefreshRequest) -> None:
     if request.refresh_mode not in REFRESH_MODES:
-        raise InvalidConfig(request.model, f"refresh_mode '{request.refresh_mode}' is not one of "
-                                           f"{', '.join(REFRESH_MODES)}", "fix the model's config")
+        raise InvalidConfig(
+            request.model,
+            f"refresh_mode '{request.refresh_mode}' is not one of {', '.join(REFRESH_MODES)}",
+            "fix the model's config",
+        )
     if request.engine not in ENGINES:
-        raise InvalidConfig(request.model, f"engine '{request.engine}' is not one of {', '.join(ENGINES)}",
-                            "fix the profile")
+        raise InvalidConfig(
+            request.model, f"engine '{request.engine}' is not one of {', '.join(ENGINES)}", "fix the profile"
+        )
     threshold = request.auto_full_threshold
     if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 <= threshold <= 1:
-        raise InvalidConfig(request.model, f"auto_full_threshold must be a fraction between 0 and 1 "
-                                           f"(0 disables the switch), got {threshold!r}", "fix the model's config")
+        raise InvalidConfig(
+            request.model,
+            f"auto_full_threshold must be a fraction between 0 and 1 (0 disables the switch), got {threshold!r}",
+            "fix the model's config",
+        )
     every = request.float_recompute_every
     if not isinstance(every, int) or isinstance(every, bool) or every < 0:
-        raise InvalidConfig(request.model, f"float_recompute_every must be a whole number of refreshes "
-                                           f"(0: never), got {every!r}", "fix the model's config")
+        raise InvalidConfig(
+            request.model,
+            f"float_recompute_every must be a whole number of refreshes (0: never), got {every!r}",
+            "fix the model's config",
+        )
     hours = request.retention_hours
     if not isinstance(hours, (int, float)) or isinstance(hours, bool) or hours < 0:
-        raise InvalidConfig(request.model, f"retention_hours must be a number of hours >= 0, got {hours!r}",
-                            "fix the model's config")
+        raise InvalidConfig(
+            request.model, f"retention_hours must be a number of hours >= 0, got {hours!r}", "fix the model's config"
+        )
     if request.engine == "spark":
-        raise InvalidConfig(request.model, "the spark engine (native Delta Lake SQL) is not implemented yet",
-                            "use engine: embedded (or auto) in the profile")
+        raise InvalidConfig(
+            request.model,
+            "the spark engine (native Delta Lake SQL) is not implemented yet",
+            "use engine: embedded (or auto) in the profile",
+        )
 
 
 def explain(spark, request: RefreshRequest) -> str:
@@ -143,12 +169,14 @@ def explain(spark, request: RefreshRequest) -> str:
         decision = Decision.full(f"it fails: {err}")
     if decision == DIFFERENTIAL and meta is not None:
         moved = [r for r, s in plan.pinned.items() if meta["offsets"][r]["version"] != s.state.version]
-        mode = "differential" + (f" (changes in {', '.join(moved)})" if moved
-                                 else " (no source moved: nothing to do)")
+        mode = "differential" + (f" (changes in {', '.join(moved)})" if moved else " (no source moved: nothing to do)")
     else:
         mode = f"full ({decision.reason})"
-    lines = [f"stream table {model}", f"  next refresh: {mode}",
-             "  sources: " + ", ".join(f"{r}@v{s.state.version}" for r, s in plan.pinned.items())]
+    lines = [
+        f"stream table {model}",
+        f"  next refresh: {mode}",
+        "  sources: " + ", ".join(f"{r}@v{s.state.version}" for r, s in plan.pinned.items()),
+    ]
     if plan.tree is None:
         why = plan.unsupported.construct if plan.unsupported is not None else "no operator tree"
         lines.append(f"  not differentiable: {why}")
@@ -157,8 +185,7 @@ def explain(spark, request: RefreshRequest) -> str:
         lines.append("  views inlined: the tree reads their base tables")
     if plan.top_k is not None:
         first, last = plan.top_k.offset + 1, plan.top_k.offset + (plan.top_k.limit or 0)
-        lines.append(f"  Top-K: the view shows rows {first}..{last} "
-                     "of the stored result in the query's order")
+        lines.append(f"  Top-K: the view shows rows {first}..{last} of the stored result in the query's order")
     lines.append("  operator tree (strategy per operator: docs/supported-sql.md):")
     lines.extend("    " + line for line in describe(plan.tree).splitlines())
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 The dbt adapter builds a RefreshRequest per model and reports the RefreshResult; `api.py` is the
 call between them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -5,6 +5,7 @@ catalog (a session or server started without Hive support) every view is gone wh
 restarts while the stored result stays behind, so the next run finds files it cannot name and
 `dbt test` finds no relation: refuse before anything is written.
 """
+
 from __future__ import annotations
 
 from python_helpers.errors import StreamTableError

@@ -6,6 +6,7 @@ zone, an overflow that is NULL under one ANSI mode and an error under the other)
 below are recorded with every refresh, and a change of any of them rebuilds the stream table,
 naming the setting.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -52,6 +53,8 @@ def changed_setting(old: Optional[dict], new: dict) -> Optional[str]:
         if old.get(key) != new.get(key):
             before = old.get(key, "unset")
             after = new.get(key, "unset")
-            return (f"the session setting {key} changed from {before} to {after} since the last refresh, "
-                    "and the stored result was computed under the old value")
+            return (
+                f"the session setting {key} changed from {before} to {after} since the last refresh, "
+                "and the stored result was computed under the old value"
+            )
     return None

@@ -1,4 +1,5 @@
 """Find and pin the Delta sources of a stream table (embedded engine)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,8 +55,14 @@ def source_path(spark, relation: str, overrides: dict) -> str:
     return managed_path(spark, parts[-2], parts[-1])
 
 
-def pin_sources(spark, model: str, relations: list, overrides: dict, versions: Optional[dict] = None,
-                pinned_by: Optional[dict] = None) -> dict:
+def pin_sources(
+    spark,
+    model: str,
+    relations: list,
+    overrides: dict,
+    versions: Optional[dict] = None,
+    pinned_by: Optional[dict] = None,
+) -> dict:
     """Pin every source at its latest version, all at once at the start of the refresh (or at
     `versions[relation]`: the version the upstream stream table `pinned_by[relation]` read)."""
     pinned = {}
@@ -63,23 +70,28 @@ def pin_sources(spark, model: str, relations: list, overrides: dict, versions: O
         try:
             path = source_path(spark, relation, overrides)
         except StreamTableError:
-            raise SourceMissing(model, f"table reference '{relation}' has no schema",
-                                "reference sources as schema.table (dbt: {{ source('shop', 'orders') }})") from None
+            raise SourceMissing(
+                model,
+                f"table reference '{relation}' has no schema",
+                "reference sources as schema.table (dbt: {{ source('shop', 'orders') }})",
+            ) from None
         table = open_table(path)
         pinned_version = (versions or {}).get(relation)
         if table is not None and pinned_version is not None:
             table = open_table(path, pinned_version)
         if table is None:
             raise SourceMissing(
-                model, f"source {relation} is not a Delta table at {path}",
+                model,
+                f"source {relation} is not a Delta table at {path}",
                 "create it there (deltalake.write_deltalake or CREATE TABLE ... USING delta), or set "
                 "meta: {delta_path: <path>} on the dbt source table",
             )
         state = state_of(table, path)
         if state.unreadable_features:
             raise SourceMissing(
-                model, f"source {relation} uses Delta features the embedded engine cannot read: "
-                       f"{', '.join(state.unreadable_features)}",
+                model,
+                f"source {relation} uses Delta features the embedded engine cannot read: "
+                f"{', '.join(state.unreadable_features)}",
                 "disable them (e.g. REORG TABLE ... APPLY (PURGE) for deletion vectors, then ALTER TABLE ... SET "
                 "TBLPROPERTIES ('delta.enableDeletionVectors' = false)); the spark engine that could read them is "
                 "not implemented yet",

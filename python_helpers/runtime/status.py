@@ -3,6 +3,7 @@
 Read from the Delta logs only (the stored results' commit metadata and the sources' current
 versions): no Spark job, nothing written. `dbt run-operation stream_table_status` prints it.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -40,11 +41,23 @@ class StreamTableStatus:
         return None if any(v is None for v in lags) else sum(lags)
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "model": self.model, "mode": self.mode, "refreshed_at": self.refreshed_at,
-                "storage_version": self.storage_version, "commits_behind": self.commits_behind,
-                "sources": [{"relation": s.relation, "consumed_version": s.consumed_version,
-                             "current_version": s.current_version, "commits_behind": s.commits_behind}
-                            for s in self.sources]}
+        return {
+            "name": self.name,
+            "model": self.model,
+            "mode": self.mode,
+            "refreshed_at": self.refreshed_at,
+            "storage_version": self.storage_version,
+            "commits_behind": self.commits_behind,
+            "sources": [
+                {
+                    "relation": s.relation,
+                    "consumed_version": s.consumed_version,
+                    "current_version": s.current_version,
+                    "commits_behind": s.commits_behind,
+                }
+                for s in self.sources
+            ],
+        }
 
 
 def stream_table_names(spark, schema: str) -> list:
@@ -67,8 +80,11 @@ def status_of(spark, schema: str, name: str) -> Optional[StreamTableStatus]:
     if meta is None:
         return None  # a directory without a refresh commit (a build killed before its first commit)
     stamp = meta.get("committed_at_ms")
-    when = (dt.datetime.fromtimestamp(stamp / 1000, dt.timezone.utc).isoformat(timespec="seconds")
-            if stamp is not None else None)
+    when = (
+        dt.datetime.fromtimestamp(stamp / 1000, dt.timezone.utc).isoformat(timespec="seconds")
+        if stamp is not None
+        else None
+    )
     sources = []
     for relation, offset in sorted((meta.get("offsets") or {}).items()):
         current = None
@@ -78,8 +94,9 @@ def status_of(spark, schema: str, name: str) -> Optional[StreamTableStatus]:
         except Exception:  # noqa: BLE001 - reported as unknown, the status never fails on one source
             current = None
         sources.append(SourceLag(relation, int(offset["version"]), current))
-    return StreamTableStatus(name, meta.get("model", name), meta.get("mode", "?"), when, meta["storage_version"],
-                             sources)
+    return StreamTableStatus(
+        name, meta.get("model", name), meta.get("mode", "?"), when, meta["storage_version"], sources
+    )
 
 
 def schema_status(spark, schema: str) -> list:
@@ -97,9 +114,10 @@ def format_status(statuses: list, schema: str) -> str:
     rows = [["stream table", "last refresh", "at (UTC)", "commits behind", "sources (consumed -> current version)"]]
     for s in statuses:
         behind = "?" if s.commits_behind is None else str(s.commits_behind)
-        sources = ", ".join(f"{x.relation} v{x.consumed_version}->" + ("?" if x.current_version is None
-                                                                        else f"v{x.current_version}")
-                            for x in s.sources)
+        sources = ", ".join(
+            f"{x.relation} v{x.consumed_version}->" + ("?" if x.current_version is None else f"v{x.current_version}")
+            for x in s.sources
+        )
         rows.append([f"{schema}.{s.name}", s.mode, s.refreshed_at or "?", behind, sources])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]

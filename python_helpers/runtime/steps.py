@@ -8,6 +8,7 @@ environment variables turn it into a test instrument (tests/drills):
 * DBT_SPARK_STREAM_KILL_AT=<step>[+<seconds>]: SIGKILL this process when the step is reached
   (or that many seconds after, to land inside the work that follows: a MERGE, a vacuum).
 """
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ The offsets (source versions consumed), the query fingerprint and the layout are
 custom commit metadata of the same commit that changes the stored rows, so a refresh is applied
 exactly once: a crash before that commit leaves old rows and old offsets; after it, new and new.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,10 @@ def read_metadata(path: str) -> Optional[dict]:
 
 def _commit(metadata: dict, read_version: Optional[int]) -> CommitProperties:
     sequence = 0 if read_version is None else read_version + 1
-    return CommitProperties(custom_metadata={METADATA_KEY: json.dumps(metadata, sort_keys=True)},
-                            app_transactions=[Transaction(app_id=APP_ID, version=sequence)])
+    return CommitProperties(
+        custom_metadata={METADATA_KEY: json.dumps(metadata, sort_keys=True)},
+        app_transactions=[Transaction(app_id=APP_ID, version=sequence)],
+    )
 
 
 def _concurrent(err: Exception) -> ConcurrentCommit:
@@ -79,24 +82,35 @@ def write_full(path: str, data: pa.Table, metadata: dict, read_version: Optional
         if open_table(path) is not None:
             raise ConcurrentCommit("another refresh created the stored result meanwhile")
         try:
-            write_deltalake(location, data, mode="error", configuration={CDF_PROPERTY: "true"},
-                            commit_properties=_commit(metadata, None))
+            write_deltalake(
+                location,
+                data,
+                mode="error",
+                configuration={CDF_PROPERTY: "true"},
+                commit_properties=_commit(metadata, None),
+            )
         except (CommitFailedError, DeltaError) as err:
             if open_table(path) is not None:
                 raise _concurrent(err) from None
             raise
     else:
         try:
-            write_deltalake(DeltaTable(location, version=read_version), data, mode="overwrite",
-                            schema_mode="overwrite", configuration={CDF_PROPERTY: "true"},
-                            commit_properties=_commit(metadata, read_version))
+            write_deltalake(
+                DeltaTable(location, version=read_version),
+                data,
+                mode="overwrite",
+                schema_mode="overwrite",
+                configuration={CDF_PROPERTY: "true"},
+                commit_properties=_commit(metadata, read_version),
+            )
         except CommitFailedError as err:
             raise _concurrent(err) from None
     return DeltaTable(location).version()
 
 
-def merge_rows(path: str, rows: pa.Table, columns: list, row_id: str, action: str, metadata: dict,
-               read_version: int) -> dict:
+def merge_rows(
+    path: str, rows: pa.Table, columns: list, row_id: str, action: str, metadata: dict, read_version: int
+) -> dict:
     """Apply upserts ('U') and deletes ('D') keyed by `row_id` in one commit with the offsets.
 
     The MERGE runs against the version the refresh read (`read_version`); if another writer
@@ -107,12 +121,17 @@ def merge_rows(path: str, rows: pa.Table, columns: list, row_id: str, action: st
     quoted = {c: _quoted(c) for c in columns + [row_id, action]}
     updates = {quoted[c]: f"s.{quoted[c]}" for c in columns}
     merger = table.merge(
-        source=rows, predicate=f"t.{quoted[row_id]} = s.{quoted[row_id]}", source_alias="s", target_alias="t",
+        source=rows,
+        predicate=f"t.{quoted[row_id]} = s.{quoted[row_id]}",
+        source_alias="s",
+        target_alias="t",
         commit_properties=_commit(metadata, read_version),
     )
-    merger = (merger.when_matched_delete(predicate=f"s.{quoted[action]} = 'D'")
-              .when_matched_update(updates=updates, predicate=f"s.{quoted[action]} = 'U'")
-              .when_not_matched_insert(updates=updates, predicate=f"s.{quoted[action]} = 'U'"))
+    merger = (
+        merger.when_matched_delete(predicate=f"s.{quoted[action]} = 'D'")
+        .when_matched_update(updates=updates, predicate=f"s.{quoted[action]} = 'U'")
+        .when_not_matched_insert(updates=updates, predicate=f"s.{quoted[action]} = 'U'")
+    )
     try:
         return merger.execute()
     except CommitFailedError as err:
@@ -160,5 +179,13 @@ def maybe_compact(path: str) -> bool:
     return True
 
 
-__all__ = ["read_metadata", "write_full", "merge_rows", "commit_offsets_only", "maybe_compact",
-           "ConcurrentCommit", "DeltaError", "FORMAT_VERSION"]
+__all__ = [
+    "read_metadata",
+    "write_full",
+    "merge_rows",
+    "commit_offsets_only",
+    "maybe_compact",
+    "ConcurrentCommit",
+    "DeltaError",
+    "FORMAT_VERSION",
+]

@@ -1,4 +1,5 @@
 """Wall-clock phases of one refresh, reported with its result (where the time goes)."""
+
 from __future__ import annotations
 
 import time
@@ -16,4 +17,3 @@ class Phases:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
-

@@ -9,6 +9,7 @@ The published query becomes `SELECT * FROM <companion> UNION ALL SELECT * FROM (
 union takes its columns (comments included) from its first branch, and Spark drops the empty
 branch when planning, so each refresh's atomic `ALTER VIEW ... AS` keeps the comments.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,8 +52,9 @@ def with_column_docs(spark, schema: str, name: str, query: exp.Expression, docs:
     # The alias names the companion's content, so that new comments change the view's text and
     # the view is altered (its columns take their comments when it is altered, not when read).
     tag = hashlib.md5(text.encode()).hexdigest()[:8]
-    rest = exp.select(exp.Star()).from_(exp.Subquery(this=query, alias=exp.TableAlias(
-        this=exp.to_identifier(f"__dvm_rows_{tag}"))))
+    rest = exp.select(exp.Star()).from_(
+        exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier(f"__dvm_rows_{tag}")))
+    )
     return exp.Union(this=first, expression=rest, distinct=False)
 
 
@@ -64,21 +66,29 @@ def unwrapped(view: exp.Expr) -> exp.Expr:
     first, rest = view.this, view.expression
     if not (isinstance(first, exp.Select) and isinstance(rest, exp.Select)):
         return view
-    companion = (first.args.get("from_") or first.args.get("from"))
-    rows = (rest.args.get("from_") or rest.args.get("from"))
-    if companion is None or rows is None or not isinstance(companion.this, exp.Table) \
-            or not companion.this.name.lower().startswith(DOCS_PREFIX) or not isinstance(rows.this, exp.Subquery):
+    companion = first.args.get("from_") or first.args.get("from")
+    rows = rest.args.get("from_") or rest.args.get("from")
+    if (
+        companion is None
+        or rows is None
+        or not isinstance(companion.this, exp.Table)
+        or not companion.this.name.lower().startswith(DOCS_PREFIX)
+        or not isinstance(rows.this, exp.Subquery)
+    ):
         return view
     return rows.this.this
 
 
 def _ensure_companion(spark, schema: str, name: str, columns: list, comments: dict) -> str:
-    listed = ", ".join(quote(c) + (f" COMMENT {_string(comments[c.lower()])}" if c.lower() in comments else "")
-                       for c, _ in columns)
+    listed = ", ".join(
+        quote(c) + (f" COMMENT {_string(comments[c.lower()])}" if c.lower() in comments else "") for c, _ in columns
+    )
     rows = ", ".join(f"CAST(NULL AS {t}) AS {quote(c)}" for c, t in columns)
-    text = (f"CREATE OR REPLACE VIEW {quote(schema, companion_name(name))} ({listed}) "
-            f"COMMENT {_string('column comments of the stream table ' + name)} "
-            f"TBLPROPERTIES ({_string(ROLE_PROPERTY)} = {_string(DOCS_ROLE)}) AS SELECT {rows} WHERE false")
+    text = (
+        f"CREATE OR REPLACE VIEW {quote(schema, companion_name(name))} ({listed}) "
+        f"COMMENT {_string('column comments of the stream table ' + name)} "
+        f"TBLPROPERTIES ({_string(ROLE_PROPERTY)} = {_string(DOCS_ROLE)}) AS SELECT {rows} WHERE false"
+    )
     key = (id(spark), schema.lower(), name.lower())
     with _LOCK:
         if _COMPANIONS.get(key) == text:
@@ -142,4 +152,3 @@ def forget(spark) -> None:
     with _LOCK:
         for key in [k for k in _COMPANIONS if k[0] == id(spark)]:
             del _COMPANIONS[key]
-

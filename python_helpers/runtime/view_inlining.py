@@ -14,6 +14,7 @@ is read at its newest version, and every source the upstream also reads is pinne
 version the upstream was refreshed to (`versions`), so both sides see the same state. A Top-K
 stream table is not a linear function of its stored rows and is not inlined (full refresh).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -54,9 +55,14 @@ def inline_views(spark, model: str, query: exp.Expr, overrides: dict) -> Inlined
         # sources are pinned.
         out.query, out.views, out.unsupported = query, [], err
         out.overrides, out.weights, out.versions, out.pinned_by = {}, {}, {}, {}
-        out.kept = {r for r in source_relations(query)
-                    if r not in overrides and len(r.split(".")) > 1 and not _is_delta(spark, r, overrides)
-                    and _view(spark, r) is not None}
+        out.kept = {
+            r
+            for r in source_relations(query)
+            if r not in overrides
+            and len(r.split(".")) > 1
+            and not _is_delta(spark, r, overrides)
+            and _view(spark, r) is not None
+        }
     return out
 
 
@@ -102,8 +108,11 @@ def _upstream(spark, model: str, relation: str, view: exp.Expr, out: Inlined) ->
     meta = storage.read_metadata(path)
     if meta is None or not isinstance(view, exp.Select) or view.args.get("limit") is not None:
         out.kept.add(relation)
-        raise UnsupportedSql(model, f"reads the stream table {relation}, whose rows are not a linear function of "
-                                    "its stored table (Top-K, or not built yet)")
+        raise UnsupportedSql(
+            model,
+            f"reads the stream table {relation}, whose rows are not a linear function of "
+            "its stored table (Top-K, or not built yet)",
+        )
     stored = f"{schema}.{STORED_PREFIX}{name}".lower()
     out.overrides[stored] = path
     for lateral in list(view.args.get("laterals") or []):
@@ -111,9 +120,14 @@ def _upstream(spark, model: str, relation: str, view: exp.Expr, out: Inlined) ->
         out.weights[stored] = COUNT_COLUMN
     from_ = view.args.get("from_") or view.args.get("from")
     assert from_ is not None, "the view of a stream table always reads its stored table"
-    from_.set("this", exp.Table(this=exp.to_identifier(f"{STORED_PREFIX}{name}".lower()),
-                                db=exp.to_identifier(schema.lower()), alias=exp.TableAlias(
-                                    this=exp.to_identifier("__dvm_stored"))))
+    from_.set(
+        "this",
+        exp.Table(
+            this=exp.to_identifier(f"{STORED_PREFIX}{name}".lower()),
+            db=exp.to_identifier(schema.lower()),
+            alias=exp.TableAlias(this=exp.to_identifier("__dvm_stored")),
+        ),
+    )
     for upstream_source, offset in (meta.get("offsets") or {}).items():
         out.versions[upstream_source] = offset["version"]
         out.pinned_by[upstream_source] = relation
@@ -175,6 +189,8 @@ def _renamed(query: exp.Expr, names: list) -> exp.Expr:
     outputs = [p.alias_or_name for p in select.expressions]
     if not names or [o.lower() for o in outputs] == [n.lower() for n in names] or len(outputs) != len(names):
         return query
-    return exp.Select(expressions=[exp.alias_(exp.column(o, table="__dvm_view", quoted=True), n, quoted=True)
-                                   for o, n in zip(outputs, names)]).from_(
-        exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier("__dvm_view"))), copy=False)
+    return exp.Select(
+        expressions=[
+            exp.alias_(exp.column(o, table="__dvm_view", quoted=True), n, quoted=True) for o, n in zip(outputs, names)
+        ]
+    ).from_(exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier("__dvm_view"))), copy=False)

@@ -11,6 +11,7 @@ with `connect_url` needs.
 
 Everything it starts gets free ports and is stopped by its process id.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,16 @@ def _wait_port(port: int, proc: subprocess.Popen, what: str, log: str, timeout: 
 
 
 class ConnectServer:
-    def __init__(self, work: str, warehouse: str, memory: str = "4g", cluster: bool = False, cores: int = 2,
-                 extra_conf: Optional[dict] = None, thrift: bool = False):
+    def __init__(
+        self,
+        work: str,
+        warehouse: str,
+        memory: str = "4g",
+        cluster: bool = False,
+        cores: int = 2,
+        extra_conf: Optional[dict] = None,
+        thrift: bool = False,
+    ):
         self.work, self.warehouse, self.memory, self.cluster, self.cores = work, warehouse, memory, cluster, cores
         self.extra_conf = dict(extra_conf or {})
         self.thrift = thrift
@@ -68,8 +77,13 @@ class ConnectServer:
     def _spawn(self, args: list, name: str) -> subprocess.Popen:
         os.makedirs(self.work, exist_ok=True)
         log = open(os.path.join(self.work, f"{name}.log"), "w")
-        env = {**os.environ, "SPARK_HOME": spark_home(), "PYSPARK_PYTHON": sys.executable,
-               "SPARK_LOG_DIR": self.work, "SPARK_WORKER_DIR": os.path.join(self.work, "worker")}
+        env = {
+            **os.environ,
+            "SPARK_HOME": spark_home(),
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOG_DIR": self.work,
+            "SPARK_WORKER_DIR": os.path.join(self.work, "worker"),
+        }
         env.pop("SPARK_REMOTE", None)
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.work)
         self.procs.append(proc)
@@ -79,14 +93,35 @@ class ConnectServer:
         home = spark_home()
         if self.cluster:
             master_port, master_ui = free_port(), free_port()
-            master = self._spawn([os.path.join(home, "bin", "spark-class"), "org.apache.spark.deploy.master.Master",
-                                  "--host", "127.0.0.1", "--port", str(master_port), "--webui-port", str(master_ui)],
-                                 "master")
+            master = self._spawn(
+                [
+                    os.path.join(home, "bin", "spark-class"),
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(master_port),
+                    "--webui-port",
+                    str(master_ui),
+                ],
+                "master",
+            )
             _wait_port(master_port, master, "the standalone master", os.path.join(self.work, "master.log"))
             self.master = f"spark://127.0.0.1:{master_port}"
-            worker = self._spawn([os.path.join(home, "bin", "spark-class"), "org.apache.spark.deploy.worker.Worker",
-                                  "--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port()),
-                                  self.master], "worker")
+            worker = self._spawn(
+                [
+                    os.path.join(home, "bin", "spark-class"),
+                    "org.apache.spark.deploy.worker.Worker",
+                    "--cores",
+                    str(self.cores),
+                    "--memory",
+                    self.memory,
+                    "--webui-port",
+                    str(free_port()),
+                    self.master,
+                ],
+                "worker",
+            )
             time.sleep(2)
             if worker.poll() is not None:
                 raise RuntimeError(f"the standalone worker exited; see {self.work}/worker.log")
@@ -115,8 +150,12 @@ class ConnectServer:
         for k, v in conf.items():
             args += ["--conf", f"{k}={v}"]
         if self.thrift:
-            args += ["--hiveconf", f"hive.server2.thrift.port={self.thrift_port}",
-                     "--hiveconf", "hive.server2.thrift.bind.host=127.0.0.1"]
+            args += [
+                "--hiveconf",
+                f"hive.server2.thrift.port={self.thrift_port}",
+                "--hiveconf",
+                "hive.server2.thrift.bind.host=127.0.0.1",
+            ]
         args.append("spark-internal")
         name = "thrift" if self.thrift else "connect"
         server = self._spawn(args, name)
@@ -147,8 +186,7 @@ def main(argv=None) -> int:
     parser.add_argument("--memory", default="2g")
     args = parser.parse_args(argv)
     warehouse = args.warehouse or os.path.join(args.work, "warehouse")
-    server = ConnectServer(os.path.join(args.work, "server"), warehouse=warehouse,
-                           memory=args.memory, cluster=True)
+    server = ConnectServer(os.path.join(args.work, "server"), warehouse=warehouse, memory=args.memory, cluster=True)
     import signal
 
     def _stop(signum, frame):  # a background job gets SIGTERM, not Ctrl-C
@@ -156,8 +194,9 @@ def main(argv=None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     server.start()
-    print(f"Spark Connect at {server.remote} (master {server.master}); logs in {server.work}; Ctrl-C stops it",
-          flush=True)
+    print(
+        f"Spark Connect at {server.remote} (master {server.master}); logs in {server.work}; Ctrl-C stops it", flush=True
+    )
     try:
         while all(p.poll() is None for p in server.procs):
             time.sleep(1)

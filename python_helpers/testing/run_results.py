@@ -3,6 +3,7 @@
 The spark_stream adapter puts `mode`, `rows_changed`, `seconds` and `reason` of every refresh
 into each result's `adapter_response`; other models (views, tests) have none of them.
 """
+
 from __future__ import annotations
 
 import json

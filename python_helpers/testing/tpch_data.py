@@ -1,5 +1,6 @@
 """TPC-H sources for benchmarks and tests: duckdb's dbgen, loaded as Delta tables (change feed on),
 and change batches applied with the `deltalake` package."""
+
 from __future__ import annotations
 
 import glob
@@ -18,8 +19,10 @@ CDF_ON = {"delta.enableChangeDataFeed": "true"}
 def _tpch_extension() -> str:
     import duckdb_extension_tpch
 
-    found = glob.glob(os.path.join(os.path.dirname(duckdb_extension_tpch.__file__), "extensions", "**",
-                                   "*.duckdb_extension"), recursive=True)
+    found = glob.glob(
+        os.path.join(os.path.dirname(duckdb_extension_tpch.__file__), "extensions", "**", "*.duckdb_extension"),
+        recursive=True,
+    )
     if not found:
         raise RuntimeError("duckdb-extension-tpch ships no extension file; pip install duckdb-extension-tpch")
     return found[0]
@@ -35,8 +38,16 @@ def generate(scale: float) -> dict:
     return {t: con.execute(f"SELECT * FROM {t}").fetch_arrow_table() for t in TABLES}
 
 
-KEYS = {"region": "r_regionkey", "nation": "n_nationkey", "supplier": "s_suppkey", "customer": "c_custkey",
-        "part": "p_partkey", "partsupp": "ps_partkey", "orders": "o_orderkey", "lineitem": "l_orderkey"}
+KEYS = {
+    "region": "r_regionkey",
+    "nation": "n_nationkey",
+    "supplier": "s_suppkey",
+    "customer": "c_custkey",
+    "part": "p_partkey",
+    "partsupp": "ps_partkey",
+    "orders": "o_orderkey",
+    "lineitem": "l_orderkey",
+}
 
 
 def build(scale: float, root: str, schema: str = "tpch", chunk_rows: int = 1_000_000, log=print) -> dict:
@@ -69,8 +80,9 @@ def build(scale: float, root: str, schema: str = "tpch", chunk_rows: int = 1_000
         for batch in reader:
             table = pa.Table.from_batches([batch])
             table = table.cast(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in table.schema]))
-            write_deltalake(path, table, mode="overwrite" if first else "append",
-                            configuration=CDF_ON if first else None)
+            write_deltalake(
+                path, table, mode="overwrite" if first else "append", configuration=CDF_ON if first else None
+            )
             first, rows = False, rows + table.num_rows
         log(f"  {name}: {rows} rows in {time.perf_counter() - started:.0f}s")
     con.close()
@@ -91,8 +103,13 @@ def load(data: dict, root: str, schema: str = "tpch") -> dict:
         path = os.path.join(root, f"{schema}.db", name)
         if name == "lineitem":
             table = table.sort_by([("l_orderkey", "ascending")])  # changes by order touch few files
-        write_deltalake(path, table, mode="overwrite", configuration=CDF_ON,
-                        schema_mode="overwrite" if os.path.isdir(path) else None)
+        write_deltalake(
+            path,
+            table,
+            mode="overwrite",
+            configuration=CDF_ON,
+            schema_mode="overwrite" if os.path.isdir(path) else None,
+        )
         paths[f"{schema}.{name}"] = path
     return paths
 
@@ -128,11 +145,17 @@ class ChangeBatches:
         lineitem = DeltaTable(self.paths[f"{self.schema}.lineitem"])
         orders = DeltaTable(self.paths[f"{self.schema}.orders"])
         upd = self._pick_orders(n_update)
-        lineitem.update(predicate=f"l_orderkey IN ({','.join(map(str, upd))})",
-                        updates={"l_quantity": "l_quantity + 1", "l_discount": "CASE WHEN l_discount >= 0.10 "
-                                 "THEN l_discount - 0.01 ELSE l_discount + 0.01 END"})
-        orders.update(predicate=f"o_orderkey IN ({','.join(map(str, upd[: max(1, len(upd) // 5)]))})",
-                      updates={"o_orderpriority": "'1-URGENT'"})
+        lineitem.update(
+            predicate=f"l_orderkey IN ({','.join(map(str, upd))})",
+            updates={
+                "l_quantity": "l_quantity + 1",
+                "l_discount": "CASE WHEN l_discount >= 0.10 THEN l_discount - 0.01 ELSE l_discount + 0.01 END",
+            },
+        )
+        orders.update(
+            predicate=f"o_orderkey IN ({','.join(map(str, upd[: max(1, len(upd) // 5)]))})",
+            updates={"o_orderpriority": "'1-URGENT'"},
+        )
         gone = self._pick_orders(n_delete)
         keys = ",".join(map(str, gone))
         lineitem.delete(f"l_orderkey IN ({keys})")
@@ -145,15 +168,26 @@ class ChangeBatches:
         mapping = dict(zip(templates, new_keys))
         li = lineitem.to_pyarrow_table(filters=[("l_orderkey", "in", templates)])
         od = orders.to_pyarrow_table(filters=[("o_orderkey", "in", templates)])
-        li = li.set_column(li.schema.get_field_index("l_orderkey"), "l_orderkey",
-                           pa.array([mapping[k] for k in li.column("l_orderkey").to_pylist()], pa.int64()))
-        od = od.set_column(od.schema.get_field_index("o_orderkey"), "o_orderkey",
-                           pa.array([mapping[k] for k in od.column("o_orderkey").to_pylist()], pa.int64()))
+        li = li.set_column(
+            li.schema.get_field_index("l_orderkey"),
+            "l_orderkey",
+            pa.array([mapping[k] for k in li.column("l_orderkey").to_pylist()], pa.int64()),
+        )
+        od = od.set_column(
+            od.schema.get_field_index("o_orderkey"),
+            "o_orderkey",
+            pa.array([mapping[k] for k in od.column("o_orderkey").to_pylist()], pa.int64()),
+        )
         write_deltalake(self.paths[f"{self.schema}.lineitem"], li, mode="append")
         write_deltalake(self.paths[f"{self.schema}.orders"], od, mode="append")
         self.live_orders.extend(new_keys)
-        return {"orders_updated": len(upd), "orders_deleted": len(gone), "orders_inserted": len(new_keys),
-                "lineitems_inserted": li.num_rows, "seconds": time.perf_counter() - started}
+        return {
+            "orders_updated": len(upd),
+            "orders_deleted": len(gone),
+            "orders_inserted": len(new_keys),
+            "lineitems_inserted": li.num_rows,
+            "seconds": time.perf_counter() - started,
+        }
 
 
 def change_fraction(paths: dict, fraction: float, salt: int, schema: str = "tpch") -> dict:
@@ -188,8 +222,9 @@ def change_fraction(paths: dict, fraction: float, salt: int, schema: str = "tpch
     mask = pc.and_(pc.greater_equal(rest, lo), pc.less(rest, lo + n_ins))
     copies = data.filter(mask)
     offset = int(pc.max(key).as_py()) + 1
-    copies = copies.set_column(copies.schema.get_field_index("l_orderkey"), "l_orderkey",
-                               pc.add(copies.column("l_orderkey"), offset))
+    copies = copies.set_column(
+        copies.schema.get_field_index("l_orderkey"), "l_orderkey", pc.add(copies.column("l_orderkey"), offset)
+    )
     write_deltalake(path, copies, mode="append")
     return {"fraction": fraction, "inserted": copies.num_rows, "seconds": time.perf_counter() - started}
 
@@ -227,15 +262,19 @@ class RefreshFunctions:
         li_path, od_path = self.paths[f"{self.schema}.lineitem"], self.paths[f"{self.schema}.orders"]
         # RF1: copies of the orders in a run of keys above the ones RF2 removes next.
         src_lo = self.low + 4 * self.span
-        od = DeltaTable(od_path).to_pyarrow_table(filters=[("o_orderkey", ">=", src_lo),
-                                                          ("o_orderkey", "<", src_lo + self.span)])
-        li = DeltaTable(li_path).to_pyarrow_table(filters=[("l_orderkey", ">=", src_lo),
-                                                          ("l_orderkey", "<", src_lo + self.span)])
+        od = DeltaTable(od_path).to_pyarrow_table(
+            filters=[("o_orderkey", ">=", src_lo), ("o_orderkey", "<", src_lo + self.span)]
+        )
+        li = DeltaTable(li_path).to_pyarrow_table(
+            filters=[("l_orderkey", ">=", src_lo), ("l_orderkey", "<", src_lo + self.span)]
+        )
         shift = self.next_key - src_lo
-        od = od.set_column(od.schema.get_field_index("o_orderkey"), "o_orderkey",
-                           pa.compute.add(od.column("o_orderkey"), shift))
-        li = li.set_column(li.schema.get_field_index("l_orderkey"), "l_orderkey",
-                           pa.compute.add(li.column("l_orderkey"), shift))
+        od = od.set_column(
+            od.schema.get_field_index("o_orderkey"), "o_orderkey", pa.compute.add(od.column("o_orderkey"), shift)
+        )
+        li = li.set_column(
+            li.schema.get_field_index("l_orderkey"), "l_orderkey", pa.compute.add(li.column("l_orderkey"), shift)
+        )
         write_deltalake(od_path, od, mode="append")
         write_deltalake(li_path, li, mode="append")
         self.next_key += self.span
@@ -244,8 +283,11 @@ class RefreshFunctions:
         DeltaTable(li_path).delete(f"l_orderkey >= {self.low} AND l_orderkey < {hi}")
         DeltaTable(od_path).delete(f"o_orderkey >= {self.low} AND o_orderkey < {hi}")
         self.low = hi
-        return {"orders_inserted": od.num_rows, "lineitems_inserted": li.num_rows,
-                "seconds": time.perf_counter() - started}
+        return {
+            "orders_inserted": od.num_rows,
+            "lineitems_inserted": li.num_rows,
+            "seconds": time.perf_counter() - started,
+        }
 
 
 class ScatteredUpdates:
@@ -274,11 +316,17 @@ class ScatteredUpdates:
         for run in np.array_split(picked, min(runs, len(picked))):
             lo, hi, key_list = int(run[0]), int(run[-1]), ",".join(str(int(k)) for k in run)
             DeltaTable(li_path).update(
-                predicate=f"l_orderkey >= {lo} AND l_orderkey <= {hi} AND l_orderkey IN ({key_list})", updates={
+                predicate=f"l_orderkey >= {lo} AND l_orderkey <= {hi} AND l_orderkey IN ({key_list})",
+                updates={
                     "l_quantity": "l_quantity + 1",
-                    "l_discount": "CASE WHEN l_discount >= 0.10 THEN l_discount - 0.01 ELSE l_discount + 0.01 END"})
+                    "l_discount": "CASE WHEN l_discount >= 0.10 THEN l_discount - 0.01 ELSE l_discount + 0.01 END",
+                },
+            )
             DeltaTable(od_path).update(
-                predicate=f"o_orderkey >= {lo} AND o_orderkey <= {hi} AND o_orderkey IN ({key_list})", updates={
+                predicate=f"o_orderkey >= {lo} AND o_orderkey <= {hi} AND o_orderkey IN ({key_list})",
+                updates={
                     "o_orderpriority": "CASE WHEN o_orderpriority = '1-URGENT' THEN '2-HIGH' ELSE '1-URGENT' END",
-                    "o_totalprice": "o_totalprice + 1"})
+                    "o_totalprice": "o_totalprice + 1",
+                },
+            )
         return {"orders_updated": len(picked), "seconds": time.perf_counter() - started}

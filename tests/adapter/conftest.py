@@ -6,6 +6,7 @@ is the profile target: `method: session` on the warehouse and Derby metastore of
 run's one SparkSession (tests/conftest.py), so dbt's `SparkSession.builder.getOrCreate()` picks
 that session up and every suite shares one JVM.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,8 @@ def pytest_configure(config):
     # dbt-tests-adapter's suites define class-scoped fixtures as methods; pytest's deprecation
     # notice for that would repeat for every class.
     config.addinivalue_line(
-        "filterwarnings", "ignore:Class-scoped fixtures defined as instance methods:pytest.PytestRemovedIn10Warning")
+        "filterwarnings", "ignore:Class-scoped fixtures defined as instance methods:pytest.PytestRemovedIn10Warning"
+    )
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,4 +1,5 @@
 """dbt's basic adapter suites: every materialization dbt-spark has, through `type: spark_stream`."""
+
 from __future__ import annotations
 
 import getpass

@@ -1,4 +1,5 @@
 """dbt's `show`, `--empty` and `build` suites through `type: spark_stream`."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,7 +39,9 @@ class TestEmptyInlineSourceRefSparkStream(BaseTestEmptyInlineSourceRef):
     pass
 
 
-@pytest.mark.skip(reason="`dbt seed --empty` is newer than dbt-core 1.11.16 (its CLI answers: No such option '--empty')")
+@pytest.mark.skip(
+    reason="`dbt seed --empty` is newer than dbt-core 1.11.16 (its CLI answers: No such option '--empty')"
+)
 class TestEmptySeedFlagSparkStream(BaseTestEmptySeedFlag):
     pass
 
@@ -66,9 +69,16 @@ class TestMetadataWithEmptyFlagSparkStream(MetadataWithEmptyFlag):
             "get_columns_in_relation",
             # Spark cannot change a Hive-format column's type (and dbt-spark passes the rendered
             # `(select ... limit 0)` subquery of the --empty ref where ALTER TABLE needs a name).
-            pytest.param("alter_column_type", marks=pytest.mark.xfail(strict=True, reason=(
-                "dbt-spark alters the rendered --empty subquery (PARSE_SYNTAX_ERROR), and Spark cannot change "
-                "a Hive-format column's type"))),
+            pytest.param(
+                "alter_column_type",
+                marks=pytest.mark.xfail(
+                    strict=True,
+                    reason=(
+                        "dbt-spark alters the rendered --empty subquery (PARSE_SYNTAX_ERROR), and Spark cannot change "
+                        "a Hive-format column's type"
+                    ),
+                ),
+            ),
             "alter_relation_comment",
             "alter_column_comment",
             "truncate_relation",

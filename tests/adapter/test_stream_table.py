@@ -5,6 +5,7 @@ Spark's managed path of the test schema (`<warehouse>/<schema>.db/orders`), so t
 needs no `meta`. Every check of a stream table's rows is the package's `equals_recompute` data
 test against a view of the same SQL (the query recomputed on the current source).
 """
+
 from __future__ import annotations
 
 import os
@@ -71,8 +72,9 @@ def change_orders(path: str, start: int) -> None:
     from deltalake import DeltaTable
 
     # New customers 4 and 5 (new groups), customer 1's amounts moved, one of the first orders gone.
-    write_orders(path, [{"order_id": start + i, "customer_id": 4 + i % 2, "amount": i + 1} for i in range(3)],
-                 mode="append")
+    write_orders(
+        path, [{"order_id": start + i, "customer_id": 4 + i % 2, "amount": i + 1} for i in range(3)], mode="append"
+    )
     DeltaTable(path).update(updates={"amount": "amount + 7"}, predicate="customer_id = 1")
     DeltaTable(path).delete(f"order_id = {start // 100}")
 
@@ -142,7 +144,6 @@ class BaseStreamTable:
         info = refresh_info(run_dbt(["run"]), "totals")
         assert info["mode"] == "differential", info
         assert_equals_recompute()
-
 
     def test_docs_generate(self, project, source_path):
         # dbt's catalog lists the stream table (a view in Spark's catalog) with the model's
@@ -216,10 +217,15 @@ class BaseStreamTableRenameRemove(BaseStreamTable):
         run_dbt(["run"])
         rm_file(project.project_root, "models", "totals.sql")
         write_file(TOTALS_SQL, project.project_root, "models", "customer_totals.sql")
-        write_file(RECOMPUTE_SQL.replace("ref('totals')", "ref('customer_totals')"),
-                   project.project_root, "models", "totals_recompute.sql")
-        write_file(SCHEMA_YML.replace("name: totals", "name: customer_totals"),
-                   project.project_root, "models", "schema.yml")
+        write_file(
+            RECOMPUTE_SQL.replace("ref('totals')", "ref('customer_totals')"),
+            project.project_root,
+            "models",
+            "totals_recompute.sql",
+        )
+        write_file(
+            SCHEMA_YML.replace("name: totals", "name: customer_totals"), project.project_root, "models", "schema.yml"
+        )
         write_file(TOTALS_SQL, project.project_root, "models", "second_totals.sql")
         change_orders(source_path, 101)
         results = run_dbt(["run"])
@@ -271,8 +277,10 @@ STG_ORDERS_SQL = """{{ config(materialized='view') }}
 select order_id, customer_id, amount from {{ source('shop', 'orders') }} where amount >= 20
 """
 BIG_FROM_VIEW_SQL = "select customer_id, max(amount) as top_amount from {{ ref('stg_orders') }} group by customer_id"
-TIERS_SQL = ("select case when total_amount >= 100 then 'high' else 'low' end as tier, count(*) as customers "
-             "from {{ ref('totals') }} group by 1")
+TIERS_SQL = (
+    "select case when total_amount >= 100 then 'high' else 'low' end as tier, count(*) as customers "
+    "from {{ ref('totals') }} group by 1"
+)
 
 
 class BaseStreamTableMixedDag(BaseStreamTable):
@@ -290,7 +298,7 @@ class BaseStreamTableMixedDag(BaseStreamTable):
             "stg_orders.sql": STG_ORDERS_SQL,
             "big_from_view.sql": "{{ config(materialized='stream_table') }}\n" + BIG_FROM_VIEW_SQL,
             "big_from_view_recompute.sql": "-- depends_on: {{ ref('big_from_view') }}\n"
-                                           "{{ config(materialized='view') }}\n" + BIG_FROM_VIEW_SQL,
+            "{{ config(materialized='view') }}\n" + BIG_FROM_VIEW_SQL,
             "tiers.sql": "{{ config(materialized='stream_table') }}\n" + TIERS_SQL,
             "tiers_recompute.sql": "-- depends_on: {{ ref('tiers') }}\n{{ config(materialized='view') }}\n" + TIERS_SQL,
             "totals_snapshot_table.sql": "{{ config(materialized='table') }}\nselect * from {{ ref('totals') }}",
@@ -308,8 +316,9 @@ select customer_id, total_amount, {{ var('batch', 0) }} as batch from {{ ref('to
 
         change_orders(source_path, 101)
         results = run_dbt(["build", "--vars", "batch: 1"])
-        assert all(r.status in ("success", "pass") for r in results), \
-            [(r.node.name, r.status, r.message) for r in results]
+        assert all(r.status in ("success", "pass") for r in results), [
+            (r.node.name, r.status, r.message) for r in results
+        ]
         for name in ("totals", "big_from_view", "tiers"):
             assert refresh_info(results, name)["mode"] == "differential", name
         schema = project.test_schema
@@ -318,7 +327,8 @@ select customer_id, total_amount, {{ var('batch', 0) }} as batch from {{ ref('to
         assert table_rows[0] == customers[0] == 6
         batches = project.run_sql(
             f"select batch, count(*) from {project.test_schema}.totals_history group by batch order by batch",
-            fetch="all")
+            fetch="all",
+        )
         assert [tuple(r) for r in batches] == [(0, 4), (1, 6)]
 
     test_first_build = None

@@ -12,6 +12,7 @@ files the client wrote.
 The oracle is the project's `equals_recompute` data tests: each stream table against its SQL
 recomputed by the cluster, as a plain view, on the same source versions.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,9 +42,14 @@ class ClusterProject:
         self.path, self.env, self.target = path, env, target
 
     def dbt(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([*DBT, *args, "--target", self.target, "--project-dir", str(self.path),
-                               "--profiles-dir", str(self.path)],
-                              env=env or self.env, cwd=self.path, capture_output=True, text=True, timeout=900)
+        return subprocess.run(
+            [*DBT, *args, "--target", self.target, "--project-dir", str(self.path), "--profiles-dir", str(self.path)],
+            env=env or self.env,
+            cwd=self.path,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
 
     def run(self, *args: str) -> dict:
         done = self.dbt("run", *args)
@@ -60,8 +66,13 @@ class ClusterProject:
         assert len(results) >= len(STREAM_TABLES) and not bad, bad
 
     def shop_data(self, *args: str) -> None:
-        subprocess.run([sys.executable, str(self.path / "scripts" / "shop_data.py"), *args], env=self.env,
-                       check=True, capture_output=True, text=True)
+        subprocess.run(
+            [sys.executable, str(self.path / "scripts" / "shop_data.py"), *args],
+            env=self.env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
 
 
 @pytest.fixture(scope="module", params=["connect", "thrift"])
@@ -69,8 +80,14 @@ def cluster(request, tmp_path_factory):
     from python_helpers.testing.local_spark import ConnectServer
 
     work = tmp_path_factory.mktemp(f"cluster_{request.param}")
-    server = ConnectServer(str(work / "server"), warehouse=str(work / "warehouse"), memory="1g", cluster=True,
-                           cores=2, thrift=request.param == "thrift")
+    server = ConnectServer(
+        str(work / "server"),
+        warehouse=str(work / "warehouse"),
+        memory="1g",
+        cluster=True,
+        cores=2,
+        thrift=request.param == "thrift",
+    )
     try:
         server.start()
         yield request.param, work, server
@@ -83,10 +100,15 @@ def project(cluster, tmp_path_factory):
     method, work, server = cluster
     path = tmp_path_factory.mktemp(f"dbt_{method}") / "integration_tests"
     shutil.copytree(PROJECT_SRC, path, ignore=shutil.ignore_patterns("target", "logs", "__pycache__"))
-    env = {**os.environ, "DBT_SPARK_STREAM_WORK_DIR": str(work), "DBT_SPARK_STREAM_CONNECT_URL": server.remote,
-           "DBT_SPARK_STREAM_THREADS": "4", "DBT_SPARK_STREAM_ENGINE": "auto",
-           "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
-           "DBT_SPARK_STREAM_THRIFT_PORT": str(server.thrift_port or 0)}
+    env = {
+        **os.environ,
+        "DBT_SPARK_STREAM_WORK_DIR": str(work),
+        "DBT_SPARK_STREAM_CONNECT_URL": server.remote,
+        "DBT_SPARK_STREAM_THREADS": "4",
+        "DBT_SPARK_STREAM_ENGINE": "auto",
+        "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+        "DBT_SPARK_STREAM_THRIFT_PORT": str(server.thrift_port or 0),
+    }
     env.pop("SPARK_REMOTE", None)
     proj = ClusterProject(path, env, method)
     proj.shop_data("create", "--force")
@@ -117,9 +139,24 @@ def test_refresh_is_differential_and_equals_recompute(project, seed):
 
 def test_a_run_killed_mid_refresh_is_repaired_by_the_next_run(project):
     project.shop_data("mutate", "--seed", "33")
-    proc = subprocess.Popen([*DBT, "run", "--target", project.target, "--project-dir", str(project.path),
-                             "--profiles-dir", str(project.path)], env=project.env, cwd=project.path,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            *DBT,
+            "run",
+            "--target",
+            project.target,
+            "--project-dir",
+            str(project.path),
+            "--profiles-dir",
+            str(project.path),
+        ],
+        env=project.env,
+        cwd=project.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     finished = 0
     deadline = time.time() + 600
     assert proc.stdout is not None

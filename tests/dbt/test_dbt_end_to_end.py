@@ -8,6 +8,7 @@ the warehouse. One JVM for everything keeps this file to a few minutes.
 The oracle is the project's own `equals_recompute` data tests: every stream table must equal
 its SQL recomputed as a plain view on the current sources.
 """
+
 from __future__ import annotations
 
 import json
@@ -106,8 +107,11 @@ def test_refresh_after_source_changes_is_differential_and_correct(project, seed)
     for model, info in refreshes.items():
         if info["mode"] == "differential" and info["rows_changed"]:
             done = info["counters"]
-            assert done["rows_inserted"] + done["rows_updated"] + done["rows_deleted"] == info["rows_changed"], \
-                (model, done, info["rows_changed"])
+            assert done["rows_inserted"] + done["rows_updated"] + done["rows_deleted"] == info["rows_changed"], (
+                model,
+                done,
+                info["rows_changed"],
+            )
     project.test()
 
 
@@ -145,13 +149,15 @@ def test_a_fallback_to_full_is_a_dbt_warning_that_warn_error_makes_an_error(proj
     stored = DeltaTable(f"{warehouse}/analytics.db/__dvm_stream_tables/larger_orders")
     before = stored.version()
     shop_data.mutate(41)
-    result = project.dbt("run", "--select", "larger_orders",
-                         "--warn-error-options", '{"error": ["AdapterEventWarning"]}')
+    result = project.dbt(
+        "run", "--select", "larger_orders", "--warn-error-options", '{"error": ["AdapterEventWarning"]}'
+    )
     assert not result.success
     refresh = run_results.refreshes(run_results.load(project.path))["larger_orders"]
     assert refresh["status"] == "error"
-    assert "larger_orders: full refresh (not differentiable: scalar subquery correlated by" in refresh["message"], \
+    assert "larger_orders: full refresh (not differentiable: scalar subquery correlated by" in refresh["message"], (
         refresh
+    )
     stored.update_incremental()
     assert stored.version() == before, "the refresh stopped before writing anything"
     # Without the flag it is a warning, and the model refreshes (the others catch up).
@@ -184,9 +190,7 @@ def test_stream_table_status_lists_each_stream_table_and_how_far_its_sources_mov
 
 
 def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(project):
-    result = project.dbt(
-        "run", "--select", "larger_orders_strict", "--vars", "{include_failing_models: true}"
-    )
+    result = project.dbt("run", "--select", "larger_orders_strict", "--vars", "{include_failing_models: true}")
     assert not result.success
     refresh = run_results.refreshes(run_results.load(project.path))["larger_orders_strict"]
     assert refresh["status"] == "error"
@@ -207,15 +211,18 @@ def test_unknown_refresh_mode_is_a_compilation_error(project):
 def test_explain_says_what_the_next_refresh_would_do_and_changes_nothing(project):
     project.run()  # catch up with anything an earlier test left
     shop_data.mutate(31)
-    result = project.dbt("run", "--select", "customer_totals larger_orders",
-                         "--vars", "{stream_table_explain: true}")
+    result = project.dbt("run", "--select", "customer_totals larger_orders", "--vars", "{stream_table_explain: true}")
     assert result.success, result.exception
-    explained = {r["unique_id"].split(".")[-1]: {"message": r.get("message") or ""}
-                 for r in run_results.load(project.path)["results"]}
+    explained = {
+        r["unique_id"].split(".")[-1]: {"message": r.get("message") or ""}
+        for r in run_results.load(project.path)["results"]
+    }
     assert explained["customer_totals"]["message"].startswith(
-        "explained, nothing refreshed: next refresh: differential (changes in shop.orders"), explained
-    assert "next refresh: full (not differentiable: scalar subquery correlated by" in \
-        explained["larger_orders"]["message"], explained
+        "explained, nothing refreshed: next refresh: differential (changes in shop.orders"
+    ), explained
+    assert (
+        "next refresh: full (not differentiable: scalar subquery correlated by" in explained["larger_orders"]["message"]
+    ), explained
     # Nothing was refreshed: the changes are still there for the next run.
     after = project.run()
     assert after["customer_totals"]["mode"] == "differential" and after["customer_totals"]["rows_changed"] > 0

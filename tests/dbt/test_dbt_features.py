@@ -2,6 +2,7 @@
 grants, tags and meta. dbt runs in-process on the pytest session's SparkSession, over a small
 project (tests/dbt/features_project) whose one source is a Delta table made here.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,9 @@ def project(spark, spark_base_dir, tmp_path_factory):
     path, data = base / "project", base / "data"
     shutil.copytree(PROJECT_SRC, path, ignore=shutil.ignore_patterns("target", "logs"))
     rows = [{"id": i, "category": "abc"[i % 3], "amount": i * 10} for i in range(12)]
-    write_deltalake(str(data / "items"), pa.Table.from_pylist(rows, ITEMS),
-                    configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(
+        str(data / "items"), pa.Table.from_pylist(rows, ITEMS), configuration={"delta.enableChangeDataFeed": "true"}
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DBT_SPARK_STREAM_WORK_DIR", spark_base_dir)
         patch.setenv("FEATURES_DATA", str(data))
@@ -102,8 +104,9 @@ def test_persist_docs_comments_survive_differential_refreshes(project, spark):
     assert details["Comment"] == "Items per category: DESCRIPTION_MARK"
     assert columns == {"category": "the item's category", "n": "how many items", "total": None}
     for seed in range(2):
-        project.add_items([{"id": 100 + seed, "category": "d", "amount": 5}, {"id": 200 + seed, "category": "a",
-                                                                                "amount": 7}])
+        project.add_items(
+            [{"id": 100 + seed, "category": "d", "amount": 5}, {"id": 200 + seed, "category": "a", "amount": 7}]
+        )
         refreshed = project.run("--select", "category_totals")["category_totals"]
         assert refreshed["mode"] == "differential" and refreshed["rows_changed"] > 0, refreshed
         again, details = _described(spark, "features.category_totals")

@@ -1,4 +1,5 @@
 """dbt parses the integration project with the spark_stream plugin (no Spark needed)."""
+
 from __future__ import annotations
 
 import shutil
@@ -25,13 +26,19 @@ def _parse(tmp_path, monkeypatch, *extra):
 
 def test_stream_models_tests_and_sources(tmp_path, monkeypatch):
     manifest = _parse(tmp_path, monkeypatch)
-    streams = {n.name: n for n in manifest.nodes.values()
-               if n.resource_type == "model" and n.config.materialized == "stream_table"}
+    streams = {
+        n.name: n
+        for n in manifest.nodes.values()
+        if n.resource_type == "model" and n.config.materialized == "stream_table"
+    }
     expected = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
     assert sorted(streams) == expected
     # Every stream table has an equals_recompute test against its view twin.
-    tested = {n.attached_node.split(".")[-1] for n in manifest.nodes.values()
-              if n.resource_type == "test" and n.test_metadata and n.test_metadata.name == "equals_recompute"}
+    tested = {
+        n.attached_node.split(".")[-1]
+        for n in manifest.nodes.values()
+        if n.resource_type == "test" and n.test_metadata and n.test_metadata.name == "equals_recompute"
+    }
     assert tested == set(expected)
     macro = manifest.macros["macro.dbt_spark_stream.materialization_stream_table_spark_stream"]
     assert macro.package_name == "dbt_spark_stream"

@@ -6,6 +6,7 @@ The steps are not listed here: a traced refresh reports the sequence the code go
 (python_helpers/runtime/steps.py), and each step is killed in turn, some also a moment after
 (inside the MERGE, the publish or the vacuum that follows).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,14 @@ INSIDE = {"merging": 0.02, "vacuuming": 0.01}
 
 def run(work: str, *actions: str, metastore: str = "metastore", env: dict | None = None, timeout: int = 300):
     environment = {**os.environ, **(env or {})}
-    proc = subprocess.run([sys.executable, WORKER, work, *actions, "--metastore", metastore], capture_output=True,
-                          text=True, env=environment, timeout=timeout)
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{\"action\"")]
+    proc = subprocess.run(
+        [sys.executable, WORKER, work, *actions, "--metastore", metastore],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=timeout,
+    )
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"action"')]
     return proc, results
 
 
@@ -77,8 +83,10 @@ def test_a_refresh_killed_at_every_step_loses_nothing(tmp_path):
     _ok(proc)
     assert results[-1]["ok"], results
     died = [k for k in killed if k[2]]
-    print(f"\nkill drill: {len(died)} of {len(killed)} kill points hit a live refresh; "
-          f"{checks + 1} checks after them, every one equal to the recompute")
+    print(
+        f"\nkill drill: {len(died)} of {len(killed)} kill points hit a live refresh; "
+        f"{checks + 1} checks after them, every one equal to the recompute"
+    )
     assert len(died) >= len(killed) - 2, killed  # "+delay" points may land after the step's work ended
 
 
@@ -87,18 +95,27 @@ def test_two_processes_refreshing_the_same_stream_tables(tmp_path):
     proc, _ = run(work, "setup", "refresh")
     _ok(proc)
     env = {"PYTHONUNBUFFERED": "1"}
-    procs = [subprocess.Popen([sys.executable, WORKER, work, f"loop:8:{i + 1}", "--metastore", f"meta{i}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, WORKER, work, f"loop:8:{i + 1}", "--metastore", f"meta{i}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env},
+        )
+        for i in range(2)
+    ]
     outputs = [p.communicate(timeout=900) for p in procs]
     summary = []
     for p, (out, err) in zip(procs, outputs):
         assert p.returncode == 0, err[-4000:]
-        summary += [json.loads(line) for line in out.splitlines() if line.startswith("{\"action\"")]
+        summary += [json.loads(line) for line in out.splitlines() if line.startswith('{"action"')]
     proc, results = run(work, "check")
     _ok(proc)
     assert results[-1]["ok"]
     refreshes = sum(s["refreshes"] for s in summary)
-    print(f"\nrace drill: {refreshes} refresh rounds in two processes, {sum(s['retries'] for s in summary)} "
-          f"commits lost a race and started over, {sum(s['gave_up'] for s in summary)} gave up; final check equal")
+    print(
+        f"\nrace drill: {refreshes} refresh rounds in two processes, {sum(s['retries'] for s in summary)} "
+        f"commits lost a race and started over, {sum(s['gave_up'] for s in summary)} gave up; final check equal"
+    )
     assert refreshes + sum(s["gave_up"] for s in summary) == 16

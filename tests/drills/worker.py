@@ -15,6 +15,7 @@ Derby metastore WORK_DIR/<NAME>, so two processes can run at once):
 
 It prints one JSON line per action result (`{"action": ..., ...}`) on stdout.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,10 @@ SCHEMA = "drill_src"
 TARGET = "drill_st"
 STREAMS = {
     "totals": f"SELECT k, COUNT(*) AS n, SUM(v) AS sv, MIN(v) AS lo, MAX(d) AS hi FROM {SCHEMA}.t1 GROUP BY k",
-    "joined": (f"SELECT a.k, b.g, COUNT(*) AS n, SUM(a.v * b.v) AS s FROM {SCHEMA}.t1 a JOIN {SCHEMA}.t2 b "
-               f"ON a.k = b.k GROUP BY a.k, b.g"),
+    "joined": (
+        f"SELECT a.k, b.g, COUNT(*) AS n, SUM(a.v * b.v) AS s FROM {SCHEMA}.t1 a JOIN {SCHEMA}.t2 b "
+        f"ON a.k = b.k GROUP BY a.k, b.g"
+    ),
     "rows": f"SELECT id, k, v FROM {SCHEMA}.t2 WHERE v > 0",
 }
 
@@ -57,8 +60,10 @@ def setup(work: str) -> None:
 
     rng = random.Random(1)
     for path in paths(work).values():
-        rows = [S.row(i, k=rng.randint(0, 3), g=rng.choice("abc"), v=rng.randint(-5, 5), d=rng.randint(0, 50))
-                for i in range(1, 41)]
+        rows = [
+            S.row(i, k=rng.randint(0, 3), g=rng.choice("abc"), v=rng.randint(-5, 5), d=rng.randint(0, 50))
+            for i in range(1, 41)
+        ]
         S.create_source(path, rows)
 
 
@@ -71,8 +76,17 @@ def change(work: str, seed: int) -> None:
         table = rng.choice(sorted(by_table))
         kind = rng.choice(["insert", "update", "delete"])
         if kind == "insert":
-            ops = [S.Insert(table, [S.row(None, k=rng.randint(0, 3), g=rng.choice("abc"), v=rng.randint(-5, 5),
-                                          d=rng.randint(0, 50)) for _ in range(rng.randint(1, 3))])]
+            ops = [
+                S.Insert(
+                    table,
+                    [
+                        S.row(
+                            None, k=rng.randint(0, 3), g=rng.choice("abc"), v=rng.randint(-5, 5), d=rng.randint(0, 50)
+                        )
+                        for _ in range(rng.randint(1, 3))
+                    ],
+                )
+            ]
         elif kind == "update":
             ops = [S.UpdateWhere(table, "k", rng.randint(0, 3), {"v": rng.randint(-5, 5)})]
         else:
@@ -89,8 +103,14 @@ def change(work: str, seed: int) -> None:
 def request(name: str, work: str, full: bool = False):
     from python_helpers.runtime.api import RefreshRequest
 
-    return RefreshRequest(model=f"model.drill.{name}", schema=TARGET, identifier=name, sql=STREAMS[name],
-                          full_refresh=full, sources=paths(work))
+    return RefreshRequest(
+        model=f"model.drill.{name}",
+        schema=TARGET,
+        identifier=name,
+        sql=STREAMS[name],
+        full_refresh=full,
+        sources=paths(work),
+    )
 
 
 def refresh(spark, work: str, full: bool = False) -> dict:
@@ -117,7 +137,7 @@ def main(argv: list) -> None:
     metastore = "metastore"
     if "--metastore" in argv:
         metastore = argv[argv.index("--metastore") + 1]
-        argv = argv[:argv.index("--metastore")] + argv[argv.index("--metastore") + 2:]
+        argv = argv[: argv.index("--metastore")] + argv[argv.index("--metastore") + 2 :]
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from python_helpers.runtime import housekeeping, steps
 

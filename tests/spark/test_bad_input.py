@@ -1,5 +1,6 @@
 """Bad input: typed errors that name the model, fallbacks to full refresh that say why, and a
 stored result that no failed refresh ever touches."""
+
 from __future__ import annotations
 
 import os
@@ -36,6 +37,7 @@ def _built(env, name="bad", sql=AGG, **kw):
 
 # --- missing sources --------------------------------------------------------------------------
 
+
 def test_missing_source_on_build_names_the_model_and_the_relation(env):
     stream = env.stream("no_source", "SELECT k FROM {src}.nope")
     with pytest.raises(E.SourceMissing) as info:
@@ -66,6 +68,7 @@ def test_explicit_source_path_that_is_not_a_delta_table(env, tmp_path):
 
 
 # --- change data feed off ---------------------------------------------------------------------
+
 
 def test_no_change_feed_differential_mode_raises_with_the_fix(env):
     env.source("t1", INITIAL["t1"], cdf=False)
@@ -112,12 +115,16 @@ def test_no_change_feed_auto_mode_refreshes_in_full_and_says_why(env):
 
 # --- SQL problems -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("sql", [
-    "SELEC k FROM {src}.t1",
-    "SELECT k FROM {src}.t1 WHERE (k > 1",
-    "SELECT k FROM {src}.t1; SELECT v FROM {src}.t1",
-    "",
-])
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELEC k FROM {src}.t1",
+        "SELECT k FROM {src}.t1 WHERE (k > 1",
+        "SELECT k FROM {src}.t1; SELECT v FROM {src}.t1",
+        "",
+    ],
+)
 def test_sql_that_does_not_parse(env, sql):
     env.source("t1", INITIAL["t1"])
     stream = env.stream("unparsable", sql)
@@ -130,8 +137,11 @@ def test_sql_that_does_not_parse(env, sql):
 # Constructs that can never be differential (docs/supported-sql.md) or are outside the supported set.
 UNSUPPORTED = [
     # Non-linear recursion (the working table joined to itself): maintained by recompute only.
-    ("WITH RECURSIVE r AS (SELECT id, k FROM {src}.t1 WHERE k = 0 UNION ALL SELECT r.id, r2.k + 1 FROM r "
-     "JOIN r AS r2 ON r.id = r2.id WHERE r2.k < 2) SELECT id, k FROM r", "recursive"),
+    (
+        "WITH RECURSIVE r AS (SELECT id, k FROM {src}.t1 WHERE k = 0 UNION ALL SELECT r.id, r2.k + 1 FROM r "
+        "JOIN r AS r2 ON r.id = r2.id WHERE r2.k < 2) SELECT id, k FROM r",
+        "recursive",
+    ),
     ("SELECT id, k FROM {src}.t1 LIMIT 3", "limit"),
     ("SELECT id, rand() AS r FROM {src}.t1", "rand"),
     ("SELECT id, current_timestamp() AS ts FROM {src}.t1", "current_timestamp"),
@@ -156,11 +166,16 @@ def test_unsupported_sql_under_differential_names_the_construct(env, sql, constr
 # The deterministic ones of those, which auto refreshes in full (the rest cannot match a recompute).
 DETERMINISTIC_UNSUPPORTED = [
     # Non-linear recursion (the working table joined to itself): maintained by recompute only.
-    ("WITH RECURSIVE r AS (SELECT id, k FROM {src}.t1 WHERE k = 0 UNION ALL SELECT r.id, r2.k + 1 FROM r "
-     "JOIN r AS r2 ON r.id = r2.id WHERE r2.k < 2) SELECT id, k FROM r", "recursive"),
+    (
+        "WITH RECURSIVE r AS (SELECT id, k FROM {src}.t1 WHERE k = 0 UNION ALL SELECT r.id, r2.k + 1 FROM r "
+        "JOIN r AS r2 ON r.id = r2.id WHERE r2.k < 2) SELECT id, k FROM r",
+        "recursive",
+    ),
     ("SELECT k, explode(array(k, v)) AS e FROM {src}.t1", "generator"),
-    ("SELECT a.id, CASE WHEN a.k NOT IN (SELECT b.v FROM {src}.t1 b) THEN 1 ELSE 0 END AS e "
-     "FROM {src}.t1 a", "in (subquery)"),
+    (
+        "SELECT a.id, CASE WHEN a.k NOT IN (SELECT b.v FROM {src}.t1 b) THEN 1 ELSE 0 END AS e FROM {src}.t1 a",
+        "in (subquery)",
+    ),
 ]
 
 
@@ -200,6 +215,7 @@ def test_invalid_config(env, field, value):
 
 # --- the definition changes -------------------------------------------------------------------
 
+
 def test_changed_sql_forces_a_full_refresh_with_the_reason(env):
     stream = _built(env, "changing")
     env.apply(SMOKE_BATCHES[0], only_existing=True)
@@ -221,6 +237,7 @@ def test_whitespace_and_case_changes_are_not_a_new_definition(env):
 
 
 # --- changes that can no longer be read -------------------------------------------------------
+
 
 def test_source_recreated_at_the_same_path_falls_back_to_full(env):
     stream = _built(env, "recreated")
@@ -252,7 +269,8 @@ def test_consumed_log_versions_cleaned_up_falls_back_to_full(env):
     env.source("t1", INITIAL["t1"])
     path = env.paths["t1"]
     DeltaTable(path).alter.set_table_properties(
-        {"delta.logRetentionDuration": "interval 0 seconds", "delta.enableExpiredLogCleanup": "true"})
+        {"delta.logRetentionDuration": "interval 0 seconds", "delta.enableExpiredLogCleanup": "true"}
+    )
     stream = env.stream("cleaned", AGG)
     stream.refresh(expect="full")
     env.apply(SMOKE_BATCHES[0], only_existing=True)
@@ -304,8 +322,12 @@ def test_source_loses_a_column_the_query_reads(env):
     from deltalake import write_deltalake
 
     narrow = pa.schema([f for f in S.SCHEMA if f.name != "v"])
-    write_deltalake(env.paths["t1"], pa.Table.from_pylist([{"id": 1, "k": 1}], schema=narrow),
-                    mode="overwrite", schema_mode="overwrite")
+    write_deltalake(
+        env.paths["t1"],
+        pa.Table.from_pylist([{"id": 1, "k": 1}], schema=narrow),
+        mode="overwrite",
+        schema_mode="overwrite",
+    )
     with pytest.raises(E.StreamTableError) as info:
         stream.refresh()
     assert stream.model in str(info.value)
@@ -313,6 +335,7 @@ def test_source_loses_a_column_the_query_reads(env):
 
 
 # --- a failed refresh leaves the stored result alone ------------------------------------------
+
 
 def test_failed_refreshes_leave_the_result_unchanged(env):
     stream = _built(env, "survivor")
@@ -357,10 +380,13 @@ def test_spark_engine_without_delta_lake_is_a_typed_error(env):
     assert not _view_exists(env.spark, stream.view)
 
 
-@pytest.mark.parametrize("feature,props", [
-    ("column", {"delta.columnMapping.mode": "name", "delta.minReaderVersion": "2", "delta.minWriterVersion": "5"}),
-    ("deletion", {"delta.enableDeletionVectors": "true"}),
-])
+@pytest.mark.parametrize(
+    "feature,props",
+    [
+        ("column", {"delta.columnMapping.mode": "name", "delta.minReaderVersion": "2", "delta.minWriterVersion": "5"}),
+        ("deletion", {"delta.enableDeletionVectors": "true"}),
+    ],
+)
 def test_source_with_features_the_embedded_engine_cannot_read(env, feature, props):
     """Column mapping / deletion vectors: the parquet files alone do not give the table's rows, so
     the embedded engine must refuse with a typed error naming the feature (never read wrong rows)."""
@@ -369,8 +395,11 @@ def test_source_with_features_the_embedded_engine_cannot_read(env, feature, prop
 
     path = env.source_path("featured")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_deltalake(path, pa.table({"id": pa.array([1, 2, 3], pa.int64()), "k": pa.array([1, 1, 2], pa.int32())}),
-                    configuration={"delta.enableChangeDataFeed": "true", **props})
+    write_deltalake(
+        path,
+        pa.table({"id": pa.array([1, 2, 3], pa.int64()), "k": pa.array([1, 1, 2], pa.int32())}),
+        configuration={"delta.enableChangeDataFeed": "true", **props},
+    )
     env.paths["featured"] = path
     stream = env.stream("featured_" + feature, "SELECT k, COUNT(*) AS n FROM {src}.featured GROUP BY k")
     with pytest.raises(E.StreamTableError) as info:

@@ -4,6 +4,7 @@ Both tests run real refreshes on real Delta tables; the interruption is injected
 place a crash matters (just before the storage commit), and the concurrent refresh is a real
 second refresh that commits while the first is between reading and committing.
 """
+
 import pytest
 
 from python_helpers.errors import ConcurrentRefresh

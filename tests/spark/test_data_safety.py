@@ -3,6 +3,7 @@
 Each test names the hazard it guards against. All of them run real refreshes on real Delta
 tables in the session's Spark and check the stream table against its recompute (the oracle).
 """
+
 from __future__ import annotations
 
 import decimal
@@ -30,6 +31,7 @@ def _count_rows(path: str) -> int:
 
 
 # --- 1. a user's table is never dropped ----------------------------------------------------------
+
 
 def test_a_managed_table_registered_at_the_source_name_keeps_its_data(env):
     """The catalog holds a managed table `src.t1` whose location is where the Delta source is:
@@ -112,6 +114,7 @@ def test_a_view_at_the_stream_tables_name_is_taken_over_only_when_the_caller_own
 
 # --- 2. a column's type changed in place ---------------------------------------------------------
 
+
 def _overwrite_with(path, transform):
     data = DeltaTable(path).to_pyarrow_table()
     data = transform(data)
@@ -123,11 +126,14 @@ def _retyped(data: pa.Table, name: str, type_: pa.DataType) -> pa.Table:
     return data.set_column(i, pa.field(name, type_), data.column(name).cast(type_))
 
 
-@pytest.mark.parametrize("column, new_type, sql", [
-    ("k", pa.int64(), "SELECT k, COUNT(*) AS n FROM {src}.t1 GROUP BY k"),  # a group key
-    ("k", pa.float64(), "SELECT k, v FROM {src}.t1"),  # an output column of a bag
-    ("d", pa.decimal128(14, 4), "SELECT g, SUM(d) AS sd FROM {src}.t1 GROUP BY g"),  # a decimal's scale
-])
+@pytest.mark.parametrize(
+    "column, new_type, sql",
+    [
+        ("k", pa.int64(), "SELECT k, COUNT(*) AS n FROM {src}.t1 GROUP BY k"),  # a group key
+        ("k", pa.float64(), "SELECT k, v FROM {src}.t1"),  # an output column of a bag
+        ("d", pa.decimal128(14, 4), "SELECT g, SUM(d) AS sd FROM {src}.t1 GROUP BY g"),  # a decimal's scale
+    ],
+)
 def test_a_type_changed_in_place_rebuilds_with_the_reason(env, column, new_type, sql):
     env.source("t1", ROWS)
     stream = env.stream(f"retyped_{column}", sql)
@@ -145,8 +151,11 @@ def test_a_string_column_becoming_a_date_rebuilds(env):
     schema = pa.schema([("id", pa.int64()), ("day", pa.string())])
     path = env.source_path("days")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_deltalake(path, pa.Table.from_pylist([{"id": 1, "day": "2024-01-02"}, {"id": 2, "day": "2024-01-03"}],
-                                               schema=schema), configuration=S.CDF_ON)
+    write_deltalake(
+        path,
+        pa.Table.from_pylist([{"id": 1, "day": "2024-01-02"}, {"id": 2, "day": "2024-01-03"}], schema=schema),
+        configuration=S.CDF_ON,
+    )
     env.paths["days"] = path
     stream = env.stream("days", "SELECT day, COUNT(*) AS n FROM {src}.days GROUP BY day")
     stream.refresh(expect="full")
@@ -157,6 +166,7 @@ def test_a_string_column_becoming_a_date_rebuilds(env):
 
 
 # --- 3. a crash after the commit, before the views ------------------------------------------------
+
 
 class Crash(RuntimeError):
     pass
@@ -190,14 +200,16 @@ def test_a_crash_after_the_commit_is_repaired_by_the_next_run_even_without_sourc
 
 # --- 5. settings that change results ------------------------------------------------------------
 
+
 def test_a_session_time_zone_change_rebuilds_with_the_setting_named(env):
     ts_schema = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC"))])
     path = env.source_path("events")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     import datetime
 
-    rows = [{"id": i, "ts": datetime.datetime(2024, 1, 1, 21 + i % 3, 30, tzinfo=datetime.timezone.utc)}
-            for i in range(6)]
+    rows = [
+        {"id": i, "ts": datetime.datetime(2024, 1, 1, 21 + i % 3, 30, tzinfo=datetime.timezone.utc)} for i in range(6)
+    ]
     write_deltalake(path, pa.Table.from_pylist(rows, schema=ts_schema), configuration=S.CDF_ON)
     env.paths["events"] = path
     stream = env.stream("per_day", "SELECT to_date(ts) AS day, COUNT(*) AS n FROM {src}.events GROUP BY to_date(ts)")
@@ -217,6 +229,7 @@ def test_a_session_time_zone_change_rebuilds_with_the_setting_named(env):
 
 
 # --- 6. source versions never move backwards --------------------------------------------------------
+
 
 def test_a_source_log_that_went_back_is_an_error_and_changes_nothing(env):
     env.source("t1", ROWS)
@@ -239,12 +252,18 @@ def test_a_source_log_that_went_back_is_an_error_and_changes_nothing(env):
 
 # --- 7. a huge change is counted before anything is read ---------------------------------------------
 
+
 def test_a_large_change_is_judged_from_the_log_before_it_is_read(env, monkeypatch):
     env.source("t1", [S.row(i, k=i % 5, v=i % 7) for i in range(12_000)])
     stream = env.stream("large", AGG, auto_full_threshold=0.2)
     stream.refresh(expect="full")
-    env.apply([S.UpdateWhere("t1", "k", 1, {"v": 3}), S.UpdateWhere("t1", "k", 2, {"v": 4}),
-               S.UpdateWhere("t1", "k", 3, {"v": 5})])  # 7,200 rows: 14,400 change rows
+    env.apply(
+        [
+            S.UpdateWhere("t1", "k", 1, {"v": 3}),
+            S.UpdateWhere("t1", "k", 2, {"v": 4}),
+            S.UpdateWhere("t1", "k", 3, {"v": 5}),
+        ]
+    )  # 7,200 rows: 14,400 change rows
 
     def no_read(*args, **kwargs):
         raise AssertionError("the change was read although the log showed it too large")
@@ -258,18 +277,27 @@ def test_a_large_change_is_judged_from_the_log_before_it_is_read(env, monkeypatc
 
 def test_a_change_above_the_driver_limit_is_read_by_spark(env, monkeypatch):
     monkeypatch.setattr(change_feed, "DRIVER_READ_MAX_ROWS", 3)
-    monkeypatch.setattr(change_feed, "_read_in_driver",
-                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("read in the driver")))
+    monkeypatch.setattr(
+        change_feed, "_read_in_driver", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read in the driver"))
+    )
     env.source("t1", ROWS)
-    stream = env.stream("spark_read", "SELECT k, g, COUNT(*) AS n, SUM(v) AS sv, MIN(x) AS mx FROM {src}.t1 GROUP BY k, g")
+    stream = env.stream(
+        "spark_read", "SELECT k, g, COUNT(*) AS n, SUM(v) AS sv, MIN(x) AS mx FROM {src}.t1 GROUP BY k, g"
+    )
     stream.refresh(expect="full")
-    env.apply([S.Insert("t1", [S.row(90 + i, k=i % 2, v=i) for i in range(6)]), S.UpdateWhere("t1", "k", 1, {"v": 0}),
-               S.DeleteRows("t1", [0, 1])])
+    env.apply(
+        [
+            S.Insert("t1", [S.row(90 + i, k=i % 2, v=i) for i in range(6)]),
+            S.UpdateWhere("t1", "k", 1, {"v": 0}),
+            S.DeleteRows("t1", [0, 1]),
+        ]
+    )
     stream.refresh(expect="differential")
     stream.check()
 
 
 # --- 8. locations are URIs or paths, never rewritten -------------------------------------------------
+
 
 def test_a_file_uri_source_path_with_spaces_and_glob_characters(env, tmp_path):
     # (delta-rs itself cannot open a table under a directory named with `[ ]`.)
@@ -290,11 +318,14 @@ def test_a_file_uri_source_path_with_spaces_and_glob_characters(env, tmp_path):
 
 # --- 9. readers during refreshes -------------------------------------------------------------------
 
+
 def test_a_reader_looping_during_refreshes_never_fails(env):
     env.source("t1", ROWS)
     env.source("t2", [S.row(i, k=i % 3, v=i) for i in range(1, 6)])
-    stream = env.stream("read_while", "SELECT a.k, COUNT(*) AS n, SUM(b.v) AS sv FROM {src}.t1 a JOIN {src}.t2 b "
-                                      "ON a.k = b.k GROUP BY a.k")
+    stream = env.stream(
+        "read_while",
+        "SELECT a.k, COUNT(*) AS n, SUM(b.v) AS sv FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k GROUP BY a.k",
+    )
     stream.refresh(expect="full")
     errors, reads, stop = [], [0], threading.Event()
     reader_session = env.spark.newSession()
@@ -323,6 +354,7 @@ def test_a_reader_looping_during_refreshes_never_fails(env):
 
 # --- 10. wide decimals are exact --------------------------------------------------------------------
 
+
 def test_sum_and_avg_of_decimal_38_18_with_exact_duplicates(env):
     schema = pa.schema([("id", pa.int64()), ("k", pa.int32()), ("big", pa.decimal128(38, 18))])
     path = env.source_path("wide")
@@ -333,21 +365,27 @@ def test_sum_and_avg_of_decimal_38_18_with_exact_duplicates(env):
     write_deltalake(path, pa.Table.from_pylist(rows, schema=schema), configuration=S.CDF_ON)
     env.paths["wide"] = path
     # AVG of the value near the bound is beyond DECIMAL(38, 22): Spark itself cannot compute it.
-    stream = env.stream("wide", "SELECT k, SUM(big) AS s, AVG(CASE WHEN k = 1 THEN big END) AS a, COUNT(*) AS n "
-                                "FROM {src}.wide GROUP BY k")
+    stream = env.stream(
+        "wide",
+        "SELECT k, SUM(big) AS s, AVG(CASE WHEN k = 1 THEN big END) AS a, COUNT(*) AS n FROM {src}.wide GROUP BY k",
+    )
     stream.refresh(expect="full")
     # Exact duplicates: their change rows consolidate into weights of 2 and 3.
     write_deltalake(path, pa.Table.from_pylist(rows[:2] * 1 + [rows[0]], schema=schema), mode="append")
     stream.refresh(expect="differential")
     stream.check()
     DeltaTable(path).delete("k = 1 AND id = 1")
-    write_deltalake(path, pa.Table.from_pylist([{"id": 4, "k": 2, "big": decimal.Decimal("0.000000000000000003")}],
-                                               schema=schema), mode="append")
+    write_deltalake(
+        path,
+        pa.Table.from_pylist([{"id": 4, "k": 2, "big": decimal.Decimal("0.000000000000000003")}], schema=schema),
+        mode="append",
+    )
     stream.refresh(expect="differential")
     stream.check()
 
 
 # --- 11. old files and leftovers are cleaned up ----------------------------------------------------
+
 
 def test_old_stored_versions_are_vacuumed_and_results_stay_right(env, monkeypatch):
     from python_helpers.runtime import housekeeping
@@ -371,19 +409,33 @@ def test_old_stored_versions_are_vacuumed_and_results_stay_right(env, monkeypatc
 
 # --- 12. names that need quoting -----------------------------------------------------------------
 
+
 def test_names_that_need_quoting_in_every_position(env):
     """Spark's Hive catalog allows only letters, digits and _ in schema and table names, so those
     are keywords here; column names hold spaces, back-quotes, dots, keywords and non-ASCII."""
-    columns = pa.schema([("group", pa.int32()), ("order", pa.int64()), ("value", pa.int32()),
-                         ("a b", pa.string()), ("we`ird", pa.int32()), ("x.y", pa.int32()), ("é", pa.int32())])
+    columns = pa.schema(
+        [
+            ("group", pa.int32()),
+            ("order", pa.int64()),
+            ("value", pa.int32()),
+            ("a b", pa.string()),
+            ("we`ird", pa.int32()),
+            ("x.y", pa.int32()),
+            ("é", pa.int32()),
+        ]
+    )
     path = env.source_path("order")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    rows = [{"group": i % 3, "order": i, "value": i * 2, "a b": "xy"[i % 2], "we`ird": i % 2, "x.y": i, "é": 1}
-            for i in range(8)]
+    rows = [
+        {"group": i % 3, "order": i, "value": i * 2, "a b": "xy"[i % 2], "we`ird": i % 2, "x.y": i, "é": 1}
+        for i in range(8)
+    ]
     write_deltalake(path, pa.Table.from_pylist(rows, schema=columns), configuration=S.CDF_ON)
     env.paths["order"] = path
-    sql = ("SELECT `group`, `a b`, `we``ird`, COUNT(*) AS `n of`, SUM(`value`) AS `sum`, MAX(`order`) AS `order`, "
-           "SUM(`x.y`) AS `x.y`, MIN(`é`) AS `é` FROM {src}.`order` GROUP BY `group`, `a b`, `we``ird`")
+    sql = (
+        "SELECT `group`, `a b`, `we``ird`, COUNT(*) AS `n of`, SUM(`value`) AS `sum`, MAX(`order`) AS `order`, "
+        "SUM(`x.y`) AS `x.y`, MIN(`é`) AS `é` FROM {src}.`order` GROUP BY `group`, `a b`, `we``ird`"
+    )
     stream = env.stream("select", sql)
     first = stream.refresh(expect="full")
     assert first.rows_changed > 0
@@ -417,6 +469,7 @@ def test_an_internal_error_reading_changes_is_not_reported_as_unreadable_changes
 
 # --- 13. file lists without limits -----------------------------------------------------------------
 
+
 def test_a_source_of_many_files_is_published_without_a_file_list(env):
     path = env.source_path("many")
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -445,8 +498,11 @@ def test_partition_values_with_commas_braces_and_glob_characters(env):
     stream = env.stream("parts", "SELECT p, COUNT(*) AS n, SUM(v) AS sv FROM {src}.parts GROUP BY p")
     stream.refresh(expect="full")
     stream.check()
-    write_deltalake(path, pa.Table.from_pylist([{"id": 10, "p": "a,b", "v": 5}, {"id": 11, "p": "{c}", "v": 1}],
-                                               schema=schema), mode="append")
+    write_deltalake(
+        path,
+        pa.Table.from_pylist([{"id": 10, "p": "a,b", "v": 5}, {"id": 11, "p": "{c}", "v": 1}], schema=schema),
+        mode="append",
+    )
     DeltaTable(path).delete("id = 2")
     DeltaTable(path).update(updates={"v": "v + 100"}, predicate="id = 3")
     stream.refresh(expect="differential")
@@ -457,6 +513,7 @@ def test_partition_values_with_commas_braces_and_glob_characters(env):
 
 
 # --- 15. dbt's threads share the caches ---------------------------------------------------------------
+
 
 def test_refreshes_on_four_threads_sharing_sources(env):
     env.source("t1", ROWS)

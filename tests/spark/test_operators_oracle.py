@@ -8,6 +8,7 @@ change batches, each result compared with the query recomputed on the sources.
   the family is refreshed over the same sources. DVM_HYPOTHESIS_EXAMPLES sets the example count.
 - NULL-heavy and duplicate-heavy data; a slow variant with many more examples (-m slow).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -39,8 +40,10 @@ def test_shape_smoke(spark, shape):
 
 def _family_example(spark, family, data, initial=None, batch=None, n_batches=3, max_shapes=3):
     """One hypothesis example: fresh sources, up to max_shapes shapes of the family, n_batches cycles."""
-    fam = data.draw(st.lists(st.sampled_from(shapes(family)), min_size=1, max_size=max_shapes,
-                             unique_by=lambda s: s.name), label="shapes")
+    fam = data.draw(
+        st.lists(st.sampled_from(shapes(family)), min_size=1, max_size=max_shapes, unique_by=lambda s: s.name),
+        label="shapes",
+    )
     tables = sorted({t for s in shapes(family) for t in s.tables})
     env = StreamEnv(spark, tag=family[:8])
     initial = initial or gen.initial_rows()
@@ -59,6 +62,7 @@ def test_family_random_changes(spark, family, data):
 
 
 # --- special data -----------------------------------------------------------------------------
+
 
 @st.composite
 def _null_heavy_row(draw):
@@ -91,24 +95,31 @@ def _null_heavy_batch(tables):
     return st.lists(
         st.one_of(
             st.builds(S.Insert, st.sampled_from(tables), st.lists(_null_heavy_row(), min_size=1, max_size=4)),
-            st.builds(S.UpdateRows, st.sampled_from(tables), st.lists(st.integers(0, 99), min_size=1, max_size=3),
-                      st.sampled_from([{"k": None}, {"v": None}, {"g": None, "x": None}, {"d": None, "dt": None}])),
+            st.builds(
+                S.UpdateRows,
+                st.sampled_from(tables),
+                st.lists(st.integers(0, 99), min_size=1, max_size=3),
+                st.sampled_from([{"k": None}, {"v": None}, {"g": None, "x": None}, {"d": None, "dt": None}]),
+            ),
             st.builds(S.DeleteWhere, st.sampled_from(tables), st.just("k"), st.none()),
             gen.change_op(tables),
         ),
-        min_size=1, max_size=5,
+        min_size=1,
+        max_size=5,
     )
 
 
 def _dup_heavy_batch(tables):
     return st.lists(
         st.one_of(
-            st.builds(S.InsertDuplicates, st.sampled_from(tables),
-                      st.lists(st.integers(0, 99), min_size=1, max_size=4)),
+            st.builds(
+                S.InsertDuplicates, st.sampled_from(tables), st.lists(st.integers(0, 99), min_size=1, max_size=4)
+            ),
             st.builds(S.DeleteRows, st.sampled_from(tables), st.lists(st.integers(0, 99), min_size=1, max_size=2)),
             gen.change_op(tables),
         ),
-        min_size=1, max_size=5,
+        min_size=1,
+        max_size=5,
     )
 
 

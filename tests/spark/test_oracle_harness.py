@@ -2,6 +2,7 @@
 
 These do not need the engine: the "stream table" here is a view over a table Spark wrote.
 """
+
 from __future__ import annotations
 
 import decimal
@@ -20,6 +21,7 @@ from tests.support.oracle import (
 from tests.support.shapes import INITIAL, SHAPES, SMOKE_BATCHES
 
 # --- pure comparison (no Spark) ---------------------------------------------------------------
+
 
 def test_compare_rows_is_a_multiset_comparison():
     same = compare_rows([(1, "a"), (1, "a"), (2, None)], [(2, None), (1, "a"), (1, "a")])
@@ -49,8 +51,10 @@ def test_floats_compare_with_tolerance_and_decimals_exactly():
 
 
 def test_rewrite_sources_replaces_qualified_tables_only():
-    sql = ("WITH c AS (SELECT * FROM s.t1 WHERE k > 1) "
-           "SELECT t1.k, b.v FROM s.t1 JOIN S.T2 b ON t1.k = b.k JOIN c ON c.id = t1.id")
+    sql = (
+        "WITH c AS (SELECT * FROM s.t1 WHERE k > 1) "
+        "SELECT t1.k, b.v FROM s.t1 JOIN S.T2 b ON t1.k = b.k JOIN c ON c.id = t1.id"
+    )
     out = rewrite_sources(sql, {"s.t1": "__v1", "s.t2": "__v2"})
     assert "s.t1" not in out.lower() and "s.t2" not in out.lower()
     assert "__v1 AS t1" in out and "__v2 AS b" in out and "JOIN c" in out
@@ -66,6 +70,7 @@ def test_shape_catalogue_parses_and_names_its_tables():
 
 
 # --- against Spark ----------------------------------------------------------------------------
+
 
 @pytest.mark.spark
 def test_oracle_detects_missing_extra_and_changed_rows(spark, env):

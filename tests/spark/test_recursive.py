@@ -1,6 +1,7 @@
 """WITH RECURSIVE beyond the operator shapes: an unbounded recursion over a hierarchy kept
 differential through inserts, deletes and updates of both the base and the edges, and a delta
 recursion that cannot end (a cycle only changed rows lead to) giving way to a full refresh."""
+
 from __future__ import annotations
 
 import pytest
@@ -37,11 +38,11 @@ def test_unbounded_recursion_over_a_hierarchy_stays_differential(env):
     env.source("t2", _edges([(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (2, 4), (4, 5)]))
     streams = [env.stream("rec_reach", REACH), env.stream("rec_per_node", PER_NODE)]
     batches = [
-        [S.Insert("t2", [row(None, 5, "e", 6), row(None, 1, "e", 4)])],           # new edges: new paths
+        [S.Insert("t2", [row(None, 5, "e", 6), row(None, 1, "e", 4)])],  # new edges: new paths
         [S.Insert("t1", [row(None, 3, "a")]), S.UpdateWhere("t1", "id", 3, {"g": "a"})],  # new roots
-        [S.DeleteWhere("t2", "k", 2)],                                             # cut a branch
-        [S.UpdateWhere("t2", "k", 3, {"v": 5}), S.DeleteWhere("t1", "id", 1)],     # move an edge, drop a root
-        [S.Insert("t2", [row(None, 0, "e", 3)]), S.InsertDuplicates("t2", [0])],   # parallel edges
+        [S.DeleteWhere("t2", "k", 2)],  # cut a branch
+        [S.UpdateWhere("t2", "k", 3, {"v": 5}), S.DeleteWhere("t1", "id", 1)],  # move an edge, drop a root
+        [S.Insert("t2", [row(None, 0, "e", 3)]), S.InsertDuplicates("t2", [0])],  # parallel edges
     ]
     run_cycles(env, streams, batches, expect="differential")
 

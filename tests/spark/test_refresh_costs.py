@@ -2,6 +2,7 @@
 refresh on a large change, the periodic recompute of floating-point aggregates, the reuse of the
 last refresh's analysis (and what happens when source types change), and the stream table's
 view over its published link directory."""
+
 from __future__ import annotations
 
 import pyarrow as pa
@@ -71,17 +72,26 @@ def test_auto_refreshes_in_full_when_the_delta_would_read_more_than_a_rebuild(en
     forced.check()
 
 
-@pytest.mark.parametrize("rows, config, ops", [
-    # The switch is for large deltas: under AUTO_FULL_MIN_CHANGE_ROWS change rows it never fires.
-    (10, {"auto_full_threshold": 0.01},
-     [S.UpdateWhere("t1", "k", 1, {"v": 5}), S.DeleteWhere("t1", "k", 2)]),
-    # differential mode never switches (11,000 change rows).
-    (12_000, {"refresh_mode": "differential", "auto_full_threshold": 0.01},
-     [S.UpdateWhere("t1", "g", "a", {"v": 5}), S.DeleteWhere("t1", "k", 2)]),
-    # threshold 0 disables the switch (~11,000 change rows).
-    (12_000, {"auto_full_threshold": 0},
-     [S.UpdateWhere("t1", "k", 0, {"v": 5}), S.UpdateWhere("t1", "k", 1, {"v": 5})]),
-], ids=["small_table", "differential_mode", "threshold_zero"])
+@pytest.mark.parametrize(
+    "rows, config, ops",
+    [
+        # The switch is for large deltas: under AUTO_FULL_MIN_CHANGE_ROWS change rows it never fires.
+        (10, {"auto_full_threshold": 0.01}, [S.UpdateWhere("t1", "k", 1, {"v": 5}), S.DeleteWhere("t1", "k", 2)]),
+        # differential mode never switches (11,000 change rows).
+        (
+            12_000,
+            {"refresh_mode": "differential", "auto_full_threshold": 0.01},
+            [S.UpdateWhere("t1", "g", "a", {"v": 5}), S.DeleteWhere("t1", "k", 2)],
+        ),
+        # threshold 0 disables the switch (~11,000 change rows).
+        (
+            12_000,
+            {"auto_full_threshold": 0},
+            [S.UpdateWhere("t1", "k", 0, {"v": 5}), S.UpdateWhere("t1", "k", 1, {"v": 5})],
+        ),
+    ],
+    ids=["small_table", "differential_mode", "threshold_zero"],
+)
 def test_large_change_stays_differential_when_the_switch_does_not_apply(env, rows, config, ops):
     env.source("t1", _many(rows))
     stream = env.stream("stays_diff", AGG, **config)
@@ -91,8 +101,15 @@ def test_large_change_stays_differential_when_the_switch_does_not_apply(env, row
     stream.check()
 
 
-@pytest.mark.parametrize("config", [{"auto_full_threshold": 1.5}, {"auto_full_threshold": "high"},
-                                    {"float_recompute_every": -1}, {"float_recompute_every": 2.5}])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"auto_full_threshold": 1.5},
+        {"auto_full_threshold": "high"},
+        {"float_recompute_every": -1},
+        {"float_recompute_every": 2.5},
+    ],
+)
 def test_bad_cost_configs_name_the_model_and_the_setting(env, config):
     env.source("t1", INITIAL["t1"])
     stream = env.stream("bad_cfg", AGG, **config)
@@ -133,8 +150,9 @@ def test_a_source_column_type_change_rebuilds_instead_of_mixing_states(env):
     stream.refresh(expect="differential")
     # v becomes BIGINT: the stored sums were laid out for INT arguments.
     data = pa.Table.from_pylist(S.read_rows(env.paths["t1"]), schema=S.SCHEMA)
-    data = data.set_column(data.schema.get_field_index("v"), pa.field("v", pa.int64()),
-                           data.column("v").cast(pa.int64()))
+    data = data.set_column(
+        data.schema.get_field_index("v"), pa.field("v", pa.int64()), data.column("v").cast(pa.int64())
+    )
     write_deltalake(env.paths["t1"], data, mode="overwrite", schema_mode="overwrite")
     result = stream.refresh(expect="full")
     assert "column v of source" in result.reason and "changed type from int to bigint" in result.reason, result.reason
@@ -152,8 +170,11 @@ def test_the_view_reads_one_generation_directory_and_follows_every_refresh(env):
     stream.refresh(expect="full")
     root = published_files.stream_root(storage_path(env.spark, env.target, "published"))
     seen = []
-    for batch in ([S.Insert("t1", [S.row(800, 1, "a", 1)])], [S.DeleteWhere("t2", "k", 0)],
-                  [S.UpdateWhere("t1", "k", 2, {"k": 3})]):
+    for batch in (
+        [S.Insert("t1", [S.row(800, 1, "a", 1)])],
+        [S.DeleteWhere("t2", "k", 0)],
+        [S.UpdateWhere("t1", "k", 2, {"k": 3})],
+    ):
         env.apply(batch)
         stream.refresh(expect="differential")
         stream.check()
@@ -206,11 +227,17 @@ def test_a_join_reads_only_the_files_whose_statistics_meet_the_change(env):
     and values kept; the result equals the recompute whatever is skipped."""
     env.source("t1", [S.row(i, k=i, v=i) for i in range(1, 5)])
     path = env.source("t2", [S.row(1, k=1, v=10), S.row(2, k=2, v=20)])
-    for rows in ([S.row(3, k=10, v=1), S.row(4, k=12, v=2)], [S.row(5, k=None, v=3)],
-                 [S.row(6, k=None, v=4), S.row(7, k=20, v=5)], [S.row(8, k=30, v=6), S.row(9, k=31, v=7)]):
+    for rows in (
+        [S.row(3, k=10, v=1), S.row(4, k=12, v=2)],
+        [S.row(5, k=None, v=3)],
+        [S.row(6, k=None, v=4), S.row(7, k=20, v=5)],
+        [S.row(8, k=30, v=6), S.row(9, k=31, v=7)],
+    ):
         write_deltalake(path, S.to_arrow(rows), mode="append")
-    stream = env.stream("skipping", "SELECT a.k, COUNT(*) AS n, SUM(b.v) AS sv FROM {src}.t1 a JOIN {src}.t2 b "
-                                    "ON a.k = b.k GROUP BY a.k")
+    stream = env.stream(
+        "skipping",
+        "SELECT a.k, COUNT(*) AS n, SUM(b.v) AS sv FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k GROUP BY a.k",
+    )
     stream.refresh(expect="full")
     env.apply([S.Insert("t1", [S.row(50, k=12, v=1), S.row(51, k=31, v=1), S.row(52, k=None, v=1)])])
     result = stream.refresh(expect="differential")
@@ -230,11 +257,16 @@ def test_a_change_read_by_spark_still_narrows_the_join_by_statistics(env, monkey
     monkeypatch.setattr(change_feed, "DRIVER_READ_MAX_ROWS", 0)
     env.source("t1", [S.row(i, k=i, v=i) for i in range(1, 5)])
     path = env.source("t2", [S.row(1, k=1, v=10), S.row(2, k=2, v=20)])
-    for rows in ([S.row(3, k=10, v=1), S.row(4, k=12, v=2)], [S.row(5, k=None, v=3)],
-                 [S.row(8, k=30, v=6), S.row(9, k=31, v=7)]):
+    for rows in (
+        [S.row(3, k=10, v=1), S.row(4, k=12, v=2)],
+        [S.row(5, k=None, v=3)],
+        [S.row(8, k=30, v=6), S.row(9, k=31, v=7)],
+    ):
         write_deltalake(path, S.to_arrow(rows), mode="append")
-    stream = env.stream("skipping_spark", "SELECT a.k, COUNT(*) AS n, SUM(b.v) AS sv FROM {src}.t1 a "
-                                          "JOIN {src}.t2 b ON a.k = b.k GROUP BY a.k")
+    stream = env.stream(
+        "skipping_spark",
+        "SELECT a.k, COUNT(*) AS n, SUM(b.v) AS sv FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k GROUP BY a.k",
+    )
     stream.refresh(expect="full")
     env.apply([S.Insert("t1", [S.row(50, k=12, v=1), S.row(51, k=31, v=1)]), S.DeleteRows("t1", [2])])
     result = stream.refresh(expect="differential")

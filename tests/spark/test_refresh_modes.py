@@ -1,4 +1,5 @@
 """Refresh modes and bookkeeping: full mode, no-op refreshes, forced rebuilds, reported versions."""
+
 from __future__ import annotations
 
 import pytest

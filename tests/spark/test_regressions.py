@@ -3,6 +3,7 @@
 Each builds the smallest source and change that showed the bug, refreshes, and compares with the
 recompute (or asserts the documented error).
 """
+
 from __future__ import annotations
 
 import pyarrow as pa
@@ -45,11 +46,16 @@ def test_collect_set_group_of_only_nulls_deleted(env):
 def test_stddev_after_deleting_a_dominant_value(env, col, big):
     """VAR/STDDEV kept as Σx, Σx² in DOUBLE: removing a value that dominates Σx² leaves only
     rounding noise of the small values' spread (STDDEV(d) came out 0.0 instead of 3.26)."""
-    rows = [S.row(1, 1, "a", **{col: big}), S.row(2, 1, "a", **{col: 1}), S.row(3, 1, "a", **{col: 2.5}),
-            S.row(4, 1, "a", **{col: 7.25})]
+    rows = [
+        S.row(1, 1, "a", **{col: big}),
+        S.row(2, 1, "a", **{col: 1}),
+        S.row(3, 1, "a", **{col: 2.5}),
+        S.row(4, 1, "a", **{col: 7.25}),
+    ]
     env.source("t1", rows)
-    stream = env.stream(f"drift_{col}", f"SELECT k, STDDEV_SAMP({col}) AS s, VAR_POP({col}) AS vp "
-                                        "FROM {src}.t1 GROUP BY k")
+    stream = env.stream(
+        f"drift_{col}", f"SELECT k, STDDEV_SAMP({col}) AS s, VAR_POP({col}) AS vp FROM {{src}}.t1 GROUP BY k"
+    )
     stream.refresh(expect="full")
     env.apply([S.DeleteRows("t1", [0])])
     stream.refresh(expect="differential")
@@ -61,8 +67,9 @@ def test_first_without_ordering_is_rejected_under_differential(env):
     parses them as exp.First/exp.Last/exp.AnyValue (not Anonymous), so the check missed them."""
     env.source("t1", [S.row(1, 1, "a", 3), S.row(2, 1, "a", 4)])
     for fn in ("first", "last", "any_value"):
-        stream = env.stream(f"order_dep_{fn}", f"SELECT k, {fn}(v) AS f FROM {{src}}.t1 GROUP BY k",
-                            refresh_mode="differential")
+        stream = env.stream(
+            f"order_dep_{fn}", f"SELECT k, {fn}(v) AS f FROM {{src}}.t1 GROUP BY k", refresh_mode="differential"
+        )
         with pytest.raises(E.UnsupportedSql, match=fn):
             stream.refresh()
 
@@ -79,8 +86,12 @@ def test_source_gains_a_column(env):
     stream = env.stream("widened", "SELECT k, SUM(v) AS sv, COUNT(*) AS n FROM {src}.t1 GROUP BY k")
     stream.refresh(expect="full")
     wider = S.SCHEMA.append(pa.field("extra", pa.string()))
-    write_deltalake(env.paths["t1"], pa.Table.from_pylist([dict(S.row(20, 1, "a", 7), extra="new")], schema=wider),
-                    mode="append", schema_mode="merge")
+    write_deltalake(
+        env.paths["t1"],
+        pa.Table.from_pylist([dict(S.row(20, 1, "a", 7), extra="new")], schema=wider),
+        mode="append",
+        schema_mode="merge",
+    )
     stream.refresh()
     stream.check()
     env.apply([S.DeleteWhere("t1", "k", 0)])
@@ -98,13 +109,21 @@ def test_sum_of_wide_decimal_keeps_its_scale(env):
     schema = pa.schema([("id", pa.int64()), ("k", pa.int32()), ("big", pa.decimal128(38, 18))])
     path = env.source_path("wide")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_deltalake(path, pa.Table.from_pylist([{"id": 1, "k": 1, "big": decimal.Decimal("1E-18")}], schema=schema),
-                    configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(
+        path,
+        pa.Table.from_pylist([{"id": 1, "k": 1, "big": decimal.Decimal("1E-18")}], schema=schema),
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
     env.paths["wide"] = path
-    stream = env.stream("wide_sum", "SELECT k, SUM(big) AS sb, AVG(big) AS ab, COUNT(*) AS n FROM {src}.wide GROUP BY k")
+    stream = env.stream(
+        "wide_sum", "SELECT k, SUM(big) AS sb, AVG(big) AS ab, COUNT(*) AS n FROM {src}.wide GROUP BY k"
+    )
     stream.refresh(expect="full")
-    write_deltalake(path, pa.Table.from_pylist([{"id": 2, "k": 1, "big": decimal.Decimal("1.123456789")}],
-                                               schema=schema), mode="append")
+    write_deltalake(
+        path,
+        pa.Table.from_pylist([{"id": 2, "k": 1, "big": decimal.Decimal("1.123456789")}], schema=schema),
+        mode="append",
+    )
     stream.refresh(expect="differential")
     stream.check()
 
@@ -126,8 +145,10 @@ def test_min_of_a_new_group_whose_inserted_value_is_also_deleted(env):
     delta. MIN took the inserted value without a rescan, since the group had no stored minimum."""
     env.source("t1", [S.row(1, k=1, v=1)])
     env.source("t2", [S.row(1, k=0, x=-5.0), S.row(2, k=1, x=2.0)])
-    stream = env.stream("min_new_group", "SELECT a.k, MIN(b.x) AS mn, COUNT(*) AS n FROM {src}.t1 a "
-                                         "JOIN {src}.t2 b ON a.k = b.k GROUP BY a.k")
+    stream = env.stream(
+        "min_new_group",
+        "SELECT a.k, MIN(b.x) AS mn, COUNT(*) AS n FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k GROUP BY a.k",
+    )
     stream.refresh(expect="full")
     env.apply([S.Insert("t1", [S.row(2, k=0, v=1)]), S.UpdateRows("t2", [0], {"x": None})])
     stream.refresh(expect="differential")

@@ -1,5 +1,6 @@
 """The stored row id must tell apart every pair of distinct keys and must
 not depend on session settings."""
+
 import pytest
 
 from python_helpers.dvm.sqlgen import render, row_id

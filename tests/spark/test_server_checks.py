@@ -1,4 +1,5 @@
 """A Spark server without Hive support is refused before anything is written."""
+
 from __future__ import annotations
 
 import json
@@ -43,11 +44,17 @@ def test_in_memory_catalog_is_refused_before_anything_is_written(tmp_path):
     warehouse = tmp_path / "warehouse"
     warehouse.mkdir()
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    done = subprocess.run([sys.executable, "-c", _IN_MEMORY_REFRESH, str(warehouse)], capture_output=True,
-                          text=True, timeout=300, env=env, cwd=os.getcwd())
+    done = subprocess.run(
+        [sys.executable, "-c", _IN_MEMORY_REFRESH, str(warehouse)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=os.getcwd(),
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, f"the subprocess failed:\n{done.stderr[-3000:]}"
-    out = json.loads(lines[-1][len("RESULT "):])
+    out = json.loads(lines[-1][len("RESULT ") :])
     assert out["catalog"] == "in-memory"
     error = out["error"]
     assert error is not None, "a refresh on an in-memory catalog went ahead"

@@ -1,6 +1,7 @@
 """Column types beyond the common test schema, through a differential refresh and the oracle:
 timestamps (UTC and without zone), booleans, awkward strings, wide decimals, special floats,
 and nested source columns (struct, array, map) read by the query."""
+
 from __future__ import annotations
 
 import datetime
@@ -14,19 +15,21 @@ pytestmark = pytest.mark.spark
 
 UTC = datetime.timezone.utc
 
-SCHEMA = pa.schema([
-    ("id", pa.int64()),
-    ("ts", pa.timestamp("us", tz="UTC")),
-    ("ntz", pa.timestamp("us")),
-    ("flag", pa.bool_()),
-    ("s", pa.string()),
-    ("big", pa.decimal128(38, 18)),
-    ("f", pa.float64()),
-    ("small", pa.int8()),
-    ("pt", pa.struct([("a", pa.int32()), ("b", pa.string())])),
-    ("tags", pa.list_(pa.string())),
-    ("attrs", pa.map_(pa.string(), pa.int64())),
-])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("ntz", pa.timestamp("us")),
+        ("flag", pa.bool_()),
+        ("s", pa.string()),
+        ("big", pa.decimal128(38, 18)),
+        ("f", pa.float64()),
+        ("small", pa.int8()),
+        ("pt", pa.struct([("a", pa.int32()), ("b", pa.string())])),
+        ("tags", pa.list_(pa.string())),
+        ("attrs", pa.map_(pa.string(), pa.int64())),
+    ]
+)
 
 
 def _row(i, ts, flag, s, big, f, small=1, a=1, b="x", tags=("t",), attrs=None):
@@ -51,7 +54,7 @@ def _t(day, hour, minute=0, micro=0):
 
 ROWS = [
     _row(1, _t(30, 23, 59, 999999), True, "plain", "1234567890.123456789012345678", 1.5),
-    _row(2, _t(31, 0, 0, 1), False, "it's \"quoted\"", "-0.000000000000000001", float("nan"), tags=()),
+    _row(2, _t(31, 0, 0, 1), False, 'it\'s "quoted"', "-0.000000000000000001", float("nan"), tags=()),
     _row(3, _t(31, 1), None, "ünïcødé ✓", "1", float("inf"), small=-128, attrs={"k": 1}),
     _row(4, None, True, "", None, -0.0, small=127, a=None, tags=None),
     _row(5, _t(30, 22), True, None, "9999999999.999999999999999999", float("-inf"), b=None),
@@ -81,20 +84,29 @@ def test_types_survive_differential_refresh(env, name):
     import os
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_deltalake(path, pa.Table.from_pylist(ROWS, schema=SCHEMA),
-                    configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(
+        path, pa.Table.from_pylist(ROWS, schema=SCHEMA), configuration={"delta.enableChangeDataFeed": "true"}
+    )
     env.paths["typed"] = path
     stream = env.stream(name, QUERIES[name])
     stream.refresh(expect="full")
     stream.check()
 
     # Insert a duplicate and new values, update across day boundaries and to NULL, delete.
-    write_deltalake(path, pa.Table.from_pylist([
-        ROWS[0],
-        _row(7, _t(31, 0, 0, 0), False, "plain", "0.000000000000000001", 2.25, tags=("a", "b"), attrs={"k": 7}),
-    ], schema=SCHEMA), mode="append")
-    DeltaTable(path).update(updates={"ts": "CAST('2024-03-29 12:00:00' AS TIMESTAMP)", "flag": "NULL"},
-                            predicate="id = 3")
+    write_deltalake(
+        path,
+        pa.Table.from_pylist(
+            [
+                ROWS[0],
+                _row(7, _t(31, 0, 0, 0), False, "plain", "0.000000000000000001", 2.25, tags=("a", "b"), attrs={"k": 7}),
+            ],
+            schema=SCHEMA,
+        ),
+        mode="append",
+    )
+    DeltaTable(path).update(
+        updates={"ts": "CAST('2024-03-29 12:00:00' AS TIMESTAMP)", "flag": "NULL"}, predicate="id = 3"
+    )
     DeltaTable(path).update(updates={"s": "'plain'", "big": "NULL"}, predicate="id = 2")
     DeltaTable(path).delete("id = 5")
     env.log.append("typed batch 1")
@@ -102,8 +114,7 @@ def test_types_survive_differential_refresh(env, name):
     stream.check()
 
     DeltaTable(path).delete("flag = true")
-    DeltaTable(path).update(updates={"f": "CAST(1.5 AS DOUBLE)", "small": "CAST(-1 AS TINYINT)"},
-                            predicate="id = 7")
+    DeltaTable(path).update(updates={"f": "CAST(1.5 AS DOUBLE)", "small": "CAST(-1 AS TINYINT)"}, predicate="id = 7")
     env.log.append("typed batch 2")
     stream.refresh(expect="differential")
     stream.check()

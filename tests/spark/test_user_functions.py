@@ -1,6 +1,7 @@
 """User-defined functions: a UDAF is recognised as an aggregate (asked of Spark) and maintained
 by group rescan; a scalar UDF is a projection; a non-deterministic UDF or a pandas UDAF makes
 `auto` refresh in full with the reason. All against the oracle, after real changes."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -27,14 +28,17 @@ def registered(spark):
     @udf("double")
     def dvm_test_noise(x):
         import random
+
         return random.random()
 
     spark.udf.register("dvm_test_spread", dvm_test_spread)
     spark.udf.register("dvm_test_twice", dvm_test_twice)
     spark.udf.register("dvm_test_noise", dvm_test_noise.asNondeterministic())
     # A Hive UDAF (a class on Spark's classpath), as a user would register their own.
-    spark.sql("CREATE OR REPLACE TEMPORARY FUNCTION dvm_test_var AS "
-              "'org.apache.hadoop.hive.ql.udf.generic.GenericUDAFVariance'")
+    spark.sql(
+        "CREATE OR REPLACE TEMPORARY FUNCTION dvm_test_var AS "
+        "'org.apache.hadoop.hive.ql.udf.generic.GenericUDAFVariance'"
+    )
     spark.sql("CREATE OR REPLACE TEMPORARY FUNCTION dvm_test_hive_rand AS 'org.apache.hadoop.hive.ql.udf.UDFRand'")
 
 
@@ -48,11 +52,14 @@ def test_udaf_is_an_aggregate_and_a_scalar_udf_a_projection(env):
     run_cycles(env, [grouped, whole, scalar], SMOKE_BATCHES, expect="differential")
 
 
-@pytest.mark.parametrize("sql, reason", [
-    ("SELECT id, dvm_test_noise(v) AS r FROM {src}.t1", "non-deterministic function dvm_test_noise()"),
-    ("SELECT id, dvm_test_hive_rand() AS r FROM {src}.t1", "non-deterministic function dvm_test_hive_rand()"),
-    ("SELECT k, dvm_test_spread(x) AS spread FROM {src}.t1 GROUP BY k", "pandas aggregate UDF dvm_test_spread()"),
-])
+@pytest.mark.parametrize(
+    "sql, reason",
+    [
+        ("SELECT id, dvm_test_noise(v) AS r FROM {src}.t1", "non-deterministic function dvm_test_noise()"),
+        ("SELECT id, dvm_test_hive_rand() AS r FROM {src}.t1", "non-deterministic function dvm_test_hive_rand()"),
+        ("SELECT k, dvm_test_spread(x) AS spread FROM {src}.t1 GROUP BY k", "pandas aggregate UDF dvm_test_spread()"),
+    ],
+)
 def test_functions_outside_the_differential_set_refresh_in_full_with_the_reason(env, sql, reason):
     env.source("t1", INITIAL["t1"])
     stream = env.stream("udf_full", sql)

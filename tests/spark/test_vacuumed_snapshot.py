@@ -1,5 +1,6 @@
 """A join needs the other side's old snapshot; when VACUUM removed its files the refresh falls
 back to a full one with a warning instead of failing half way or losing changes."""
+
 import pytest
 from deltalake import DeltaTable
 
@@ -7,8 +8,7 @@ from tests.support import sources as S
 
 pytestmark = pytest.mark.spark
 
-SQL = ("select a.k, count(*) as n, sum(b.v) as total from {src}.a a join {src}.b b on a.k = b.k "
-       "group by a.k")
+SQL = "select a.k, count(*) as n, sum(b.v) as total from {src}.a a join {src}.b b on a.k = b.k group by a.k"
 
 
 def test_vacuumed_old_snapshot_falls_back_to_full(env):
@@ -18,8 +18,7 @@ def test_vacuumed_old_snapshot_falls_back_to_full(env):
     stream.refresh(expect="full")
 
     env.apply([S.Insert("a", [S.row(None, k=1, v=5)]), S.UpdateRows("b", [0, 1, 2, 3, 4, 5], {"v": 1})])
-    removed = DeltaTable(env.paths["b"]).vacuum(retention_hours=0, enforce_retention_duration=False,
-                                                dry_run=False)
+    removed = DeltaTable(env.paths["b"]).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     assert removed, "the update should have left unreferenced files for VACUUM to remove"
 
     result = stream.refresh()

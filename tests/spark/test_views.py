@@ -1,4 +1,5 @@
 """Stream tables over Spark views (view inlining) and over other stream tables, against the oracle."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,13 +29,18 @@ def _sources_with_views(env):
 
 def test_a_stream_table_over_views_is_maintained_over_their_base_tables(env):
     _sources_with_views(env)
-    stream = env.stream("over_views", """
-        SELECT a.key, a.total, b.g, b.id AS bid FROM {target}.v_sum a JOIN {src}.t2 b ON a.key = b.k"""
-                        .replace("{target}", env.target), oracle_sql="""
+    stream = env.stream(
+        "over_views",
+        """
+        SELECT a.key, a.total, b.g, b.id AS bid FROM {target}.v_sum a JOIN {src}.t2 b ON a.key = b.k""".replace(
+            "{target}", env.target
+        ),
+        oracle_sql="""
         SELECT a.key, a.total, b.g, b.id AS bid
         FROM (SELECT k AS key, s AS total
               FROM (SELECT k, SUM(v) AS s FROM (SELECT k, v, g FROM {src}.t1 WHERE v > 0) p GROUP BY k) x) a
-        JOIN {src}.t2 b ON a.key = b.k""")
+        JOIN {src}.t2 b ON a.key = b.k""",
+    )
     run_cycles(env, [stream], SMOKE_BATCHES, keep_going=False)
     assert [r.mode for r in stream.results] == ["full"] + ["differential"] * len(SMOKE_BATCHES)
     assert set(stream.results[-1].source_versions) == {f"{env.src}.t1", f"{env.src}.t2"}  # the base tables
@@ -42,8 +48,11 @@ def test_a_stream_table_over_views_is_maintained_over_their_base_tables(env):
 
 def test_redefining_a_view_rebuilds_the_stream_table(env):
     _sources_with_views(env)
-    stream = env.stream("over_view", f"SELECT k, COUNT(*) AS n FROM {env.target}.v_pos GROUP BY k",
-                        oracle_sql="SELECT k, COUNT(*) AS n FROM {src}.t1 WHERE v > 0 GROUP BY k")
+    stream = env.stream(
+        "over_view",
+        f"SELECT k, COUNT(*) AS n FROM {env.target}.v_pos GROUP BY k",
+        oracle_sql="SELECT k, COUNT(*) AS n FROM {src}.t1 WHERE v > 0 GROUP BY k",
+    )
     stream.refresh(expect="full")
     stream.check()
     env.spark.sql(f"CREATE OR REPLACE VIEW {env.target}.v_pos AS SELECT k, v, g FROM {env.src}.t1 WHERE v >= 0")
@@ -58,17 +67,22 @@ def test_redefining_a_view_rebuilds_the_stream_table(env):
 
 UPSTREAMS = {
     # name: (upstream SQL, downstream SQL over it, the downstream spelled out over the sources)
-    "up_agg": ("SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {src}.t1 GROUP BY k HAVING COUNT(*) > 1",
-               "SELECT a.k, a.n, a.s, b.id AS bid FROM {up} a JOIN {src}.t2 b ON a.k = b.k",
-               "SELECT a.k, a.n, a.s, b.id AS bid FROM (SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {src}.t1 "
-               "GROUP BY k HAVING COUNT(*) > 1) a JOIN {src}.t2 b ON a.k = b.k"),
-    "up_bag": ("SELECT k, g FROM {src}.t1 WHERE v IS NOT NULL",
-               "SELECT g, COUNT(*) AS n, COUNT(k) AS nk FROM {up} GROUP BY g",
-               "SELECT g, COUNT(*) AS n, COUNT(k) AS nk FROM (SELECT k, g FROM {src}.t1 WHERE v IS NOT NULL) u GROUP BY g"),
-    "up_distinct": ("SELECT DISTINCT k, g FROM {src}.t1",
-                    "SELECT u.k, u.g, t.v FROM {up} u JOIN {src}.t1 t ON u.k = t.k AND u.g = t.g",
-                    "SELECT u.k, u.g, t.v FROM (SELECT DISTINCT k, g FROM {src}.t1) u "
-                    "JOIN {src}.t1 t ON u.k = t.k AND u.g = t.g"),
+    "up_agg": (
+        "SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {src}.t1 GROUP BY k HAVING COUNT(*) > 1",
+        "SELECT a.k, a.n, a.s, b.id AS bid FROM {up} a JOIN {src}.t2 b ON a.k = b.k",
+        "SELECT a.k, a.n, a.s, b.id AS bid FROM (SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {src}.t1 "
+        "GROUP BY k HAVING COUNT(*) > 1) a JOIN {src}.t2 b ON a.k = b.k",
+    ),
+    "up_bag": (
+        "SELECT k, g FROM {src}.t1 WHERE v IS NOT NULL",
+        "SELECT g, COUNT(*) AS n, COUNT(k) AS nk FROM {up} GROUP BY g",
+        "SELECT g, COUNT(*) AS n, COUNT(k) AS nk FROM (SELECT k, g FROM {src}.t1 WHERE v IS NOT NULL) u GROUP BY g",
+    ),
+    "up_distinct": (
+        "SELECT DISTINCT k, g FROM {src}.t1",
+        "SELECT u.k, u.g, t.v FROM {up} u JOIN {src}.t1 t ON u.k = t.k AND u.g = t.g",
+        "SELECT u.k, u.g, t.v FROM (SELECT DISTINCT k, g FROM {src}.t1) u JOIN {src}.t1 t ON u.k = t.k AND u.g = t.g",
+    ),
 }
 
 
@@ -108,9 +122,13 @@ def test_a_stream_table_over_a_top_k_stream_table_refreshes_in_full_and_says_why
     env.source("t1", INITIAL["t1"])
     upstream = env.stream("up", "SELECT k, COUNT(*) AS n FROM {src}.t1 GROUP BY k ORDER BY n DESC, k LIMIT 2")
     upstream.refresh(expect="full")
-    down = env.stream("down", f"SELECT k, n FROM {env.target}.up WHERE n > 1", oracle_sql="""
+    down = env.stream(
+        "down",
+        f"SELECT k, n FROM {env.target}.up WHERE n > 1",
+        oracle_sql="""
         SELECT k, n FROM (SELECT k, COUNT(*) AS n FROM {src}.t1 GROUP BY k ORDER BY n DESC, k LIMIT 2) up
-        WHERE n > 1""")
+        WHERE n > 1""",
+    )
     result = down.refresh(expect="full")
     assert "Top-K" in result.reason
     down.check()
@@ -134,8 +152,7 @@ def test_a_bag_upstream_is_joined_by_its_counts_not_its_repeated_rows(env):
     env.source("t2", [S.row(i, k=i % 2, g="ab"[i % 2]) for i in range(4)])
     upstream = env.stream("many_k", "SELECT k FROM {src}.t1")
     upstream.refresh(expect="full")
-    down_sql = (f"SELECT b.g, COUNT(*) AS n FROM {env.target}.many_k u JOIN {{src}}.t2 b ON u.k = b.k "
-                "GROUP BY b.g")
+    down_sql = f"SELECT b.g, COUNT(*) AS n FROM {env.target}.many_k u JOIN {{src}}.t2 b ON u.k = b.k GROUP BY b.g"
     oracle = "SELECT b.g, COUNT(*) AS n FROM (SELECT k FROM {src}.t1) u JOIN {src}.t2 b ON u.k = b.k GROUP BY b.g"
     down = env.stream("by_g", down_sql, oracle_sql=oracle)
     down.refresh(expect="full")
@@ -147,6 +164,7 @@ def test_a_bag_upstream_is_joined_by_its_counts_not_its_repeated_rows(env):
         return real(node, ctx, version)
 
     import python_helpers.dvm.operators.scan as scan_module
+
     scan_module.plain = no_expansion
     try:
         env.apply([S.Insert("t2", [S.row(10, k=1, g="c")]), S.DeleteRows("t2", [0])])

@@ -10,6 +10,7 @@
 SQL text uses `{src}` for the source schema. Names are unique per StreamEnv (tables persist
 across tests and hypothesis examples in the one Spark session).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -72,8 +73,9 @@ class StreamEnv:
     def stream(self, identifier: str, sql: str, oracle_sql: Optional[str] = None, **request_kw) -> "Stream":
         """oracle_sql: the query the oracle recomputes, when the model reads something the oracle
         cannot read independently (a view: spell it out over the sources)."""
-        return Stream(self, identifier, self.sql(sql), request_kw,
-                      oracle_sql=self.sql(oracle_sql) if oracle_sql else None)
+        return Stream(
+            self, identifier, self.sql(sql), request_kw, oracle_sql=self.sql(oracle_sql) if oracle_sql else None
+        )
 
 
 @dataclass
@@ -113,7 +115,11 @@ class Stream:
     def check(self, check_types: bool = True):
         """Assert the stored result equals the query recomputed on the sources (the oracle)."""
         return assert_matches_recompute(
-            self.env.spark, self.view, self.oracle_sql or self.sql, self.env.source_paths(), check_types=check_types,
+            self.env.spark,
+            self.view,
+            self.oracle_sql or self.sql,
+            self.env.source_paths(),
+            check_types=check_types,
             context=f"{self.identifier}; history: {self.env.log}",
         )
 

@@ -14,6 +14,7 @@ Value normalisation for the comparison:
 - decimals exactly (Decimal('1.5') == Decimal('1.50'); the scale is checked through the types);
 - arrays/structs/maps recursively (arrays keep their order: sort them in the SQL if needed).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -134,8 +135,10 @@ class Comparison:
             f"stream table has {self.actual_count} rows, recompute has {self.expected_count} rows",
             f"columns: {self.columns}",
         ]
-        for title, rows in (("MISSING from the stream table (present in the recompute)", self.missing),
-                            ("EXTRA in the stream table (absent from the recompute)", self.extra)):
+        for title, rows in (
+            ("MISSING from the stream table (present in the recompute)", self.missing),
+            ("EXTRA in the stream table (absent from the recompute)", self.extra),
+        ):
             if not rows:
                 continue
             lines.append(f"{title}: {sum(rows.values())} rows")
@@ -238,8 +241,7 @@ def _type_strings(schema):
     return [(f.name.lower(), f.dataType.simpleString()) for f in schema.fields]
 
 
-def compare_with_recompute(spark, view_name: str, sql: str, source_paths: Mapping[str, str],
-                           check_types: bool = True):
+def compare_with_recompute(spark, view_name: str, sql: str, source_paths: Mapping[str, str], check_types: bool = True):
     """Compare stream table view_name with the recomputed query. Returns (Comparison, problems)."""
     actual_df = spark.table(view_name)
     expected_df, views = recompute(spark, sql, source_paths)
@@ -261,8 +263,9 @@ def compare_with_recompute(spark, view_name: str, sql: str, source_paths: Mappin
     return comparison, problems
 
 
-def assert_matches_recompute(spark, view_name: str, sql: str, source_paths: Mapping[str, str],
-                             check_types: bool = True, context: str = "") -> Comparison:
+def assert_matches_recompute(
+    spark, view_name: str, sql: str, source_paths: Mapping[str, str], check_types: bool = True, context: str = ""
+) -> Comparison:
     """Assert that the stream table read through view_name equals sql recomputed on the sources."""
     comparison, problems = compare_with_recompute(spark, view_name, sql, source_paths, check_types)
     if problems or not comparison.ok:

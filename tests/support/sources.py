@@ -13,6 +13,7 @@ Every test source has the same columns, with small domains so that group and joi
 Changes are expressed as `Op` objects that resolve their targets against the table's current
 rows when applied, so a batch drawn by hypothesis is meaningful whatever the state.
 """
+
 from __future__ import annotations
 
 import datetime

@@ -5,6 +5,7 @@ dbt run started in-process later (tests/dbt) picks the same session up through
 `SparkSession.builder.getOrCreate()`. Everything it writes (warehouse, Derby metastore) lives
 under one temporary directory.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,7 +51,7 @@ def warehouse_dir(spark) -> str:
     """The session's warehouse directory as a local filesystem path (no `file:` scheme)."""
     wh = spark.conf.get("spark.sql.warehouse.dir")
     if wh.startswith("file://"):
-        wh = wh[len("file://"):]
+        wh = wh[len("file://") :]
     elif wh.startswith("file:"):
-        wh = wh[len("file:"):]
+        wh = wh[len("file:") :]
     return wh

@@ -1,4 +1,5 @@
 """Hypothesis strategies: initial source rows and sequences of change batches (tests/support/sources.py)."""
+
 from __future__ import annotations
 
 import datetime
@@ -24,7 +25,8 @@ DECIMALS_NN = st.one_of(
 DATES_NN = st.integers(0, 70).map(lambda n: datetime.date(2023, 12, 20) + datetime.timedelta(days=n))
 NON_NULL_VALUES = {"k": KEYS_NN, "g": GROUPS_NN, "v": VALUES_NN, "x": DOUBLES_NN, "d": DECIMALS_NN, "dt": DATES_NN}
 KEYS, GROUPS, VALUES, DOUBLES, DECIMALS, DATES = (
-    st.one_of(st.none(), s) for s in (KEYS_NN, GROUPS_NN, VALUES_NN, DOUBLES_NN, DECIMALS_NN, DATES_NN))
+    st.one_of(st.none(), s) for s in (KEYS_NN, GROUPS_NN, VALUES_NN, DOUBLES_NN, DECIMALS_NN, DATES_NN)
+)
 COLUMN_VALUES = {"k": KEYS, "g": GROUPS, "v": VALUES, "x": DOUBLES, "d": DECIMALS, "dt": DATES}
 
 
@@ -68,14 +70,23 @@ def change_op(tables, columns=S.VALUE_COLUMNS):
         st.builds(S.InsertDuplicates, table, picks),
         st.builds(S.UpdateRows, table, picks, _updates(list(columns))),
         st.sampled_from(["k", "g"]).flatmap(
-            lambda c: st.builds(S.UpdateWhere, table, st.just(c), COLUMN_VALUES[c], _updates(list(columns)))),
+            lambda c: st.builds(S.UpdateWhere, table, st.just(c), COLUMN_VALUES[c], _updates(list(columns)))
+        ),
         st.builds(S.DeleteRows, table, picks),
         st.sampled_from(["k", "g"]).flatmap(lambda c: st.builds(S.DeleteWhere, table, st.just(c), COLUMN_VALUES[c])),
         st.builds(S.DeleteExtreme, table, extreme_col, st.sampled_from(["min", "max"]), st.just("k"), KEYS),
         st.builds(S.DeleteExtreme, table, extreme_col, st.sampled_from(["min", "max"]), st.just(None), st.none()),
-        extreme_col.flatmap(lambda c: st.builds(
-            S.UpdateExtreme, table, st.just(c), st.sampled_from(["min", "max"]), st.just("k"), KEYS,
-            COLUMN_VALUES[c])),
+        extreme_col.flatmap(
+            lambda c: st.builds(
+                S.UpdateExtreme,
+                table,
+                st.just(c),
+                st.sampled_from(["min", "max"]),
+                st.just("k"),
+                KEYS,
+                COLUMN_VALUES[c],
+            )
+        ),
     )
 
 
@@ -125,8 +136,7 @@ def dvm_settings(max_examples: int):
     return settings(
         max_examples=max_examples,
         deadline=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                               HealthCheck.data_too_large],
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
         phases=_phases(),
         print_blob=True,
     )

@@ -10,6 +10,7 @@ The longer run:  DVM_TPCH_SF=0.1 DVM_TPCH_CYCLES=3 .venv/bin/python -m pytest te
 The table of (query x step: mode, rows changed, ms) is printed at the end (-s shows it) and
 written to .work/tpch_cycles.md.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,10 @@ def test_tpch_queries_stay_equal_to_recompute_through_refresh_cycles(spark):
             except Exception as exc:  # noqa: BLE001 - every query's failure is reported below
                 failures[name] = f"{label}: {type(exc).__name__}: {str(exc)[:3000]}"
                 table[name].append(f"{label}: FAILED")
-        print(f"  {label}: {len(streams) - len(failures)}/{len(streams)} ok "
-              f"({time.perf_counter() - started:.0f} s)", flush=True)
+        print(
+            f"  {label}: {len(streams) - len(failures)}/{len(streams)} ok ({time.perf_counter() - started:.0f} s)",
+            flush=True,
+        )
 
     step("build", "full")
     labels = ["build"]

@@ -1,4 +1,5 @@
 """The spark_stream adapter plugin without Spark: loading, profile, responses, errors."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -75,8 +76,14 @@ def test_session_and_connect_methods_pass(method):
 
 
 def test_thrift_with_a_connect_url_refreshes_over_that_endpoint():
-    creds = SparkStreamCredentials(method="thrift", host="thrift.internal", port=10000, schema="analytics",
-                                   connect_url="sc://thrift.internal:15002", token="hive-token")
+    creds = SparkStreamCredentials(
+        method="thrift",
+        host="thrift.internal",
+        port=10000,
+        schema="analytics",
+        connect_url="sc://thrift.internal:15002",
+        token="hive-token",
+    )
     require_session_method(creds, "m")
     # The Thrift server's token is not the Connect endpoint's: the URL is taken as given.
     assert connect_url(creds) == "sc://thrift.internal:15002"

@@ -1,5 +1,6 @@
 """The Delta log read as files (delta-rs writes, no Spark): which files a version range changed,
 how many rows that is before any is read, and which files statistics let a keyed read skip."""
+
 import datetime
 import os
 
@@ -14,9 +15,14 @@ CDF = {"delta.enableChangeDataFeed": "true"}
 def test_change_files_of_appends_updates_deletes_and_odd_partition_values(tmp_path):
     path = str(tmp_path / "t with space")
     schema = pa.schema([("id", pa.int64()), ("group", pa.string()), ("p", pa.string())])
-    write_deltalake(path, pa.Table.from_pylist([{"id": i, "group": "g", "p": p} for i, p in
-                                                enumerate(["a,b", "{c}", "x y", "z/%"])], schema=schema),
-                    partition_by=["p"], configuration=CDF)
+    write_deltalake(
+        path,
+        pa.Table.from_pylist(
+            [{"id": i, "group": "g", "p": p} for i, p in enumerate(["a,b", "{c}", "x y", "z/%"])], schema=schema
+        ),
+        partition_by=["p"],
+        configuration=CDF,
+    )
     write_deltalake(path, pa.Table.from_pylist([{"id": 9, "group": "h", "p": "{c}"}], schema=schema), mode="append")
     DeltaTable(path).update(updates={'"group"': "'u'"}, predicate="id = 0")
     DeltaTable(path).delete("id = 3")

@@ -1,4 +1,5 @@
 """Unit tests (no Spark): parsing, the operator tree and the SQL the delta rules generate."""
+
 import pytest
 import sqlglot
 from sqlglot import exp
@@ -12,8 +13,13 @@ from python_helpers.errors import SqlParseError, UnsupportedSql
 from python_helpers.sql.parse import fingerprint, parse_query, source_relations
 
 SCHEMAS = {
-    "shop.orders": {"id": "bigint", "customer_id": "bigint", "amount": "double", "status": "string",
-                    "ordered_at": "date"},
+    "shop.orders": {
+        "id": "bigint",
+        "customer_id": "bigint",
+        "amount": "double",
+        "status": "string",
+        "ordered_at": "date",
+    },
     "shop.customers": {"id": "bigint", "region": "string"},
 }
 
@@ -23,8 +29,11 @@ def tree_of(sql):
 
 
 def ctx(changed=("shop.orders", "shop.customers")):
-    return Context(changes=lambda r: exp.to_table(f"chg_{r.replace('.', '_')}"),
-                   snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"), changed=set(changed))
+    return Context(
+        changes=lambda r: exp.to_table(f"chg_{r.replace('.', '_')}"),
+        snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"),
+        changed=set(changed),
+    )
 
 
 def tables_in(sql_text):
@@ -57,41 +66,77 @@ def test_fingerprint_ignores_formatting_but_not_meaning():
 
 
 # -- unsupported constructs are named --------------------------------------------------------
-@pytest.mark.parametrize("sql, construct", [
-    ("select id, sum(rank() over (order by id)) from shop.orders group by id", "window function inside"),
-    ("select id from (select id from shop.orders order by id limit 3) t", "LIMIT"),
-    ("select id from shop.orders order by amount limit 3", "ORDER BY amount"),
-    ("select rand() as r, id from shop.orders", "non-deterministic"),
-    ("select id, current_timestamp() from shop.orders", "non-deterministic"),
-    ("select id, case when customer_id in (select c.id from shop.customers c where c.region = o.status) "
-     "then 1 end e "
-     "from shop.orders o", "outside a top-level AND"),
-    ("select (select max(amount) from shop.orders) m, count(*) n from shop.customers",
-     "aggregate without GROUP BY"),
-    ("with recursive r(a, n) as (select id, 0 from shop.orders union all select r.a, count(*) from r "
-     "group by r.a) select a from r", "reads itself under Aggregate"),
-    ("with recursive r(a) as (select id from shop.orders union all select r.a from r join r r2 on r.a = r2.a) "
-     "select a from r", "reads r 2 times"),
-    ("with recursive r(a) as (select id from shop.orders union all select c.id from shop.customers c "
-     "left join r on r.a = c.id) select a from r", "reads itself under OuterJoin"),
-    ("with recursive r(a) as (select id from shop.orders union select r.a + 1 from r where r.a < 3) "
-     "select a from r", "UNION (distinct)"),
-    ("select id from shop.customers c where 0 < (select percentile(o.amount, 0.5) from shop.orders o "
-     "where o.customer_id = c.id)", "no rows"),
-    ("select id from shop.customers c where 1 < (select max(o.amount) from shop.orders o "
-     "where o.customer_id > c.id)", "only equalities"),
-    ("select id from shop.orders where (id, amount) not in (select id, id from shop.customers)", "several columns"),
-    ("select id from shop.customers c where c.id in (select o.id from shop.orders o where o.status = c.region)",
-     "correlated IN"),
-    ("select count(*) from shop.orders group by cube(id, customer_id, amount, status, ordered_at, id + 1)",
-     "more than 32 grouping sets"),
-    ("select customer_id, collect_list(status) from shop.orders group by customer_id",
-     "order of the collected values is not deterministic"),
-    ("select customer_id, string_agg(status, ',') from shop.orders group by customer_id",
-     "order of the collected values is not deterministic"),
-    ("select id, collect_list(status) over (partition by customer_id) from shop.orders",
-     "order of the collected values is not deterministic"),
-])
+@pytest.mark.parametrize(
+    "sql, construct",
+    [
+        ("select id, sum(rank() over (order by id)) from shop.orders group by id", "window function inside"),
+        ("select id from (select id from shop.orders order by id limit 3) t", "LIMIT"),
+        ("select id from shop.orders order by amount limit 3", "ORDER BY amount"),
+        ("select rand() as r, id from shop.orders", "non-deterministic"),
+        ("select id, current_timestamp() from shop.orders", "non-deterministic"),
+        (
+            "select id, case when customer_id in (select c.id from shop.customers c where c.region = o.status) "
+            "then 1 end e "
+            "from shop.orders o",
+            "outside a top-level AND",
+        ),
+        (
+            "select (select max(amount) from shop.orders) m, count(*) n from shop.customers",
+            "aggregate without GROUP BY",
+        ),
+        (
+            "with recursive r(a, n) as (select id, 0 from shop.orders union all select r.a, count(*) from r "
+            "group by r.a) select a from r",
+            "reads itself under Aggregate",
+        ),
+        (
+            "with recursive r(a) as (select id from shop.orders union all select r.a from r join r r2 on r.a = r2.a) "
+            "select a from r",
+            "reads r 2 times",
+        ),
+        (
+            "with recursive r(a) as (select id from shop.orders union all select c.id from shop.customers c "
+            "left join r on r.a = c.id) select a from r",
+            "reads itself under OuterJoin",
+        ),
+        (
+            "with recursive r(a) as (select id from shop.orders union select r.a + 1 from r where r.a < 3) "
+            "select a from r",
+            "UNION (distinct)",
+        ),
+        (
+            "select id from shop.customers c where 0 < (select percentile(o.amount, 0.5) from shop.orders o "
+            "where o.customer_id = c.id)",
+            "no rows",
+        ),
+        (
+            "select id from shop.customers c where 1 < (select max(o.amount) from shop.orders o "
+            "where o.customer_id > c.id)",
+            "only equalities",
+        ),
+        ("select id from shop.orders where (id, amount) not in (select id, id from shop.customers)", "several columns"),
+        (
+            "select id from shop.customers c where c.id in (select o.id from shop.orders o where o.status = c.region)",
+            "correlated IN",
+        ),
+        (
+            "select count(*) from shop.orders group by cube(id, customer_id, amount, status, ordered_at, id + 1)",
+            "more than 32 grouping sets",
+        ),
+        (
+            "select customer_id, collect_list(status) from shop.orders group by customer_id",
+            "order of the collected values is not deterministic",
+        ),
+        (
+            "select customer_id, string_agg(status, ',') from shop.orders group by customer_id",
+            "order of the collected values is not deterministic",
+        ),
+        (
+            "select id, collect_list(status) over (partition by customer_id) from shop.orders",
+            "order of the collected values is not deterministic",
+        ),
+    ],
+)
 def test_unsupported_constructs_are_named(sql, construct):
     with pytest.raises(UnsupportedSql) as err:
         tree_of(sql)
@@ -100,14 +145,18 @@ def test_unsupported_constructs_are_named(sql, construct):
 
 
 # -- the tree --------------------------------------------------------------------------------
-RECURSIVE = ("with recursive r(cid, depth) as (select customer_id, 0 from shop.orders where amount > 10 "
-             "union all select c.id, r.depth + 1 from r join shop.customers c on c.id = r.cid + 1 "
-             "where r.depth < 3) select cid, count(*) as n from r group by cid")
+RECURSIVE = (
+    "with recursive r(cid, depth) as (select customer_id, 0 from shop.orders where amount > 10 "
+    "union all select c.id, r.depth + 1 from r join shop.customers c on c.id = r.cid + 1 "
+    "where r.depth < 3) select cid, count(*) as n from r group by cid"
+)
 
 
 def test_recursive_cte_with_a_distinct_union_of_base_branches():
-    tree = tree_of("with recursive r(a, n) as (select id, 0 from shop.orders union select id, 0 from "
-                   "shop.customers union all select r.a, r.n + 1 from r where r.n < 2) select a, n from r")
+    tree = tree_of(
+        "with recursive r(a, n) as (select id, 0 from shop.orders union select id, 0 from "
+        "shop.customers union all select r.a, r.n + 1 from r where r.n < 2) select a, n from r"
+    )
     node = tree
     while not isinstance(node, Recursive):
         node = node.children()[0]
@@ -134,8 +183,10 @@ def test_recursive_cte_tree_and_delta_sql():
 
 
 def test_aggregate_tree_shape_and_strategies():
-    tree = tree_of("select customer_id, count(*) n, sum(amount) s, min(amount) lo, count(distinct status) k "
-                   "from shop.orders where amount > 0 group by customer_id having count(*) > 1")
+    tree = tree_of(
+        "select customer_id, count(*) n, sum(amount) s, min(amount) lo, count(distinct status) k "
+        "from shop.orders where amount > 0 group by customer_id having count(*) > 1"
+    )
     assert isinstance(tree, Project)
     assert isinstance(tree.child, Filter) and isinstance(tree.child.child, Aggregate)
     agg = tree.child.child
@@ -157,8 +208,10 @@ def test_filter_clause_folds_into_the_argument():
 def test_join_subquery_cte_union_distinct_trees():
     join = tree_of("select o.id, c.region from shop.orders o join shop.customers c on o.customer_id = c.id")
     assert isinstance(join.child, Join) and join.child.condition is not None
-    cte = tree_of("with t as (select customer_id, amount * 2 a from shop.orders) "
-                  "select customer_id, sum(a) from t group by customer_id")
+    cte = tree_of(
+        "with t as (select customer_id, amount * 2 a from shop.orders) "
+        "select customer_id, sum(a) from t group by customer_id"
+    )
     assert isinstance(cte.child, Aggregate) and isinstance(cte.child.child, Project)
     union = tree_of("select id from shop.orders union all select id from shop.customers")
     assert isinstance(union, UnionAll) and len(union.inputs) == 2
@@ -199,8 +252,10 @@ def test_join_delta_has_one_term_per_changed_side():
 
 
 def test_nested_aggregate_delta_rescans_only_delta_keys():
-    tree = tree_of("select x.customer_id, x.total from (select customer_id, sum(amount) total from shop.orders "
-                   "group by customer_id) x join shop.customers c on x.customer_id = c.id")
+    tree = tree_of(
+        "select x.customer_id, x.total from (select customer_id, sum(amount) total from shop.orders "
+        "group by customer_id) x join shop.customers c on x.customer_id = c.id"
+    )
     text = render(delta(tree, ctx(changed=("shop.orders",))))
     assert "LEFT SEMI JOIN" in text and "IS NOT DISTINCT FROM" in text  # null-safe key match
     assert {"new_shop_orders", "old_shop_orders", "chg_shop_orders"} <= tables_in(text)
@@ -215,14 +270,17 @@ def test_plain_renders_the_query_on_snapshots():
 def test_parenthesize_keeps_precedence():
     e = exp.Not(this=exp.and_(exp.column("a"), exp.column("b")))
     assert parenthesize(e).sql() == "NOT (a AND b)"
-    d = exp.Div(this=exp.Sub(this=exp.column("q"), expression=exp.column("s")),
-                expression=exp.Sub(this=exp.column("n"), expression=exp.Literal.number(1)))
+    d = exp.Div(
+        this=exp.Sub(this=exp.column("q"), expression=exp.column("s")),
+        expression=exp.Sub(this=exp.column("n"), expression=exp.Literal.number(1)),
+    )
     assert parenthesize(d).sql() == "(q - s) / (n - 1)"
 
 
 def test_stored_result_layouts():
-    agg = plan_stored_result("m", tree_of("select status, sum(amount) from shop.orders group by status"),
-                             ["status", "sum(amount)"])
+    agg = plan_stored_result(
+        "m", tree_of("select status, sum(amount) from shop.orders group by status"), ["status", "sum(amount)"]
+    )
     assert isinstance(agg, AggregateResult)
     assert agg.user_columns == ["status", "__dvm_col_1"]  # Delta rejects '(' in column names
     assert "__dvm_agg_0_nn" in agg.storage_columns()
@@ -241,8 +299,11 @@ def test_duplicate_output_names_are_rejected():
 
 
 def test_merge_sql_reads_stored_state_and_marks_deletes():
-    result = plan_stored_result("m", tree_of("select status, count(*) n, max(amount) hi from shop.orders "
-                                             "group by status"), ["status", "n", "hi"])
+    result = plan_stored_result(
+        "m",
+        tree_of("select status, count(*) n, max(amount) hi from shop.orders group by status"),
+        ["status", "n", "hi"],
+    )
     text = render(result.merge_sql(ctx(), exp.to_table("store"), {}))
     assert "store" in tables_in(text)
     assert "'D'" in text and "'U'" in text
@@ -253,16 +314,20 @@ def test_merge_sql_reads_stored_state_and_marks_deletes():
 def test_where_stays_above_a_later_right_join_that_pads_with_nulls():
     from python_helpers.dvm.tree import OuterJoin
 
-    tree = tree_of("select o.id from shop.orders o left join shop.customers c on o.customer_id = c.id "
-                   "right join shop.customers c2 on c.region = c2.region where o.amount > 1")
+    tree = tree_of(
+        "select o.id from shop.orders o left join shop.customers c on o.customer_id = c.id "
+        "right join shop.customers c2 on c.region = c2.region where o.amount > 1"
+    )
     below = tree.child
     assert isinstance(below, Filter) and isinstance(below.child, OuterJoin), describe(tree)
     assert not any(isinstance(n, Filter) for n in _walk(below.child)), describe(tree)
 
 
 def test_a_named_window_of_a_subquery_is_its_own():
-    tree = tree_of("select t.id, t.rk from (select o.id, rank() over w as rk from shop.orders o "
-                   "window w as (partition by o.status order by o.amount)) t window w as (partition by t.id)")
+    tree = tree_of(
+        "select t.id, t.rk from (select o.id, rank() over w as rk from shop.orders o "
+        "window w as (partition by o.status order by o.amount)) t window w as (partition by t.id)"
+    )
     window = next(n for n in _walk(tree) if type(n).__name__ == "Window")
     assert [k.sql("spark") for k in window.partition_keys] == [window.child.columns[1]], describe(tree)
     assert "ORDER BY" in window.calls[0].sql("spark"), describe(tree)

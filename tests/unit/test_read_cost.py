@@ -1,5 +1,6 @@
 """The read estimate that lets `auto` prefer a rebuild over a differential refresh that would
 read several times what the rebuild reads (python_helpers/runtime/read_cost.py)."""
+
 import pyarrow as pa
 from sqlglot import exp, parse_one
 
@@ -7,8 +8,9 @@ from python_helpers.runtime import read_cost
 
 
 def test_each_reference_of_a_view_counts():
-    query = parse_one("SELECT * FROM v_new a JOIN v_new b ON a.k = b.k JOIN chg c ON c.k = a.k "
-                      "UNION ALL SELECT * FROM v_old")
+    query = parse_one(
+        "SELECT * FROM v_new a JOIN v_new b ON a.k = b.k JOIN chg c ON c.k = a.k UNION ALL SELECT * FROM v_old"
+    )
     est = read_cost.estimate(query, {"v_new": 100, "v_old": 80}, full_bytes=100)
     assert (est.differential_bytes, est.references) == (280, 3)
     assert est.ratio == 2.8
@@ -23,8 +25,9 @@ def test_a_cte_is_read_at_each_use():
 
 
 def test_a_recursive_cte_referencing_itself_terminates():
-    query = parse_one("WITH RECURSIVE r AS (SELECT k FROM base UNION ALL SELECT e.k FROM r JOIN edges e ON r.k = e.p) "
-                      "SELECT * FROM r")
+    query = parse_one(
+        "WITH RECURSIVE r AS (SELECT k FROM base UNION ALL SELECT e.k FROM r JOIN edges e ON r.k = e.p) SELECT * FROM r"
+    )
     est = read_cost.estimate(query, {"base": 5, "edges": 50}, full_bytes=55)
     assert (est.differential_bytes, est.references) == (55, 2)
     assert est.full_reason(min_full_bytes=0) is None

@@ -1,5 +1,6 @@
 """Unit tests (no Spark) of the refresh-cost levers: change consolidation in Arrow, the
 published link directory of a stream table, and the delta-first join order."""
+
 import os
 
 import pyarrow as pa
@@ -15,12 +16,19 @@ from tests.unit.test_dvm_tree_and_sql import tree_of
 
 # -- consolidation of change rows ------------------------------------------------------------
 def test_consolidate_arrow_cancels_update_pairs_and_sums_duplicates():
-    data = pa.table({"k": [1, 1, 2, 2, 3, None, None], "v": ["a", "a", "b", "b", "c", None, None],
-                     "__dvm_w": [-1, 1, 1, 1, -1, 1, 1]})
+    data = pa.table(
+        {
+            "k": [1, 1, 2, 2, 3, None, None],
+            "v": ["a", "a", "b", "b", "c", None, None],
+            "__dvm_w": [-1, 1, 1, 1, -1, 1, 1],
+        }
+    )
     out = consolidate_arrow(data)
     rows = sorted(out.to_pylist(), key=repr)
-    assert rows == sorted([{"k": 2, "v": "b", "__dvm_w": 2}, {"k": 3, "v": "c", "__dvm_w": -1},
-                           {"k": None, "v": None, "__dvm_w": 2}], key=repr)
+    assert rows == sorted(
+        [{"k": 2, "v": "b", "__dvm_w": 2}, {"k": 3, "v": "c", "__dvm_w": -1}, {"k": None, "v": None, "__dvm_w": 2}],
+        key=repr,
+    )
     assert out.schema == data.schema
 
 
@@ -105,11 +113,16 @@ def test_generations_decline_remote_storage(tmp_path):
 
 # -- delta-first join order ----------------------------------------------------------------------
 def test_join_delta_starts_from_the_changed_input_and_joins_outward():
-    tree = tree_of("SELECT c.region, o.amount FROM shop.customers c, shop.orders o WHERE c.id = o.customer_id "
-                   "AND o.status = 'open'")
-    ctx = Context(changes=lambda r: exp.to_table(f"chg_{r.replace('.', '_')}"),
-                  snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"),
-                  changed={"shop.orders"}, small_delta=True)
+    tree = tree_of(
+        "SELECT c.region, o.amount FROM shop.customers c, shop.orders o WHERE c.id = o.customer_id "
+        "AND o.status = 'open'"
+    )
+    ctx = Context(
+        changes=lambda r: exp.to_table(f"chg_{r.replace('.', '_')}"),
+        snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"),
+        changed={"shop.orders"},
+        small_delta=True,
+    )
     sql = render(delta(tree, ctx))
     parsed = sqlglot.parse_one(sql, read="spark")
     joins = list(parsed.find_all(exp.Join))

@@ -1,6 +1,7 @@
 """Each rewrite pass, shown as input SQL -> output SQL (python_helpers.sql.rewrites), plus the
 Top-K split. The Spark oracle tests (tests/support/shapes.py: families semi, sublink, topk)
 prove the rewritten queries equal the originals on data; these pin the shapes."""
+
 from __future__ import annotations
 
 import pytest
@@ -43,136 +44,208 @@ def same(a: str, b: str) -> bool:
 
 
 def test_rollup_becomes_one_group_by_branch_per_grouping_set():
-    out = run(grouping_sets, "select o.ck, o.st, sum(o.amt) as t, grouping(o.st) as g, grouping_id() as gid "
-                             "from s.o o group by rollup(o.ck, o.st)")
-    assert same(out, "SELECT o.ck AS ck, o.st AS st, SUM(o.amt) AS t, CAST(0 AS TINYINT) AS g, CAST(0 AS BIGINT) "
-                     "AS gid FROM s.o AS o GROUP BY o.ck, o.st UNION ALL SELECT o.ck AS ck, NULL AS st, SUM(o.amt) "
-                     "AS t, CAST(1 AS TINYINT) AS g, CAST(1 AS BIGINT) AS gid FROM s.o AS o GROUP BY o.ck UNION ALL "
-                     "SELECT NULL AS ck, NULL AS st, SUM(o.amt) AS t, CAST(1 AS TINYINT) AS g, CAST(3 AS BIGINT) "
-                     "AS gid FROM s.o AS o GROUP BY TRUE"), out
+    out = run(
+        grouping_sets,
+        "select o.ck, o.st, sum(o.amt) as t, grouping(o.st) as g, grouping_id() as gid "
+        "from s.o o group by rollup(o.ck, o.st)",
+    )
+    assert same(
+        out,
+        "SELECT o.ck AS ck, o.st AS st, SUM(o.amt) AS t, CAST(0 AS TINYINT) AS g, CAST(0 AS BIGINT) "
+        "AS gid FROM s.o AS o GROUP BY o.ck, o.st UNION ALL SELECT o.ck AS ck, NULL AS st, SUM(o.amt) "
+        "AS t, CAST(1 AS TINYINT) AS g, CAST(1 AS BIGINT) AS gid FROM s.o AS o GROUP BY o.ck UNION ALL "
+        "SELECT NULL AS ck, NULL AS st, SUM(o.amt) AS t, CAST(1 AS TINYINT) AS g, CAST(3 AS BIGINT) "
+        "AS gid FROM s.o AS o GROUP BY TRUE",
+    ), out
     cube = run(grouping_sets, "select o.ck, count(*) as n from s.o o group by cube(o.ck, o.st)")
     assert cube.count("UNION ALL") == 3
 
 
 def test_exists_inside_or_becomes_disjoint_union_branches():
-    out = run(sublinks_in_or, "select c.ck from s.c c where c.seg = 'x' or exists "
-                              "(select 1 from s.o o where o.ck = c.ck)")
-    assert same(out, "SELECT c.ck AS ck FROM s.c AS c WHERE c.seg = 'x' UNION ALL SELECT c.ck AS ck FROM s.c AS c "
-                     "WHERE EXISTS(SELECT 1 AS `1` FROM s.o AS o WHERE o.ck = c.ck) "
-                     "AND NOT COALESCE((c.seg = 'x'), FALSE)"), out
+    out = run(
+        sublinks_in_or, "select c.ck from s.c c where c.seg = 'x' or exists (select 1 from s.o o where o.ck = c.ck)"
+    )
+    assert same(
+        out,
+        "SELECT c.ck AS ck FROM s.c AS c WHERE c.seg = 'x' UNION ALL SELECT c.ck AS ck FROM s.c AS c "
+        "WHERE EXISTS(SELECT 1 AS `1` FROM s.o AS o WHERE o.ck = c.ck) "
+        "AND NOT COALESCE((c.seg = 'x'), FALSE)",
+    ), out
     # NOT pushed inward (De Morgan); a grouped block is split below its GROUP BY.
-    out = run(sublinks_in_or, "select c.seg, count(*) as n from s.c c where not (c.seg = 'x' and exists "
-                              "(select 1 from s.o o where o.ck = c.ck)) group by c.seg")
-    assert same(out, "SELECT __dvm_or1.c__seg AS seg, COUNT(*) AS n FROM (SELECT c.seg AS c__seg FROM s.c AS c "
-                     "WHERE NOT c.seg = 'x' UNION ALL SELECT c.seg AS c__seg FROM s.c AS c WHERE NOT EXISTS("
-                     "SELECT 1 AS `1` FROM s.o AS o WHERE o.ck = c.ck) AND NOT COALESCE((NOT c.seg = 'x'), FALSE)) "
-                     "AS __dvm_or1 GROUP BY __dvm_or1.c__seg"), out
+    out = run(
+        sublinks_in_or,
+        "select c.seg, count(*) as n from s.c c where not (c.seg = 'x' and exists "
+        "(select 1 from s.o o where o.ck = c.ck)) group by c.seg",
+    )
+    assert same(
+        out,
+        "SELECT __dvm_or1.c__seg AS seg, COUNT(*) AS n FROM (SELECT c.seg AS c__seg FROM s.c AS c "
+        "WHERE NOT c.seg = 'x' UNION ALL SELECT c.seg AS c__seg FROM s.c AS c WHERE NOT EXISTS("
+        "SELECT 1 AS `1` FROM s.o AS o WHERE o.ck = c.ck) AND NOT COALESCE((NOT c.seg = 'x'), FALSE)) "
+        "AS __dvm_or1 GROUP BY __dvm_or1.c__seg",
+    ), out
 
 
 def test_correlated_exists_becomes_a_semi_join_on_the_correlated_conjuncts():
-    out = run(semi_anti_joins, "select o.ok from s.o o where o.amt > 0 and exists "
-                               "(select * from s.l l where l.ok = o.ok and l.a < l.b)")
-    assert same(out, "SELECT o.ok AS ok FROM s.o AS o LEFT SEMI JOIN (SELECT l.ok AS __dvm_c0 FROM s.l AS l "
-                     "WHERE l.a < l.b) AS __dvm_ex1 ON __dvm_ex1.__dvm_c0 = o.ok WHERE o.amt > 0"), out
+    out = run(
+        semi_anti_joins,
+        "select o.ok from s.o o where o.amt > 0 and exists (select * from s.l l where l.ok = o.ok and l.a < l.b)",
+    )
+    assert same(
+        out,
+        "SELECT o.ok AS ok FROM s.o AS o LEFT SEMI JOIN (SELECT l.ok AS __dvm_c0 FROM s.l AS l "
+        "WHERE l.a < l.b) AS __dvm_ex1 ON __dvm_ex1.__dvm_c0 = o.ok WHERE o.amt > 0",
+    ), out
 
 
 def test_not_exists_becomes_an_anti_join():
     out = run(semi_anti_joins, "select c.ck from s.c c where not exists (select 1 from s.o o where o.ck = c.ck)")
-    assert same(out, "SELECT c.ck AS ck FROM s.c AS c LEFT ANTI JOIN (SELECT o.ck AS __dvm_c0 FROM s.o AS o) "
-                     "AS __dvm_ex1 ON __dvm_ex1.__dvm_c0 = c.ck"), out
+    assert same(
+        out,
+        "SELECT c.ck AS ck FROM s.c AS c LEFT ANTI JOIN (SELECT o.ck AS __dvm_c0 FROM s.o AS o) "
+        "AS __dvm_ex1 ON __dvm_ex1.__dvm_c0 = c.ck",
+    ), out
 
 
 def test_uncorrelated_exists_becomes_a_one_row_flag():
     out = run(semi_anti_joins, "select c.ck from s.c c where exists (select 1 from s.o o where o.amt > 9)")
-    assert same(out, "SELECT c.ck AS ck FROM s.c AS c CROSS JOIN (SELECT MAX(1) AS __dvm_e FROM "
-                     "(SELECT 1 AS `1` FROM s.o AS o WHERE o.amt > 9) AS __dvm_x2) AS __dvm_ex1 "
-                     "WHERE NOT __dvm_ex1.__dvm_e IS NULL"), out
+    assert same(
+        out,
+        "SELECT c.ck AS ck FROM s.c AS c CROSS JOIN (SELECT MAX(1) AS __dvm_e FROM "
+        "(SELECT 1 AS `1` FROM s.o AS o WHERE o.amt > 9) AS __dvm_x2) AS __dvm_ex1 "
+        "WHERE NOT __dvm_ex1.__dvm_e IS NULL",
+    ), out
 
 
 def test_in_becomes_a_semi_join_and_not_in_keeps_sql_null_rules():
     out = run(semi_anti_joins, "select o.ok from s.o o where o.ck in (select c.ck from s.c c where c.seg = 'x')")
-    assert same(out, "SELECT o.ok AS ok FROM s.o AS o LEFT SEMI JOIN (SELECT c.ck AS ck FROM s.c AS c "
-                     "WHERE c.seg = 'x') AS __dvm_in1 ON o.ck = __dvm_in1.ck"), out
+    assert same(
+        out,
+        "SELECT o.ok AS ok FROM s.o AS o LEFT SEMI JOIN (SELECT c.ck AS ck FROM s.c AS c "
+        "WHERE c.seg = 'x') AS __dvm_in1 ON o.ck = __dvm_in1.ck",
+    ), out
     out = run(semi_anti_joins, "select o.ok from s.o o where o.ck not in (select c.ck from s.c c)")
-    assert same(out, "SELECT o.ok AS ok FROM s.o AS o "
-                     "LEFT ANTI JOIN (SELECT c.ck AS ck FROM s.c AS c) AS __dvm_in1 ON o.ck = __dvm_in1.ck "
-                     "CROSS JOIN (SELECT MAX(CASE WHEN __dvm_x3.ck IS NULL THEN 1 ELSE 0 END) AS __dvm_m "
-                     "FROM (SELECT c.ck AS ck FROM s.c AS c) AS __dvm_x3) AS __dvm_nn2 "
-                     "WHERE __dvm_nn2.__dvm_m IS NULL OR (__dvm_nn2.__dvm_m = 0 AND NOT o.ck IS NULL)"), out
+    assert same(
+        out,
+        "SELECT o.ok AS ok FROM s.o AS o "
+        "LEFT ANTI JOIN (SELECT c.ck AS ck FROM s.c AS c) AS __dvm_in1 ON o.ck = __dvm_in1.ck "
+        "CROSS JOIN (SELECT MAX(CASE WHEN __dvm_x3.ck IS NULL THEN 1 ELSE 0 END) AS __dvm_m "
+        "FROM (SELECT c.ck AS ck FROM s.c AS c) AS __dvm_x3) AS __dvm_nn2 "
+        "WHERE __dvm_nn2.__dvm_m IS NULL OR (__dvm_nn2.__dvm_m = 0 AND NOT o.ck IS NULL)",
+    ), out
 
 
 def test_correlated_scalar_subquery_becomes_a_grouped_join():
-    out = run(scalar_subqueries, "select o.ok from s.o o where o.amt < "
-                                 "(select 0.2 * avg(l.qty) from s.l l where l.ok = o.ok and l.qty > 1)")
-    assert same(out, "SELECT o.ok AS ok FROM s.o AS o CROSS JOIN (SELECT l.ok AS __dvm_k0, 0.2 * AVG(l.qty) "
-                     "AS __dvm_v FROM s.l AS l WHERE l.qty > 1 GROUP BY l.ok) AS __dvm_sq1 "
-                     "WHERE o.ok = __dvm_sq1.__dvm_k0 AND o.amt < __dvm_sq1.__dvm_v"), out
+    out = run(
+        scalar_subqueries,
+        "select o.ok from s.o o where o.amt < (select 0.2 * avg(l.qty) from s.l l where l.ok = o.ok and l.qty > 1)",
+    )
+    assert same(
+        out,
+        "SELECT o.ok AS ok FROM s.o AS o CROSS JOIN (SELECT l.ok AS __dvm_k0, 0.2 * AVG(l.qty) "
+        "AS __dvm_v FROM s.l AS l WHERE l.qty > 1 GROUP BY l.ok) AS __dvm_sq1 "
+        "WHERE o.ok = __dvm_sq1.__dvm_k0 AND o.amt < __dvm_sq1.__dvm_v",
+    ), out
 
 
 def test_correlated_count_or_a_subquery_outside_a_comparison_becomes_a_left_join():
-    out = run(scalar_subqueries, "select o.ok from s.o o where o.amt > "
-                                 "(select count(*) from s.l l where l.ok = o.ok)")
-    assert same(out, "SELECT o.ok AS ok FROM s.o AS o LEFT JOIN (SELECT l.ok AS __dvm_k0, COUNT(*) AS __dvm_v, "
-                     "1 AS __dvm_m FROM s.l AS l GROUP BY l.ok) AS __dvm_sq1 ON o.ok = __dvm_sq1.__dvm_k0 "
-                     "WHERE o.amt > CASE WHEN __dvm_sq1.__dvm_m IS NULL THEN 0 ELSE __dvm_sq1.__dvm_v END"), out
-    out = run(scalar_subqueries, "select o.ok, (select max(l.qty) from s.l l where l.ok = o.ok) as top "
-                                 "from s.o o")
-    assert same(out, "SELECT o.ok AS ok, __dvm_sq1.__dvm_v AS top FROM s.o AS o LEFT JOIN (SELECT l.ok AS "
-                     "__dvm_k0, MAX(l.qty) AS __dvm_v, 1 AS __dvm_m FROM s.l AS l GROUP BY l.ok) AS __dvm_sq1 "
-                     "ON o.ok = __dvm_sq1.__dvm_k0"), out
+    out = run(scalar_subqueries, "select o.ok from s.o o where o.amt > (select count(*) from s.l l where l.ok = o.ok)")
+    assert same(
+        out,
+        "SELECT o.ok AS ok FROM s.o AS o LEFT JOIN (SELECT l.ok AS __dvm_k0, COUNT(*) AS __dvm_v, "
+        "1 AS __dvm_m FROM s.l AS l GROUP BY l.ok) AS __dvm_sq1 ON o.ok = __dvm_sq1.__dvm_k0 "
+        "WHERE o.amt > CASE WHEN __dvm_sq1.__dvm_m IS NULL THEN 0 ELSE __dvm_sq1.__dvm_v END",
+    ), out
+    out = run(scalar_subqueries, "select o.ok, (select max(l.qty) from s.l l where l.ok = o.ok) as top from s.o o")
+    assert same(
+        out,
+        "SELECT o.ok AS ok, __dvm_sq1.__dvm_v AS top FROM s.o AS o LEFT JOIN (SELECT l.ok AS "
+        "__dvm_k0, MAX(l.qty) AS __dvm_v, 1 AS __dvm_m FROM s.l AS l GROUP BY l.ok) AS __dvm_sq1 "
+        "ON o.ok = __dvm_sq1.__dvm_k0",
+    ), out
 
 
 def test_uncorrelated_scalar_subquery_becomes_a_cross_join():
     out = run(scalar_subqueries, "select o.ok from s.o o where o.amt > (select avg(o2.amt) from s.o o2)")
-    assert same(out, "SELECT o.ok AS ok FROM s.o AS o CROSS JOIN (SELECT AVG(o2.amt) AS __dvm_v FROM s.o AS o2) "
-                     "AS __dvm_sq1 WHERE o.amt > __dvm_sq1.__dvm_v"), out
+    assert same(
+        out,
+        "SELECT o.ok AS ok FROM s.o AS o CROSS JOIN (SELECT AVG(o2.amt) AS __dvm_v FROM s.o AS o2) "
+        "AS __dvm_sq1 WHERE o.amt > __dvm_sq1.__dvm_v",
+    ), out
 
 
 def test_exists_used_as_a_value_becomes_a_count_subquery():
-    out = run(exists_values, "select o.ok, case when exists (select 1 from s.c c where c.ck = o.ck and "
-                             "c.seg = 'x') then 1 else 0 end as e from s.o o where not (exists (select 1 from s.l l "
-                             "where l.ok = o.ok) = false)")
-    assert same(out, "SELECT o.ok AS ok, CASE WHEN (SELECT COUNT(*) AS __dvm_n FROM s.c AS c WHERE c.ck = o.ck AND "
-                     "c.seg = 'x') > 0 THEN 1 ELSE 0 END AS e FROM s.o AS o WHERE NOT ((SELECT COUNT(*) AS __dvm_n "
-                     "FROM s.l AS l WHERE l.ok = o.ok) > 0 = FALSE)"), out
+    out = run(
+        exists_values,
+        "select o.ok, case when exists (select 1 from s.c c where c.ck = o.ck and "
+        "c.seg = 'x') then 1 else 0 end as e from s.o o where not (exists (select 1 from s.l l "
+        "where l.ok = o.ok) = false)",
+    )
+    assert same(
+        out,
+        "SELECT o.ok AS ok, CASE WHEN (SELECT COUNT(*) AS __dvm_n FROM s.c AS c WHERE c.ck = o.ck AND "
+        "c.seg = 'x') > 0 THEN 1 ELSE 0 END AS e FROM s.o AS o WHERE NOT ((SELECT COUNT(*) AS __dvm_n "
+        "FROM s.l AS l WHERE l.ok = o.ok) > 0 = FALSE)",
+    ), out
     # Under AND / OR / NOT only, EXISTS is left to the semi / anti join passes.
     kept = run(exists_values, "select o.ok from s.o o where not exists (select 1 from s.c c where c.ck = o.ck)")
     assert "EXISTS" in kept
 
 
 def test_in_used_as_a_value_is_a_count_of_matches_as_spark_computes_it():
-    out = run(exists_values, "select o.ok, o.ck in (select c.ck from s.c c where c.seg = 'x') as f, "
-                             "o.ok not in (select c.ck from s.c c) as nf from s.o o")
-    assert same(out, "SELECT o.ok AS ok, (SELECT COUNT(*) AS __dvm_n FROM s.c AS c WHERE c.seg = 'x' AND "
-                     "c.ck = o.ck) > 0 AS f, NOT o.ok IN (SELECT c.ck AS ck FROM s.c AS c) AS nf FROM s.o AS o"), out
+    out = run(
+        exists_values,
+        "select o.ok, o.ck in (select c.ck from s.c c where c.seg = 'x') as f, "
+        "o.ok not in (select c.ck from s.c c) as nf from s.o o",
+    )
+    assert same(
+        out,
+        "SELECT o.ok AS ok, (SELECT COUNT(*) AS __dvm_n FROM s.c AS c WHERE c.seg = 'x' AND "
+        "c.ck = o.ck) > 0 AS f, NOT o.ok IN (SELECT c.ck AS ck FROM s.c AS c) AS nf FROM s.o AS o",
+    ), out
 
 
 def test_scalar_subquery_in_a_grouped_select_list_is_joined_and_grouped_by():
-    out = run(scalar_subqueries, "select o.ck, count(*) / (select count(*) from s.o o2) as share, "
-                                 "sum((select count(*) from s.l l2 where l2.ok = o.ok)) as lines "
-                                 "from s.o o group by o.ck")
+    out = run(
+        scalar_subqueries,
+        "select o.ck, count(*) / (select count(*) from s.o o2) as share, "
+        "sum((select count(*) from s.l l2 where l2.ok = o.ok)) as lines "
+        "from s.o o group by o.ck",
+    )
     # Spark itself refuses a correlated subquery outside the aggregates of a grouped block, so
     # the one grouped by is uncorrelated; inside an aggregate it is a per-row value.
-    assert same(out, "SELECT o.ck AS ck, COUNT(*) / __dvm_sq1.__dvm_v AS share, "
-                     "SUM(CASE WHEN __dvm_sq2.__dvm_m IS NULL THEN 0 ELSE __dvm_sq2.__dvm_v END) AS lines "
-                     "FROM s.o AS o CROSS JOIN (SELECT COUNT(*) AS __dvm_v FROM s.o AS o2) AS __dvm_sq1 "
-                     "LEFT JOIN (SELECT l2.ok AS __dvm_k0, COUNT(*) AS __dvm_v, 1 AS __dvm_m FROM s.l AS l2 "
-                     "GROUP BY l2.ok) AS __dvm_sq2 ON o.ok = __dvm_sq2.__dvm_k0 "
-                     "GROUP BY o.ck, __dvm_sq1.__dvm_v"), out
+    assert same(
+        out,
+        "SELECT o.ck AS ck, COUNT(*) / __dvm_sq1.__dvm_v AS share, "
+        "SUM(CASE WHEN __dvm_sq2.__dvm_m IS NULL THEN 0 ELSE __dvm_sq2.__dvm_v END) AS lines "
+        "FROM s.o AS o CROSS JOIN (SELECT COUNT(*) AS __dvm_v FROM s.o AS o2) AS __dvm_sq1 "
+        "LEFT JOIN (SELECT l2.ok AS __dvm_k0, COUNT(*) AS __dvm_v, 1 AS __dvm_m FROM s.l AS l2 "
+        "GROUP BY l2.ok) AS __dvm_sq2 ON o.ok = __dvm_sq2.__dvm_k0 "
+        "GROUP BY o.ck, __dvm_sq1.__dvm_v",
+    ), out
 
 
 def test_having_with_a_subquery_moves_to_an_outer_where():
-    out = run(having_subqueries, "select o.ck, sum(o.amt) as t from s.o o group by o.ck "
-                                 "having sum(o.amt) > (select avg(o2.amt) from s.o o2)")
-    assert same(out, "SELECT __dvm_h1.__dvm_o0 AS ck, __dvm_h1.__dvm_o1 AS t FROM (SELECT o.ck AS __dvm_o0, "
-                     "SUM(o.amt) AS __dvm_o1, SUM(o.amt) AS __dvm_h0 FROM s.o AS o GROUP BY o.ck) AS __dvm_h1 "
-                     "WHERE __dvm_h1.__dvm_h0 > (SELECT AVG(o2.amt) AS _col_0 FROM s.o AS o2)"), out
+    out = run(
+        having_subqueries,
+        "select o.ck, sum(o.amt) as t from s.o o group by o.ck having sum(o.amt) > (select avg(o2.amt) from s.o o2)",
+    )
+    assert same(
+        out,
+        "SELECT __dvm_h1.__dvm_o0 AS ck, __dvm_h1.__dvm_o1 AS t FROM (SELECT o.ck AS __dvm_o0, "
+        "SUM(o.amt) AS __dvm_o1, SUM(o.amt) AS __dvm_h0 FROM s.o AS o GROUP BY o.ck) AS __dvm_h1 "
+        "WHERE __dvm_h1.__dvm_h0 > (SELECT AVG(o2.amt) AS _col_0 FROM s.o AS o2)",
+    ), out
 
 
 def test_the_pipeline_runs_the_passes_in_order_and_leaves_no_subquery_expression():
-    out = rewrites.rewrite("m", qualified(
-        "select c.ck from s.c c where c.ck in (select o.ck from s.o o where o.amt > "
-        "(select avg(o3.amt) from s.o o3)) and not exists (select 1 from s.o o2 where o2.ck = c.ck and o2.st = 'x')"))
+    out = rewrites.rewrite(
+        "m",
+        qualified(
+            "select c.ck from s.c c where c.ck in (select o.ck from s.o o where o.amt > "
+            "(select avg(o3.amt) from s.o o3)) and not exists (select 1 from s.o o2 where o2.ck = c.ck and o2.st = 'x')"
+        ),
+    )
     assert not any(isinstance(n, (exp.Exists, exp.In)) for n in out.walk())
     kinds = [f"{j.side} {j.kind}".strip() for j in out.args["joins"]]
     assert kinds == ["LEFT SEMI", "LEFT ANTI"]
@@ -180,19 +253,30 @@ def test_the_pipeline_runs_the_passes_in_order_and_leaves_no_subquery_expression
     assert [j.kind for j in inner.args["joins"]] == ["CROSS"]  # the nested scalar subquery, hoisted
 
 
-@pytest.mark.parametrize("sql, reason", [
-    ("select o.ok, case when o.ck in (select c.ck from s.c c where c.seg = o.st) then 1 end as e from s.o o",
-     "outside a top-level AND"),
-    ("select o.ok, exists (select c.seg from s.c c where c.ck = o.ck group by c.seg) as e from s.o o",
-     "outside a top-level AND"),
-    ("select o.ok from s.o o where size((select collect_list(l.qty) from s.l l where l.ok = o.ok)) = 0",
-     "known value on no rows"),
-    ("select (select max(l.qty) from s.l l) as m, count(*) as n from s.o o",
-     "aggregate without GROUP BY"),
-    ("select o.ok from s.o o where o.amt > (select l.qty from s.l l)", "not one aggregate"),
-    ("select o.ck, sum(o.amt) from s.o o group by o.ck having sum(o.amt) > "
-     "(select max(l.qty) from s.l l where l.ok = o.ck)", "correlated scalar subquery in HAVING"),
-])
+@pytest.mark.parametrize(
+    "sql, reason",
+    [
+        (
+            "select o.ok, case when o.ck in (select c.ck from s.c c where c.seg = o.st) then 1 end as e from s.o o",
+            "outside a top-level AND",
+        ),
+        (
+            "select o.ok, exists (select c.seg from s.c c where c.ck = o.ck group by c.seg) as e from s.o o",
+            "outside a top-level AND",
+        ),
+        (
+            "select o.ok from s.o o where size((select collect_list(l.qty) from s.l l where l.ok = o.ok)) = 0",
+            "known value on no rows",
+        ),
+        ("select (select max(l.qty) from s.l l) as m, count(*) as n from s.o o", "aggregate without GROUP BY"),
+        ("select o.ok from s.o o where o.amt > (select l.qty from s.l l)", "not one aggregate"),
+        (
+            "select o.ck, sum(o.amt) from s.o o group by o.ck having sum(o.amt) > "
+            "(select max(l.qty) from s.l l where l.ok = o.ck)",
+            "correlated scalar subquery in HAVING",
+        ),
+    ],
+)
 def test_forms_that_cannot_be_rewritten_are_named(sql, reason):
     with pytest.raises(UnsupportedSql) as err:
         rewrites.rewrite("m", qualified(sql))
@@ -200,8 +284,9 @@ def test_forms_that_cannot_be_rewritten_are_named(sql, reason):
 
 
 def test_top_k_is_split_off_and_mapped_to_output_columns():
-    body, top = split_top_k("m", parse_query("m", "select ck, sum(amt) as t from s.o group by ck "
-                                                   "order by t desc, 1 limit 5 offset 2"))
+    body, top = split_top_k(
+        "m", parse_query("m", "select ck, sum(amt) as t from s.o group by ck order by t desc, 1 limit 5 offset 2")
+    )
     assert body.args.get("limit") is None and body.args.get("order") is None
     assert [pos for pos, _ in top.order] == [1, 0] and top.limit == 5 and top.offset == 2
     view = top.apply(exp.select("*").from_("base"), ["ck", "t"], [True, True]).sql("spark")
@@ -210,16 +295,25 @@ def test_top_k_is_split_off_and_mapped_to_output_columns():
 
 
 # -- found in review: forms that must not be rewritten into something else ----------------------
-@pytest.mark.parametrize("sql, reason", [
-    ("select o.ck, o.st, count(*) as n from s.o o group by o.ck, o.st grouping sets ((o.ck), (o.st))",
-     "GROUP BY a, b GROUPING SETS"),
-    ("select o.ck, sum(o.amt) as t, rank() over (order by sum(o.amt)) as r from s.o o group by rollup(o.ck)",
-     "window functions over GROUPING SETS"),
-    ("select o.ck, sum(o.amt) as t, rank() over (order by sum(o.amt)) as r from s.o o group by o.ck "
-     "having sum(o.amt) > (select avg(o2.amt) from s.o o2)", "windows apply after HAVING"),
-    ("select c.ck from s.c c where not exists (select count(*) from s.o o where o.ck = c.ck)",
-     "aggregated"),
-])
+@pytest.mark.parametrize(
+    "sql, reason",
+    [
+        (
+            "select o.ck, o.st, count(*) as n from s.o o group by o.ck, o.st grouping sets ((o.ck), (o.st))",
+            "GROUP BY a, b GROUPING SETS",
+        ),
+        (
+            "select o.ck, sum(o.amt) as t, rank() over (order by sum(o.amt)) as r from s.o o group by rollup(o.ck)",
+            "window functions over GROUPING SETS",
+        ),
+        (
+            "select o.ck, sum(o.amt) as t, rank() over (order by sum(o.amt)) as r from s.o o group by o.ck "
+            "having sum(o.amt) > (select avg(o2.amt) from s.o o2)",
+            "windows apply after HAVING",
+        ),
+        ("select c.ck from s.c c where not exists (select count(*) from s.o o where o.ck = c.ck)", "aggregated"),
+    ],
+)
 def test_forms_whose_rewrite_would_change_the_result_are_refused(sql, reason):
     with pytest.raises(UnsupportedSql) as err:
         rewrites.rewrite("m", rewrites_input(sql))
@@ -232,33 +326,55 @@ def rewrites_input(sql: str) -> exp.Expression:
     return qualified(_split("m", parse_query("m", sql))[0].sql("spark"))
 
 
-
 # -- LATERAL in FROM -------------------------------------------------------------------------
 def test_lateral_generator_becomes_a_lateral_view_and_subqueries_become_expressions_or_joins():
     gen = run(lateral_joins, "select a.id, e.x from s.a a left join lateral explode(a.arr) as e(x) on true")
     assert same(gen, "SELECT a.id AS id, e.x AS x FROM s.a AS a LATERAL VIEW OUTER EXPLODE(a.arr) e AS x"), gen
     # A column list on the alias renames by position; chained LATERALs read the earlier one.
-    chained = run(lateral_joins, "select s2.c, s1.y from s.o o, lateral (select o.amt as x, o.ok as y) s1(y, x), "
-                                 "lateral (select s1.x * 2 as c) s2")
+    chained = run(
+        lateral_joins,
+        "select s2.c, s1.y from s.o o, lateral (select o.amt as x, o.ok as y) s1(y, x), "
+        "lateral (select s1.x * 2 as c) s2",
+    )
     assert same(chained, "SELECT (o.ok * 2) AS c, o.amt AS y FROM s.o AS o"), chained
-    joined = run(lateral_joins, "select o.ok, s.q from s.o o left join lateral "
-                                "(select l.qty as q from s.l l where l.ok = o.ok and l.qty > 1) s on true")
-    assert same(joined, "SELECT o.ok AS ok, (CASE WHEN __dvm_lat1.__dvm_m IS NULL THEN NULL ELSE "
-                        "__dvm_lat1.l__qty END) AS q FROM s.o AS o LEFT JOIN (SELECT l.ok AS l__ok, l.qty AS l__qty, "
-                        "1 AS __dvm_m FROM s.l AS l WHERE l.qty > 1) AS __dvm_lat1 ON __dvm_lat1.l__ok = o.ok"), joined
+    joined = run(
+        lateral_joins,
+        "select o.ok, s.q from s.o o left join lateral "
+        "(select l.qty as q from s.l l where l.ok = o.ok and l.qty > 1) s on true",
+    )
+    assert same(
+        joined,
+        "SELECT o.ok AS ok, (CASE WHEN __dvm_lat1.__dvm_m IS NULL THEN NULL ELSE "
+        "__dvm_lat1.l__qty END) AS q FROM s.o AS o LEFT JOIN (SELECT l.ok AS l__ok, l.qty AS l__qty, "
+        "1 AS __dvm_m FROM s.l AS l WHERE l.qty > 1) AS __dvm_lat1 ON __dvm_lat1.l__ok = o.ok",
+    ), joined
 
 
-@pytest.mark.parametrize("sql, reason", [
-    ("select s.n from s.o o, lateral (select count(*) as n) s", "without FROM"),
-    ("select c.ck, s.one from s.o o, lateral (select 1 as one) s right join s.c c on c.ck = o.ck",
-     "followed by a RIGHT or FULL join"),
-    ("select a.id, s.q from s.a a, lateral explode(a.arr) e(x), lateral (select l.qty as q from s.l l "
-     "where l.ok = e.x) s", "later LATERAL reads the generated columns"),
-    ("select o.ok, s.q from s.o o, lateral (select l.qty as q from s.l l where exists "
-     "(select 1 from s.c c where c.ck = o.ck)) s", "nested subquery that reads the outer row"),
-    ("select o.ok, s.q from s.o o, lateral (select l.qty as q from s.l l where l.ok = o.ok order by l.qty "
-     "limit 1) s", "LATERAL subquery with"),
-])
+@pytest.mark.parametrize(
+    "sql, reason",
+    [
+        ("select s.n from s.o o, lateral (select count(*) as n) s", "without FROM"),
+        (
+            "select c.ck, s.one from s.o o, lateral (select 1 as one) s right join s.c c on c.ck = o.ck",
+            "followed by a RIGHT or FULL join",
+        ),
+        (
+            "select a.id, s.q from s.a a, lateral explode(a.arr) e(x), lateral (select l.qty as q from s.l l "
+            "where l.ok = e.x) s",
+            "later LATERAL reads the generated columns",
+        ),
+        (
+            "select o.ok, s.q from s.o o, lateral (select l.qty as q from s.l l where exists "
+            "(select 1 from s.c c where c.ck = o.ck)) s",
+            "nested subquery that reads the outer row",
+        ),
+        (
+            "select o.ok, s.q from s.o o, lateral (select l.qty as q from s.l l where l.ok = o.ok order by l.qty "
+            "limit 1) s",
+            "LATERAL subquery with",
+        ),
+    ],
+)
 def test_lateral_forms_that_would_change_the_result_are_refused(sql, reason):
     with pytest.raises(UnsupportedSql) as err:
         rewrites.rewrite("m", qualified(sql))
@@ -269,6 +385,7 @@ def test_in_as_a_value_is_left_alone_where_moving_x_inside_would_change_it():
     # `o.ck` would be captured by the subquery's own alias `o`.
     captured = run(exists_values, "select o.ok, o.ck in (select o.ok from s.l o) as f from s.o o")
     assert "IN (SELECT" in captured, captured
-    windowed = run(exists_values, "select o.ok, o.ck in (select row_number() over (order by l.qty) from s.l l) "
-                                  "as f from s.o o")
+    windowed = run(
+        exists_values, "select o.ok, o.ck in (select row_number() over (order by l.qty) from s.l l) as f from s.o o"
+    )
     assert "IN (SELECT" in windowed, windowed

@@ -1,5 +1,6 @@
 """Refresh commits on real Delta tables (delta-rs, no Spark): every commit that moves the
 offsets conflicts with any other refresh commit made since the version it read."""
+
 import pyarrow as pa
 import pytest
 
@@ -16,8 +17,15 @@ def _built(tmp_path):
 
 def _upsert(path, read_version, row_id, value, offset):
     rows = pa.table({"__dvm_row_id": [row_id], "v": [value], "__dvm_action": ["U"]})
-    storage.merge_rows(path, rows, ["__dvm_row_id", "v"], "__dvm_row_id", "__dvm_action",
-                       {"offsets": {"s.t": {"version": offset}}}, read_version)
+    storage.merge_rows(
+        path,
+        rows,
+        ["__dvm_row_id", "v"],
+        "__dvm_row_id",
+        "__dvm_action",
+        {"offsets": {"s.t": {"version": offset}}},
+        read_version,
+    )
 
 
 def test_offsets_only_commit_loses_to_a_concurrent_merge(tmp_path):

@@ -4,6 +4,7 @@ dbt finds an adapter by importing `dbt.adapters.<type>` and reading `Plugin`; no
 is needed. `dependencies=["spark"]` makes dbt load dbt-spark's plugin and macros too, so
 macro dispatch searches `spark_stream__`, then `spark__`, then `default__`.
 """
+
 from dbt.adapters.base import AdapterPlugin
 
 from dbt.adapters.spark_stream.connections import (  # noqa: F401

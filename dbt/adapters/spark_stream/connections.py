@@ -3,6 +3,7 @@
 Everything else (methods session/thrift/http/odbc, server_side_parameters, retries) is
 inherited unchanged so existing dbt-spark profiles keep working after `type: spark_stream`.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,7 @@ class SparkStreamCredentials(SparkCredentials):
         self.engine = (self.engine or "auto").lower()
         if self.engine not in ENGINES:
             raise DbtRuntimeError(
-                f"spark_stream profile: engine must be one of {', '.join(ENGINES)}, "
-                f"got {self.engine!r}"
+                f"spark_stream profile: engine must be one of {', '.join(ENGINES)}, got {self.engine!r}"
             )
 
     @property

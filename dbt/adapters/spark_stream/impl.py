@@ -3,6 +3,7 @@
 The adapter builds no SQL of its own for refreshes; it hands the model's compiled SELECT to
 `python_helpers.runtime.api.refresh_stream_table` and reports what the engine did.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,9 +61,7 @@ class SparkStreamAdapter(SparkAdapter):
         # a shared Connect session) would otherwise hand `docs generate` a relation without a
         # schema, which it fails on.
         return [
-            relation
-            for relation in super()._build_spark_relation_list(row_list, relation_info_func)
-            if relation.schema
+            relation for relation in super()._build_spark_relation_list(row_list, relation_info_func) if relation.schema
         ]
 
     def get_columns_in_relation(self, relation):
@@ -96,8 +95,19 @@ class SparkStreamAdapter(SparkAdapter):
         if contract:
             # Part of the stored result's fingerprint: a changed contract rebuilds (and is checked).
             shaping_config = {**(shaping_config or {}), "contract": repr([list(c) for c in contract])}
-        spark, request = self._request(model, schema, identifier, sql, refresh_mode, full_refresh, sources,
-                                       shaping_config, auto_full_threshold, float_recompute_every, retention_hours)
+        spark, request = self._request(
+            model,
+            schema,
+            identifier,
+            sql,
+            refresh_mode,
+            full_refresh,
+            sources,
+            shaping_config,
+            auto_full_threshold,
+            float_recompute_every,
+            retention_hours,
+        )
         request.docs = dict(docs or {})
         request.contract = [tuple(c) for c in contract] if contract else None
         from python_helpers.errors import InvalidConfig, SqlParseError, StreamTableError, UnsupportedSql
@@ -135,14 +145,17 @@ class SparkStreamAdapter(SparkAdapter):
         """dbt-spark's apply_grants on the stream table's view; Spark's refusal (open-source Spark
         has no GRANT) becomes an error naming the model and what to do."""
         try:
-            self.execute_macro("apply_grants", kwargs={"relation": relation, "grant_config": grant_config,
-                                                       "should_revoke": should_revoke})
+            self.execute_macro(
+                "apply_grants",
+                kwargs={"relation": relation, "grant_config": grant_config, "should_revoke": should_revoke},
+            )
         except DbtRuntimeError as exc:  # Spark's error, as dbt-spark's cursor raised it
             raise DbtRuntimeError(
                 f"stream table '{model}': grants {grant_config} could not be applied to {relation} (the stream "
                 f"table itself was refreshed): {_last_line(exc)}. Open-source Spark has no GRANT / SHOW GRANTS "
                 "without an authorization plugin: remove `grants` from the model's config there, or run against "
-                "a Spark that has SQL authorization (Databricks)") from exc
+                "a Spark that has SQL authorization (Databricks)"
+            ) from exc
 
     def _get_columns_for_catalog(self, relation):
         # dbt-spark reads a view's columns from `show table extended`, whose schema has no
@@ -182,8 +195,20 @@ class SparkStreamAdapter(SparkAdapter):
         _ = connection.handle
         return get_spark_session(connection.credentials)
 
-    def _request(self, model, schema, identifier, sql, refresh_mode, full_refresh, sources, shaping_config,
-                 auto_full_threshold, float_recompute_every, retention_hours=None):
+    def _request(
+        self,
+        model,
+        schema,
+        identifier,
+        sql,
+        refresh_mode,
+        full_refresh,
+        sources,
+        shaping_config,
+        auto_full_threshold,
+        float_recompute_every,
+        retention_hours=None,
+    ):
         """(the Spark session, the engine's RefreshRequest) for one model."""
         credentials = self.connections.get_thread_connection().credentials
         spark = self._spark(model)
@@ -229,8 +254,18 @@ class SparkStreamAdapter(SparkAdapter):
         float_recompute_every: Optional[int] = None,
     ) -> StreamTableResponse:
         """What the next refresh of a stream table would do and its operator tree; changes nothing."""
-        spark, request = self._request(model, schema, identifier, sql, refresh_mode, full_refresh, sources, None,
-                                       auto_full_threshold, float_recompute_every)
+        spark, request = self._request(
+            model,
+            schema,
+            identifier,
+            sql,
+            refresh_mode,
+            full_refresh,
+            sources,
+            None,
+            auto_full_threshold,
+            float_recompute_every,
+        )
         from python_helpers.errors import StreamTableError
         from python_helpers.runtime.refresh import explain
 
@@ -240,8 +275,7 @@ class SparkStreamAdapter(SparkAdapter):
             raise DbtRuntimeError(str(exc)) from exc
         logger.info(text)
         first = text.splitlines()[1].strip() if len(text.splitlines()) > 1 else text
-        return StreamTableResponse(_message=f"explained, nothing refreshed: {first}", code="explain",
-                                   rows_affected=0)
+        return StreamTableResponse(_message=f"explained, nothing refreshed: {first}", code="explain", rows_affected=0)
 
     @available
     def stream_table_status(self, schema: str) -> str:
@@ -250,8 +284,10 @@ class SparkStreamAdapter(SparkAdapter):
         from python_helpers.runtime.status import format_status, schema_status
 
         statuses = schema_status(self._spark(f"stream_table_status({schema})"), schema)
-        target = os.path.join(getattr(self.config, "project_root", None) or os.getcwd(),
-                              getattr(self.config, "target_path", None) or "target")
+        target = os.path.join(
+            getattr(self.config, "project_root", None) or os.getcwd(),
+            getattr(self.config, "target_path", None) or "target",
+        )
         os.makedirs(target, exist_ok=True)
         with open(os.path.join(target, "stream_table_status.json"), "w", encoding="utf-8") as handle:
             json.dump({"schema": schema, "stream_tables": [s.as_dict() for s in statuses]}, handle, indent=2)

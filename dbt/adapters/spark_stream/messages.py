@@ -1,4 +1,5 @@
 """Error text as the console shows it."""
+
 from __future__ import annotations
 
 

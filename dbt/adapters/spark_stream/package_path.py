@@ -7,6 +7,7 @@ package, so two layouts have to be found:
 - regular install (wheel): setup.py copies the package to `<prefix>/share/dbt_spark_stream`
   as data files, since a wheel cannot ship files from outside its Python packages otherwise.
 """
+
 from __future__ import annotations
 
 import os

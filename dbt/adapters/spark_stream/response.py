@@ -4,6 +4,7 @@ dbt serialises a model's AdapterResponse with `to_dict()` into run_results.json
 (`adapter_response`) and prints `str(response)` on the console line, so extra dataclass
 fields here become machine-readable results of every refresh.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

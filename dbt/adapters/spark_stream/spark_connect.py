@@ -13,6 +13,7 @@ The profile:
     use_ssl: true                           # optional
     user: ...                               # optional: the Connect user id
 """
+
 from __future__ import annotations
 
 import socket
@@ -62,7 +63,7 @@ def connect_url(credentials) -> str:
 
 def _address(url: str):
     """(host, port) of an `sc://host:port/;params` URL."""
-    netloc = url[len("sc://"):].split("/", 1)[0].split(";", 1)[0]
+    netloc = url[len("sc://") :].split("/", 1)[0].split(";", 1)[0]
     host, _, port = netloc.rpartition(":")
     if not host:
         return netloc, DEFAULT_PORT

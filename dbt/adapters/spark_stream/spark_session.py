@@ -5,6 +5,7 @@ dbt-spark creates that session lazily, on the first statement, with
 it the same way so that whichever of us comes first, the session has the profile's static
 settings (warehouse dir, metastore), and whichever comes second gets the same session.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,7 +18,8 @@ from dbt_common.exceptions import DbtRuntimeError
 
 def require_session_method(credentials, model: str) -> None:
     if credentials.method not in (SparkConnectionMethod.SESSION, "connect") and not getattr(
-            credentials, "connect_url", None):
+        credentials, "connect_url", None
+    ):
         raise DbtRuntimeError(
             f"stream table '{model}': the profile uses method: {credentials.method}, but stream "
             "tables need a SparkSession: `method: session` (Spark in the dbt process) or "
