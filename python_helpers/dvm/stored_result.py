@@ -25,7 +25,17 @@ from sqlglot import exp
 from python_helpers.dvm import aggregate_state as state
 from python_helpers.dvm.differentiate import delta, plain
 from python_helpers.dvm.restrict import restricted
-from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, repeat_rows, row_id, select_from, sub
+from python_helpers.dvm.sqlgen import (
+    Context,
+    alias,
+    col,
+    consolidate,
+    null_safe_match,
+    repeat_rows,
+    row_id,
+    select_from,
+    sub,
+)
 from python_helpers.dvm.tree import WEIGHT, Aggregate, Distinct, Filter, Node, Project
 from python_helpers.errors import UnsupportedSql
 
@@ -302,7 +312,7 @@ class AggregateResult(MaintainedResult):
         pick += [col("__dvm_existed", mm), col("__dvm_old_digest", mm)]
         merged = select_from(pick, sub(m, mm))
         if rescanned is not None:
-            on = exp.and_(col("__dvm_rescan", mm), null_safe_keys(self.key_store, mm, r))
+            on = exp.and_(col("__dvm_rescan", mm), null_safe_match(self.key_store, self.key_store, mm, r))
             merged = merged.join(sub(rescanned, r), on=on, join_type="LEFT", copy=False)
         # 4. Finish the stored row; decide the action; drop rows that would not change.
         f = ctx.alias("f")
@@ -378,11 +388,6 @@ def _unit_weights(delta_query: exp.Expr, columns: list) -> exp.Select:
     query = select_from([col(c) for c in columns] + [alias(sign, WEIGHT)], sub(delta_query, "__dvm_uw"))
     query = repeat_rows(query, exp.Abs(this=w.copy()), "__dvm_rep")
     return query.where(exp.NEQ(this=w.copy(), expression=exp.Literal.number(0)), copy=False)
-
-
-def null_safe_keys(keys: list[str], left: str, right: str) -> exp.Expr:
-    conds = [exp.NullSafeEQ(this=col(k, left), expression=col(k, right)) for k in keys]
-    return exp.and_(*conds) if conds else exp.true()
 
 
 def plan_stored_result(model: str, root: Node, output_names: list[str], top_k=None) -> MaintainedResult:
