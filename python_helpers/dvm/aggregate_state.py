@@ -212,12 +212,16 @@ class AggregateStrategy:
     """
 
     kinds: ClassVar[tuple[str, ...]] = ()
+    # The sqlglot call classes maintained this way, with the kind each gets (COUNT is read by
+    # the tree builder itself: COUNT(*), COUNT(x) and COUNT(DISTINCT x) differ).
+    calls: ClassVar[dict[type[exp.Expr], str]] = {}
     aux: ClassVar[tuple[str, ...]] = ()  # suffixes of the state columns stored beside the value
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         for kind in cls.kinds:
             _STRATEGIES[kind] = cls()
+        _KIND_OF_CALL.update(cls.calls)
 
     def state_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
         """Columns computing the value and its state from plain rows (full build, group rescan)."""
@@ -242,11 +246,18 @@ class AggregateStrategy:
 
 
 _STRATEGIES: dict[str, AggregateStrategy] = {}
+_KIND_OF_CALL: dict[type[exp.Expr], str] = {}
 _RESCAN = AggregateStrategy()
 
 
 def strategy_for(agg: AggCall) -> AggregateStrategy:
     return _STRATEGIES.get(agg.kind, _RESCAN)
+
+
+def algebraic_kind(call: exp.Expr) -> str | None:
+    """The kind of a (non-COUNT) aggregate call some strategy maintains from its state; None:
+    the group rescan."""
+    return _KIND_OF_CALL.get(type(call))
 
 
 class CountStrategy(AggregateStrategy):
@@ -296,6 +307,7 @@ class SumStrategy(_ExactSums):
     """SUM(x): the value and the non-NULL count (the sum is NULL again when it drops to 0)."""
 
     kinds = ("sum",)
+    calls = {exp.Sum: "sum"}
     aux = ("nn",)
 
     def state_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
@@ -310,6 +322,7 @@ class AvgStrategy(_ExactSums):
     """AVG(x): Σx and the non-NULL count, the value their quotient as Spark's AVG computes it."""
 
     kinds = ("avg",)
+    calls = {exp.Avg: "avg"}
     aux = ("sum", "nn")
 
     def state_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
@@ -342,6 +355,13 @@ class VarianceStrategy(_ExactSums):
     group with deleted values is rescanned (Σx² − (Σx)²/n cancels when a dominant value leaves)."""
 
     kinds = VAR_KINDS
+    calls = {
+        exp.Stddev: "stddev_samp",
+        exp.StddevSamp: "stddev_samp",
+        exp.StddevPop: "stddev_pop",
+        exp.Variance: "var_samp",
+        exp.VariancePop: "var_pop",
+    }
     aux = ("nn", "s", "q")
 
     def state_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
@@ -396,6 +416,7 @@ class ExtremumStrategy(AggregateStrategy):
     rescanned only when a deleted value reaches the stored extremum."""
 
     kinds = ("min", "max")
+    calls = {exp.Min: "min", exp.Max: "max"}
 
     def delta_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
         w = col(WEIGHT)

@@ -13,6 +13,7 @@ from typing import Optional
 
 from sqlglot import exp
 
+from python_helpers.dvm.aggregate_state import algebraic_kind
 from python_helpers.dvm.tree import (
     RECURSION_PREFIX,
     AggCall,
@@ -33,7 +34,6 @@ from python_helpers.dvm.tree import (
 )
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql.aggregates import (
-    ALGEBRAIC_KIND,
     ORDER_DEPENDENT_AGGREGATES,
     group_aggregates,
     is_aggregate,
@@ -467,7 +467,7 @@ class TreeBuilder:
                     return AggCall(name, "count_star", None, call.copy())
                 return AggCall(name, "count", fold(exp.true()), call.copy())
             return AggCall(name, "count", fold(arg.copy()), call.copy())
-        kind = ALGEBRAIC_KIND.get(type(inner))
+        kind = algebraic_kind(inner)
         if kind is not None and not isinstance(inner.this, exp.Distinct) and len(inner.expressions or []) == 0:
             return AggCall(name, kind, fold(inner.this.copy()), call.copy())
         return AggCall(name, "other", None, call.copy())

@@ -10,16 +10,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-# Importing the operator modules registers every operator.
-from python_helpers.dvm.operators import (  # noqa: F401
-    join,
-    join_chain,
-    key_restricted,
-    keyed_recompute,
-    linear,
-    recursive,
-    scan,
-)
+import python_helpers.dvm.operators  # noqa: F401 - registers every operator
 from python_helpers.dvm.operators.base import operator_for
 from python_helpers.dvm.sqlgen import Context
 from python_helpers.dvm.tree import Node

@@ -69,20 +69,6 @@ def is_aggregate(node: exp.Expr) -> bool:
     return isinstance(node, exp.Anonymous) and function_name(node) in SPARK_AGGREGATE_NAMES
 
 
-# Aggregates maintained algebraically (state columns merged by the change), by sqlglot class.
-ALGEBRAIC_KIND: dict[type[exp.Expr], str] = {
-    exp.Sum: "sum",
-    exp.Avg: "avg",
-    exp.Min: "min",
-    exp.Max: "max",
-    exp.Stddev: "stddev_samp",
-    exp.StddevSamp: "stddev_samp",
-    exp.StddevPop: "stddev_pop",
-    exp.Variance: "var_samp",
-    exp.VariancePop: "var_pop",
-}
-
-
 def window_function(node: exp.Expr) -> bool:
     """The function a window applies (SUM in SUM(x) OVER (...)), as opposed to a group aggregate."""
     return isinstance(node.parent, exp.Window) and node.arg_key == "this"
