@@ -55,7 +55,7 @@ def rewrite(model: str, query: exp.Expr) -> exp.Expr:
 
 def _check_no_sublinks(model: str, query: exp.Expr) -> None:
     for node in query.walk():
-        if isinstance(node, exp.Exists) or (isinstance(node, exp.In) and node.args.get("query") is not None):
+        if blocks.is_sublink(node):
             raise UnsupportedSql(
                 model,
                 f"{'EXISTS' if isinstance(node, exp.Exists) else 'IN (subquery)'} "

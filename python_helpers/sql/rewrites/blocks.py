@@ -24,6 +24,18 @@ class FreshNames:
         return f"{base}{self._n}"
 
 
+def is_sublink(node: exp.Expr) -> bool:
+    """EXISTS (subquery) or x IN (subquery): the predicates the rewrite passes move out."""
+    return isinstance(node, exp.Exists) or (isinstance(node, exp.In) and node.args.get("query") is not None)
+
+
+def unparen(node: exp.Expr) -> exp.Expr:
+    """The expression inside any number of parentheses."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
 def selects_bottom_up(query: exp.Expr) -> list[exp.Select]:
     """Every SELECT block, inner blocks before the blocks that contain them."""
     return list(reversed(list(query.find_all(exp.Select))))

@@ -41,13 +41,9 @@ def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
             continue
         parts = []
         for conj in blocks.where_conjuncts(select):
-            anti, body = False, conj
-            while isinstance(body, exp.Paren):
-                body = body.this
+            anti, body = False, blocks.unparen(conj)
             if isinstance(body, exp.Not):
-                anti, body = True, body.this
-                while isinstance(body, exp.Paren):
-                    body = body.this
+                anti, body = True, blocks.unparen(body.this)
             if isinstance(body, exp.Exists):
                 parts.extend(_exists(model, select, body.this, anti, fresh))
             elif isinstance(body, exp.In) and body.args.get("query") is not None:
@@ -65,11 +61,7 @@ def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
 
 
 def sublinks(expression: exp.Expr) -> list:
-    return [
-        n
-        for n in blocks.here(expression)
-        if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query") is not None)
-    ]
+    return [n for n in blocks.here(expression) if blocks.is_sublink(n)]
 
 
 def _exists(model: str, select: exp.Select, inner: exp.Expr, anti: bool, fresh) -> list:

@@ -30,16 +30,10 @@ from python_helpers.sql.rewrites import blocks
 MAX_BRANCHES = 16
 
 
-def _is_sublink(node) -> bool:
-    return isinstance(node, exp.Exists) or (isinstance(node, exp.In) and node.args.get("query") is not None)
-
-
 def _nested_sublinks(conj: exp.Expr) -> bool:
     """Does the conjunct hold a subquery predicate that is not itself the conjunct (or NOT of it)?"""
-    body = conj.this if isinstance(conj, exp.Not) else conj
-    while isinstance(body, exp.Paren):
-        body = body.this
-    return any(_is_sublink(n) for n in blocks.here(conj)) and not _is_sublink(body)
+    body = blocks.unparen(conj.this if isinstance(conj, exp.Not) else conj)
+    return any(blocks.is_sublink(n) for n in blocks.here(conj)) and not blocks.is_sublink(body)
 
 
 def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
@@ -83,8 +77,7 @@ def _split(model: str, select: exp.Select, fresh: blocks.FreshNames) -> exp.Expr
 
 
 def _disjuncts(e: exp.Expr) -> list:
-    while isinstance(e, exp.Paren):
-        e = e.this
+    e = blocks.unparen(e)
     if isinstance(e, exp.Or):
         return _disjuncts(e.this) + _disjuncts(e.expression)
     return [e]
@@ -92,12 +85,9 @@ def _disjuncts(e: exp.Expr) -> list:
 
 def _push_not(e: exp.Expr) -> exp.Expr:
     """NOT moved inward to the leaves (De Morgan; NOT NOT x = x)."""
-    while isinstance(e, exp.Paren):
-        e = e.this
+    e = blocks.unparen(e)
     if isinstance(e, exp.Not):
-        inner = e.this
-        while isinstance(inner, exp.Paren):
-            inner = inner.this
+        inner = blocks.unparen(e.this)
         if isinstance(inner, exp.Not):
             return _push_not(inner.this)
         if isinstance(inner, exp.And):
@@ -118,12 +108,9 @@ def _push_not(e: exp.Expr) -> exp.Expr:
 
 def _not_true(model: str, d: exp.Expr) -> exp.Expr:
     """A predicate TRUE exactly where `d` is not TRUE."""
-    while isinstance(d, exp.Paren):
-        d = d.this
+    d = blocks.unparen(d)
     negated = isinstance(d, exp.Not)
-    body = d.this if negated else d
-    while isinstance(body, exp.Paren):
-        body = body.this
+    body = blocks.unparen(d.this if negated else d)
     if isinstance(body, exp.Exists):
         return body.copy() if negated else exp.Not(this=body.copy())
     if isinstance(body, exp.In) and body.args.get("query") is not None:
