@@ -22,7 +22,7 @@ install: $(STAMP)
 demo: install
 	$(PY) integration_tests/scripts/demo.py
 
-# The slow property suites run with a few examples, as in CI (about 25 min on 2 cores);
+# The slow property suites run with a few examples, as in CI (the whole suite takes about an hour on 2 cores);
 # DVM_HYPOTHESIS_SLOW_EXAMPLES=40 make test is the long run.
 export DVM_HYPOTHESIS_SLOW_EXAMPLES ?= 3
 
