@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from python_helpers.dvm.stored_result import MaintainedResult, StoredResult, plan_stored_result
 from python_helpers.runtime import housekeeping, publishing, steps, storage
+from python_helpers.runtime.engine import Engine
 from python_helpers.runtime.planning import Plan
 from python_helpers.runtime.requests import Log, RefreshRequest
 from python_helpers.runtime.timing import Phases
@@ -26,7 +27,7 @@ class FullIsCheaper(Exception):
 
 @dataclass
 class Attempt:
-    spark: Any  # SparkSession (in-process or Spark Connect)
+    engine: Engine  # Spark, through the connection's binding (engine.py)
     request: RefreshRequest
     plan: Plan
     target: str  # the stored result's Delta path
@@ -80,7 +81,7 @@ class Attempt:
 
     def publish(self, result: StoredResult) -> None:
         steps.reached("publishing")
-        publishing.publish(self.spark, self.request, self.plan, self.target, result.view_sql, self.log)
+        publishing.publish(self.engine, self.request, self.plan, self.target, result.view_sql, self.log)
         steps.reached("published")
         housekeeping.tidy(self.target, self.request.retention_hours, self.log, self.model)
 

@@ -1,4 +1,4 @@
-"""Bind the DVM's abstract relations to Spark temp views for one refresh (embedded engine).
+"""Bind the DVM's abstract relations to temporary views of the engine for one refresh.
 
 Every name carries the refresh's unique id, because dbt runs models on several threads against
 one session; all of them are dropped when the refresh ends.
@@ -14,6 +14,7 @@ from sqlglot import exp
 from python_helpers.dvm.sqlgen import Context, render
 from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime import change_feed, delta_log, delta_tables, paths, read_cost
+from python_helpers.runtime.engine import Engine
 
 # Up to this many change rows (all sources together) the delta side of a join is broadcast.
 SMALL_DELTA_ROWS = 200_000
@@ -23,8 +24,8 @@ MAX_KEYS = 100_000
 
 
 class Bindings:
-    def __init__(self, spark, pinned: dict, old_versions: dict, columns: dict, model: str = "?"):
-        self.spark = spark
+    def __init__(self, engine: Engine, pinned: dict, old_versions: dict, columns: dict, model: str = "?"):
+        self.engine = engine
         self.model = model
         self.pinned = pinned  # relation -> PinnedSource (state at v_new)
         self.old = old_versions  # relation -> v_old (None on a full build)
@@ -35,6 +36,7 @@ class Bindings:
         self.change_counts: dict = {}  # relation -> change rows (exact once consolidated, else estimated)
         self.change_files: dict = {}  # relation -> delta_log.ChangeFiles of the versions consumed
         self.change_arrow: dict = {}  # relation -> its change rows, when read in the driver
+        self.change_columns: dict = {}  # relation -> the columns of its change view
         self.files_read = 0  # files of snapshots narrowed by statistics (read / skipped)
         self.files_skipped = 0
         self.consolidated: set = set()  # relations whose change rows are consolidated already
@@ -42,10 +44,16 @@ class Bindings:
         self._keys: dict = {}  # (relation, column) -> distinct values of the column in its change
         self.view_bytes: dict = {}  # bound snapshot view -> bytes of the data files it covers (read_cost)
 
-    def register(self, frame, suffix: str) -> exp.Table:
+    def view_name(self, suffix: str) -> str:
+        """A temporary view name of this refresh (dropped by close)."""
         name = f"__dvm_{self.id}_{suffix}"
-        frame.createOrReplaceTempView(name)
         self.views.append(name)
+        return name
+
+    def bind_files(self, suffix: str, files: list, schema) -> exp.Table:
+        """A view over data files of a Delta table (paths as Spark reads them)."""
+        name = self.view_name(suffix)
+        self.engine.view_of_files(name, files, schema)
         return exp.to_table(name)
 
     def snapshot(self, relation: str, version: str) -> exp.Table:
@@ -55,8 +63,9 @@ class Bindings:
         if key not in self.views_by_key:
             if version == "old":
                 self._check_readable(relation, number)
-            frame = delta_tables.snapshot_frame(self.spark, src.state, number, self.columns.get(relation))
-            self.views_by_key[key] = self.register(frame, key)
+            name = self.view_name(key)
+            delta_tables.bind_snapshot(self.engine, name, src.state, number, self.columns.get(relation))
+            self.views_by_key[key] = exp.to_table(name)
             table = delta_tables.open_table(src.path, number)
             if table is not None:
                 self.view_bytes[self.views_by_key[key].name] = read_cost.bytes_of_files(
@@ -128,29 +137,31 @@ class Bindings:
         changed = set()
         for relation, files in self.change_files.items():
             src = self.pinned[relation]
+            key = f"s{self._index[relation]}_chg"
+            name = self.view_name(key)
             changes = change_feed.read_changes(
-                self.spark,
+                self.engine,
+                name,
                 src.state.arrow_schema,
                 src.state.partition_columns,
                 src.path,
                 files.files,
                 self.columns.get(relation) or [f.name for f in src.state.arrow_schema],
                 self.change_counts[relation],
+                # One partition for a small change: an aggregate or a join over it then needs no
+                # shuffle (a single partition satisfies any clustering), a Spark stage less.
+                one_partition_up_to=SMALL_DELTA_ROWS,
             )
             self.change_counts[relation] = changes.rows
+            self.change_columns[relation] = changes.columns
+            self.views += changes.file_views
             if changes.arrow is not None:
                 self.change_arrow[relation] = changes.arrow
             if changes.consolidated and changes.rows == 0:
                 continue
             if changes.consolidated:
                 self.consolidated.add(relation)
-            frame = changes.frame
-            if changes.rows <= SMALL_DELTA_ROWS:
-                # One partition: an aggregate or a join over it then needs no shuffle (a single
-                # partition satisfies any clustering), which saves a Spark stage per refresh.
-                frame = frame.coalesce(1)
-            key = f"s{self._index[relation]}_chg"
-            self.views_by_key[key] = self.register(frame, key)
+            self.views_by_key[key] = exp.to_table(name)
             changed.add(relation)
         return changed
 
@@ -188,8 +199,9 @@ class Bindings:
             return None
         self.files_read += len(files)
         self.files_skipped += total - len(files)
-        frame = delta_tables.keyed_frame(self.spark, src.state, table, files, self.columns.get(relation))
-        view = self.register(frame, f"s{self._index[relation]}_{version}_k{len(self.views)}")
+        name = self.view_name(f"s{self._index[relation]}_{version}_k{len(self.views)}")
+        delta_tables.bind_files(self.engine, name, src.state, table, files, self.columns.get(relation))
+        view = exp.to_table(name)
         self.view_bytes[view.name] = read_cost.bytes_of_files(
             delta_tables.add_actions(table), delta_tables.file_paths(table, src.path), files
         )
@@ -213,9 +225,9 @@ class Bindings:
             and f"s{self._index[relation]}_chg" in self.views_by_key
         ):
             view = self.views_by_key[f"s{self._index[relation]}_chg"]
-            if column in self.spark.table(view.name).columns:
-                query = exp.select(exp.column(column, quoted=True)).distinct().from_(view.copy())
-                found = self.spark.sql(render(query)).limit(MAX_KEYS + 1).toArrow()
+            if column in self.change_columns.get(relation, []):
+                query = exp.select(exp.column(column, quoted=True)).distinct().from_(view.copy()).limit(MAX_KEYS + 1)
+                found = self.engine.arrow(render(query))
                 keys = found.column(0) if found.num_rows <= MAX_KEYS else None
         self._keys[(relation, column)] = keys
         return keys
@@ -223,14 +235,11 @@ class Bindings:
     def materialize(self, query: exp.Expr) -> exp.Expr:
         """Compute a (small) intermediate once, now, and serve it as a temp view: the SQL that
         reads it several times then does not recompute it (Spark would, for each reference)."""
-        frame = self.spark.sql(render(query)).localCheckpoint(eager=True)
-        table = self.register(frame, f"m{len(self.views)}")
-        return exp.select("*").from_(table)
+        name = self.view_name(f"m{len(self.views)}")
+        self.engine.view_of_query(name, render(query), materialize=True)
+        return exp.select("*").from_(exp.to_table(name))
 
     def close(self) -> None:
         for name in self.views:
-            try:
-                self.spark.catalog.dropTempView(name)
-            except Exception:  # noqa: BLE001 - best effort cleanup
-                pass
+            self.engine.drop_view(name)
         self.views.clear()

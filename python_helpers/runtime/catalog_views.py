@@ -21,6 +21,7 @@ from sqlglot import exp
 
 from python_helpers.errors import StreamTableError
 from python_helpers.runtime import paths
+from python_helpers.runtime.engine import Engine
 
 ROLE_PROPERTY = "dbt_spark_stream.role"
 STREAM_TABLE = "stream_table"
@@ -97,15 +98,15 @@ def generation_query(gen: str, spark_types: dict, partition_columns: list) -> ex
 class Catalog:
     """Catalog lookups and DDL for one session."""
 
-    def __init__(self, spark):
-        self.spark = spark
+    def __init__(self, engine: Engine):
+        self.engine = engine
 
     def properties(self, schema: str, name: str) -> Optional[dict]:
         """The object's table properties, or None when no table or view has that name."""
         if not self.exists(schema, name):  # asked first: a failed lookup logs a page of JSON
             return None
         try:
-            rows = self.spark.sql(f"SHOW TBLPROPERTIES {quote(schema, name)}").collect()
+            rows = self.engine.rows(f"SHOW TBLPROPERTIES {quote(schema, name)}")
         except Exception as err:  # noqa: BLE001 - Spark reports a missing object as an AnalysisException
             if "TABLE_OR_VIEW_NOT_FOUND" in str(err) or "SCHEMA_NOT_FOUND" in str(err):
                 return None
@@ -113,21 +114,18 @@ class Catalog:
         return {r[0]: r[1] for r in rows}
 
     def table_type(self, schema: str, name: str) -> Optional[str]:
-        try:
-            return self.spark.catalog.getTable(f"{quote(schema, name)}").tableType
-        except Exception:  # noqa: BLE001
-            return None
+        return self.engine.table_type(quote(schema, name))
 
     def view_text(self, schema: str, name: str) -> str:
         try:
-            rows = self.spark.sql(f"DESCRIBE TABLE EXTENDED {quote(schema, name)}").collect()
+            rows = self.engine.rows(f"DESCRIBE TABLE EXTENDED {quote(schema, name)}")
         except Exception:  # noqa: BLE001
             return ""
         return next((r[1] or "" for r in rows if r[0] == "View Text"), "")
 
     def exists(self, schema: str, name: str) -> bool:
         try:
-            return bool(self.spark.catalog.tableExists(quote(schema, name)))
+            return self.engine.table_exists(quote(schema, name))
         except Exception:  # noqa: BLE001
             return False
 
@@ -160,7 +158,7 @@ class Catalog:
         from python_helpers.dvm.sqlgen import render
 
         text = render(query)
-        key = (id(self.spark), schema.lower(), name.lower())
+        key = (self.engine.key, schema.lower(), name.lower())
         with _DDL_LOCK:
             known = _PUBLISHED.get(key)
             if known == text:
@@ -169,7 +167,7 @@ class Catalog:
                 # This process made the view: swap the text (ALTER VIEW is one atomic catalog
                 # update; CREATE OR REPLACE is a drop and a create that a reader can fall into).
                 try:
-                    self.spark.sql(f"ALTER VIEW {quote(schema, name)} AS {text}")
+                    self.engine.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
                     _PUBLISHED[key] = text
                     return True
                 except Exception:  # noqa: BLE001 - dropped by someone meanwhile: the long way below
@@ -183,19 +181,19 @@ class Catalog:
                 )
             exists, owner = self.role(schema, name, legacy_mark)
             if not exists:
-                self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
-                self.spark.sql(
+                self.engine.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
+                self.engine.execute(
                     f"CREATE VIEW {quote(schema, name)} "
                     f"TBLPROPERTIES ({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)}) AS {text}"
                 )
             elif owner is not None:
-                self.spark.sql(f"ALTER VIEW {quote(schema, name)} AS {text}")
+                self.engine.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
                 if owner == "legacy":
                     self._mark(schema, name, role)
             elif role == SOURCE:
                 return False
             elif take_over and self.table_type(schema, name) == "VIEW":
-                self.spark.sql(f"ALTER VIEW {quote(schema, name)} AS {text}")
+                self.engine.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
                 self._mark(schema, name, role)
             else:
                 kind = (self.table_type(schema, name) or "object").lower()
@@ -210,7 +208,7 @@ class Catalog:
     def check_name(self, schema: str, name: str, model: str, take_over: bool = False) -> None:
         """Refuse, before anything is written, a name that belongs to an object of someone else's
         (publish_view would refuse it after the storage commit)."""
-        if known(self.spark, schema, name):
+        if known(self.engine, schema, name):
             return
         exists, owner = self.role(schema, name)
         if not exists or owner is not None:
@@ -226,12 +224,12 @@ class Catalog:
         )
 
     def _mark(self, schema: str, name: str, role: str) -> None:
-        self.spark.sql(
+        self.engine.execute(
             f"ALTER VIEW {quote(schema, name)} SET TBLPROPERTIES ({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)})"
         )
 
 
-def catalog_key(spark) -> str:
+def catalog_key(engine: Engine) -> str:
     """A short name of the metastore the session publishes to: views live per catalog, the
     stored result and its generations per storage, and several catalogs may share a storage."""
     import hashlib
@@ -243,22 +241,23 @@ def catalog_key(spark) -> str:
         "spark.hadoop.javax.jdo.option.ConnectionURL",
     ):
         try:
-            parts.append(str(spark.conf.get(key, "")))
+            parts.append(str(engine.conf(key, "")))
         except Exception:  # noqa: BLE001
             parts.append("")
     return hashlib.md5("|".join(parts).encode()).hexdigest()[:12]
 
 
-def known(spark, schema: str, name: str) -> bool:
-    """Did this process publish the view `schema.name` in `spark`?"""
+def known(engine: Engine, schema: str, name: str) -> bool:
+    """Did this process publish the view `schema.name` in the engine's session?"""
     with _DDL_LOCK:
-        return (id(spark), schema.lower(), name.lower()) in _PUBLISHED
+        return (engine.key, schema.lower(), name.lower()) in _PUBLISHED
 
 
-def forget(spark) -> None:
-    """Forget what this process believes it published in `spark` (a view was found missing)."""
+def forget(engine: Engine) -> None:
+    """Forget what this process believes it published in the engine's session (a view was found
+    missing)."""
     with _DDL_LOCK:
-        for key in [k for k in _PUBLISHED if k[0] == id(spark)]:
+        for key in [k for k in _PUBLISHED if k[0] == engine.key]:
             del _PUBLISHED[key]
 
 

@@ -15,15 +15,18 @@ Weights: inserts and update post-images +1, deletes and pre-images -1.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
+from python_helpers.dvm.sqlgen import render
 from python_helpers.dvm.tree import WEIGHT
 from python_helpers.runtime import delta_log, paths
-from python_helpers.runtime.delta_tables import consolidate_arrow, normalize_schema, spark_schema
+from python_helpers.runtime.delta_tables import consolidate_arrow, normalize_schema, spark_type_strings
+from python_helpers.runtime.engine import Engine
 
 CHANGE_TYPE = "_change_type"
 WEIGHT_OF_CHANGE = {"insert": 1, "delete": -1, "update_preimage": -1, "update_postimage": 1}
@@ -34,10 +37,11 @@ DRIVER_READ_MAX_ROWS = 50_000
 
 @dataclass
 class Changes:
-    frame: Any  # a Spark DataFrame (pyspark is imported lazily): the read columns + the weight
+    columns: list  # of the view bound: the read columns and the weight
     rows: int  # exact when `consolidated`, else the log's estimate
     consolidated: bool  # rows with equal values were summed and cancelled ones dropped
     arrow: Optional[pa.Table] = None  # the rows, when they were read in the driver
+    file_views: list = field(default_factory=list)  # views over the change files the view reads
 
 
 def table_stats(table) -> tuple[Optional[int], float]:
@@ -74,21 +78,30 @@ def missing_files(files: list) -> list:
 
 
 def read_changes(
-    spark, arrow_schema: pa.Schema, partition_columns: list, table_path: str, files: list, columns: list, rows: int
+    engine: Engine,
+    name: str,
+    arrow_schema: pa.Schema,
+    partition_columns: list,
+    table_path: str,
+    files: list,
+    columns: list,
+    rows: int,
+    one_partition_up_to: int = 0,
 ) -> Changes:
-    """The change rows of `files` restricted to `columns`, with weights."""
+    """Bind the temporary view `name` to the change rows of `files` restricted to `columns`,
+    with weights (in one partition when there are at most `one_partition_up_to` rows)."""
+    bound = list(columns) + [WEIGHT]
     if rows <= DRIVER_READ_MAX_ROWS:
         data = _read_in_driver(arrow_schema, files, columns)
         merged = consolidate_arrow(data)
         if merged is not None:
             data = merged
-        frame = (
-            spark.createDataFrame(data, schema=spark_schema(data.schema))
-            if data.num_rows
-            else spark.createDataFrame([], spark_schema(data.schema))
-        )
-        return Changes(frame, data.num_rows, merged is not None, data)
-    return Changes(_read_in_spark(spark, arrow_schema, partition_columns, table_path, files, columns), rows, False)
+        engine.view_of_arrow(name, data, one_partition=data.num_rows <= one_partition_up_to)
+        return Changes(bound, data.num_rows, merged is not None, data)
+    file_views: list = []
+    query = _read_in_spark(engine, name, arrow_schema, partition_columns, table_path, files, columns, file_views)
+    engine.view_of_query(name, render(query), one_partition=rows <= one_partition_up_to)
+    return Changes(bound, rows, False, file_views=file_views)
 
 
 def _target_schema(arrow_schema: pa.Schema, columns: list) -> pa.Schema:
@@ -158,55 +171,82 @@ def _hive_layout(table_root: str, files: list, partition_columns: list) -> bool:
 
 
 def _read_in_spark(
-    spark, arrow_schema: pa.Schema, partition_columns: list, table_root: str, files: list, columns: list
-):
-    """Spark reads the change files itself (nothing passes through the driver)."""
-    from pyspark.sql import functions as F
-
-    frames = []
-    full = spark_schema(arrow_schema)
+    engine: Engine,
+    name: str,
+    arrow_schema: pa.Schema,
+    partition_columns: list,
+    table_root: str,
+    files: list,
+    columns: list,
+    file_views: list,
+) -> exp.Query:
+    """Spark reads the change files itself (nothing passes through the driver): a view per
+    kind of file (and per partition when the files do not sit in hive-style directories), and
+    the query that gives their rows weights."""
+    parts: list[exp.Query] = []
     hive = not partition_columns or _hive_layout(table_root, files, partition_columns)
+    types = spark_type_strings(arrow_schema)
     for kind in ("cdc", "add", "remove"):
         group = [f for f in files if f.kind == kind]
         if not group:
             continue
         if hive:
-            batches = [(None, group)]
+            batches: list = [(None, group)]
         else:  # partition values as literals, one read per partition
             by_value: dict = {}
             for f in group:
                 by_value.setdefault(f.partition_values, []).append(f)
             batches = list(by_value.items())
         for values, batch in batches:
-            fields = [fl for fl in full.fields if hive or fl.name not in partition_columns]
-            schema = type(full)(fields)
+            fields = [fl for fl in arrow_schema if hive or fl.name not in partition_columns]
             if kind == "cdc":
-                from pyspark.sql.types import StringType, StructField
-
-                schema = schema.add(StructField(CHANGE_TYPE, StringType()))
-            reader = spark.read.schema(schema)
+                fields.append(pa.field(CHANGE_TYPE, pa.string()))
+            base = None
             if hive and partition_columns:
-                base = table_root if kind != "cdc" else paths.join(table_root, "_change_data")
-                reader = reader.option("basePath", paths.for_spark(base, table_root))
-            frame = reader.parquet(*[paths.spark_glob_path(f.path, table_root) for f in batch])
-            if values is not None:
-                for c, v in dict(values).items():
-                    typed = full[c].dataType
-                    frame = frame.withColumn(c, F.lit(v).cast(typed))
-            if kind == "cdc":
-                w = (
-                    F.when(F.col(CHANGE_TYPE).isin("insert", "update_postimage"), F.lit(1))
-                    .when(F.col(CHANGE_TYPE).isin("delete", "update_preimage"), F.lit(-1))
-                    .otherwise(F.lit(0))
-                )
-            else:
-                w = F.lit(1 if kind == "add" else -1)
-            frames.append(
-                frame.select(*[F.col(f"`{c.replace('`', '``')}`") for c in columns], w.cast("bigint").alias(WEIGHT))
+                root = table_root if kind != "cdc" else paths.join(table_root, "_change_data")
+                base = paths.for_spark(root, table_root)
+            view = f"{name}_{kind}{len(parts)}"
+            file_views.append(view)
+            engine.view_of_files(
+                view, [paths.spark_glob_path(f.path, table_root) for f in batch], pa.schema(fields), base
             )
-    if not frames:
-        return spark.createDataFrame([], spark_schema(_target_schema(arrow_schema, columns)))
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    return out.where(F.col(WEIGHT) != 0)
+            literals = dict(values) if values is not None else {}
+            selected: list[exp.Expr] = []
+            for c in columns:
+                if c in literals:
+                    value = literals[c]
+                    literal = exp.Null() if value is None else exp.Literal.string(value)
+                    selected.append(exp.alias_(exp.Cast(this=literal, to=exp.DataType.build(types[c])), c, quoted=True))
+                else:
+                    selected.append(exp.column(c, quoted=True))
+            selected.append(exp.alias_(exp.Cast(this=_weight_of(kind), to=exp.DataType.build("bigint")), WEIGHT))
+            parts.append(exp.select(*selected).from_(exp.to_table(view)))
+    if not parts:
+        empty = [
+            exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(types[c])), c, quoted=True) for c in columns
+        ]
+        return exp.select(*empty, exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build("bigint")), WEIGHT)).where(
+            exp.false()
+        )
+    union = parts[0]
+    for part in parts[1:]:
+        union = exp.union(union, part, distinct=False)
+    return (
+        exp.select("*")
+        .from_(exp.Subquery(this=union, alias=exp.TableAlias(this=exp.to_identifier("__dvm_change"))))
+        .where(exp.NEQ(this=exp.column(WEIGHT), expression=exp.Literal.number(0)))
+    )
+
+
+def _weight_of(kind: str) -> exp.Expr:
+    """The weight of a change file's row: +1 inserted or post-image, -1 deleted or pre-image."""
+    if kind != "cdc":
+        return exp.Literal.number(1 if kind == "add" else -1)
+    change = exp.column(CHANGE_TYPE)
+    return exp.Case(
+        ifs=[
+            exp.If(this=change.isin("insert", "update_postimage"), true=exp.Literal.number(1)),
+            exp.If(this=change.isin("delete", "update_preimage"), true=exp.Literal.number(-1)),
+        ],
+        default=exp.Literal.number(0),
+    )

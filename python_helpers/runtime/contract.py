@@ -46,11 +46,11 @@ class ContractMismatch(StreamTableError):
         self.sql_columns = sql_columns
 
 
-def check(model: str, declared: list, schema) -> None:
-    """Raise ContractMismatch unless `schema` (the query's Spark StructType) has exactly the
-    `declared` [(name, data_type)] columns."""
+def check(model: str, declared: list, columns: list) -> None:
+    """Raise ContractMismatch unless `columns` (the query's output, engine.OutputColumn) are
+    exactly the `declared` [(name, data_type)] columns."""
     yaml_columns = [{"name": str(n), "data_type": normal_type(t)} for n, t in declared]
-    sql_columns = [{"name": f.name, "data_type": f.dataType.simpleString()} for f in schema.fields]
+    sql_columns = [{"name": c.name, "data_type": c.type} for c in columns]
     by_name = {c["name"].lower(): c for c in sql_columns}
     problems = []
     for col in yaml_columns:

@@ -19,6 +19,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from python_helpers.dvm.tree import WEIGHT
 from python_helpers.runtime import paths
+from python_helpers.runtime.engine import Engine
 
 CDF_PROPERTY = "delta.enableChangeDataFeed"
 
@@ -151,49 +152,57 @@ def spark_type_strings(arrow_schema: pa.Schema) -> dict:
     return {f.name: f.dataType.simpleString() for f in spark_schema(arrow_schema).fields}
 
 
-# (session, path, table id, version, columns) -> DataFrame. A version of a Delta table never
-# changes, so its scan (file listing included) is built once per process: the old snapshot of
-# one refresh is the new snapshot of the previous one, and models share their sources.
-_SNAPSHOTS: "OrderedDict" = OrderedDict()
-_SNAPSHOTS_KEPT = 64
-_SNAPSHOTS_LOCK = threading.Lock()  # dbt runs models on several threads in one process
+# (path, table id, version) -> the version's data files. A version of a Delta table never
+# changes, so its file list is read from the log once per process: the old snapshot of one
+# refresh is the new snapshot of the previous one, and models share their sources.
+_VERSION_FILES: "OrderedDict" = OrderedDict()
+_VERSION_FILES_KEPT = 64
+_VERSION_FILES_LOCK = threading.Lock()  # dbt runs models on several threads in one process
 
 
-def snapshot_frame(spark, state: TableState, version: int, columns: Optional[list] = None):
-    """The table at `version` as a Spark DataFrame over its live parquet files."""
-    key = (id(spark), state.path, state.table_id, version, tuple(columns) if columns is not None else None)
-    with _SNAPSHOTS_LOCK:
-        if key in _SNAPSHOTS:
-            _SNAPSHOTS.move_to_end(key)
-            return _SNAPSHOTS[key]
-    frame = _snapshot_frame(spark, state, version, columns)
-    with _SNAPSHOTS_LOCK:
-        _SNAPSHOTS[key] = frame
-        while len(_SNAPSHOTS) > _SNAPSHOTS_KEPT:
-            _SNAPSHOTS.popitem(last=False)
-    return frame
+def bind_snapshot(engine: Engine, name: str, state: TableState, version: int, columns: Optional[list] = None) -> None:
+    """The temporary view `name` over the table at `version` (its live parquet files); the
+    engine may reuse the scan, since a version never changes."""
+    key = (state.path, state.table_id, version)
+    with _VERSION_FILES_LOCK:
+        known = _VERSION_FILES.get(key)
+        if known is not None:
+            _VERSION_FILES.move_to_end(key)
+    if known is None:
+        table = table_at(state.path, version)
+        schema = state.arrow_schema if table.version() == state.version else arrow_schema(table)
+        known = (file_paths(table, state.path), schema)
+        with _VERSION_FILES_LOCK:
+            _VERSION_FILES[key] = known
+            while len(_VERSION_FILES) > _VERSION_FILES_KEPT:
+                _VERSION_FILES.popitem(last=False)
+    files, schema = known
+    _bind(engine, name, state, files, schema, columns, cache_key=("snapshot", *key))
 
 
-def _snapshot_frame(spark, state: TableState, version: int, columns: Optional[list] = None):
-    table = table_at(state.path, version)
-    return _files_frame(spark, state, table, file_paths(table, state.path), columns)
+def bind_files(
+    engine: Engine, name: str, state: TableState, table: DeltaTable, files: list, columns: Optional[list] = None
+) -> None:
+    """The temporary view `name` over some of the data files of `table` (opened at the version
+    read), e.g. those file statistics leave in."""
+    schema = state.arrow_schema if table.version() == state.version else arrow_schema(table)
+    _bind(engine, name, state, files, schema, columns)
 
 
-def _files_frame(spark, state: TableState, table: DeltaTable, files: list, columns: Optional[list]):
-    """Some of the data files of `table` (opened at the version read) as a DataFrame."""
-    schema = spark_schema(state.arrow_schema if table.version() == state.version else arrow_schema(table))
-    if not files:
-        frame = spark.createDataFrame([], schema)
-    else:
-        reader = spark.read.schema(schema)
-        if state.partition_columns:
-            # Partition values live in the directory names (hive style), found from the table root.
-            reader = reader.option("basePath", paths.for_spark(state.path, state.path))
-        # Each path is a Hadoop glob pattern: escape what would be read as one.
-        frame = reader.parquet(*[paths.glob_escaped(f) for f in files])
-    if columns is not None:
-        frame = frame.select(*[quoted_column(c) for c in columns])
-    return frame
+def _bind(
+    engine: Engine,
+    name: str,
+    state: TableState,
+    files: list,
+    schema: pa.Schema,
+    columns: Optional[list],
+    cache_key: Optional[tuple] = None,
+) -> None:
+    # Partition values live in the directory names (hive style), found from the table root.
+    base = paths.for_spark(state.path, state.path) if state.partition_columns else None
+    # Each path is a Hadoop glob pattern: escape what would be read as one.
+    escaped = [paths.glob_escaped(f) for f in files]
+    engine.view_of_files(name, escaped, schema, base, columns, cache_key=cache_key)
 
 
 def files_meeting_keys(table: DeltaTable, table_path: str, column: str, keys: pa.Array) -> Optional[list]:
@@ -236,17 +245,6 @@ def files_meeting_keys(table: DeltaTable, table_path: str, column: str, keys: pa
         if at < len(wanted) and wanted[at] <= hi:
             out.append(f)
     return out
-
-
-def keyed_frame(spark, state: TableState, table: DeltaTable, files: list, columns: Optional[list] = None):
-    """The rows of some of `table`'s files (those statistics leave in; `table` opened at the
-    version read) as a DataFrame."""
-    return _files_frame(spark, state, table, files, columns)
-
-
-def quoted_column(name: str) -> str:
-    """A column name as DataFrame.select takes it, whatever characters it holds."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def consolidate_arrow(data: pa.Table) -> Optional[pa.Table]:

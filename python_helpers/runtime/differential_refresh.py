@@ -15,7 +15,7 @@ from python_helpers.dvm.sqlgen import render
 from python_helpers.dvm.stored_result import ACTION, ROW_ID, MaintainedResult, plan_stored_result
 from python_helpers.dvm.tree import Recursive, walk
 from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh
-from python_helpers.runtime import delta_tables, read_cost, steps, storage
+from python_helpers.runtime import delta_tables, paths, read_cost, steps, storage
 from python_helpers.runtime.attempt import Attempt, FullIsCheaper, schema_key
 from python_helpers.runtime.binding import Bindings
 from python_helpers.runtime.full_refresh import output_names, typed
@@ -31,11 +31,11 @@ _RECURSION_LIMITS = ("RECURSION_LEVEL_LIMIT_EXCEEDED", "RECURSION_ROW_LIMIT_EXCE
 
 def run_differential(attempt: Attempt) -> int:
     """Rows of the stored result the MERGE wrote (0 when the change cancelled out)."""
-    spark, request, plan, phases = attempt.spark, attempt.request, attempt.plan, attempt.phases
+    engine, request, plan, phases = attempt.engine, attempt.request, attempt.plan, attempt.phases
     meta = attempt.meta
     assert meta is not None, "a differential refresh starts from the last refresh's metadata"
     old_versions = {r: meta["offsets"][r]["version"] for r in plan.pinned}
-    bindings = Bindings(spark, plan.pinned, old_versions, plan.columns, request.model)
+    bindings = Bindings(engine, plan.pinned, old_versions, plan.columns, request.model)
     try:
         with phases("changes"):
             counts = bindings.count_changes()
@@ -47,15 +47,10 @@ def run_differential(attempt: Attempt) -> int:
             result = analyzed(attempt, bindings)
             read_version = meta["read_version"]
             stored = delta_tables.table_at(attempt.target, read_version)
-            schema = delta_tables.spark_schema(delta_tables.arrow_schema(stored))
+            schema = delta_tables.arrow_schema(stored)
             files = delta_tables.file_paths(stored, attempt.target)
-            frame = (
-                spark.read.schema(schema).parquet(*[delta_tables.paths.glob_escaped(f) for f in files])
-                if files
-                else spark.createDataFrame([], schema)
-            )
-            store_rel = bindings.register(frame, "store")
-            types = {f.name: f.dataType.simpleString() for f in schema.fields}
+            store_rel = bindings.bind_files("store", [paths.glob_escaped(f) for f in files], schema)
+            types = delta_tables.spark_type_strings(schema)
             try:  # a recursion's delta is computed here already (Bindings.materialize)
                 merge = result.merge_sql(bindings.context(changed), store_rel, types) if changed else None
             except Exception as err:  # noqa: BLE001 - only Spark's recursion limits are handled here
@@ -72,7 +67,7 @@ def run_differential(attempt: Attempt) -> int:
         )
         with phases("delta"):
             try:
-                data = spark.sql(render(merge)).toArrow() if merge is not None else None
+                data = engine.arrow(render(merge)) if merge is not None else None
             except Exception as err:  # noqa: BLE001 - only Spark's recursion limits are handled here
                 recursion_limit(plan, err)
                 raise
@@ -119,8 +114,8 @@ def analyzed(attempt: Attempt, bindings: Bindings) -> MaintainedResult:
         return attempt.stored_result_from_meta()
     plan = attempt.plan
     assert plan.tree is not None, "only a query with an operator tree is refreshed differentially"
-    names = output_names(attempt.spark, attempt.model, plan, bindings)
-    result = typed(attempt.spark, plan_stored_result(attempt.model, plan.tree, names, plan.top_k), bindings)
+    names = output_names(attempt.engine, attempt.model, plan, bindings)
+    result = typed(attempt.engine, plan_stored_result(attempt.model, plan.tree, names, plan.top_k), bindings)
     if cached and (
         cached.get("names") != list(result.output_names) or (cached.get("arg_types") or {}) != result.arg_types
     ):

@@ -18,6 +18,7 @@ from python_helpers.runtime import contract, delta_tables, steps, storage
 from python_helpers.runtime.attempt import Attempt
 from python_helpers.runtime.binding import Bindings
 from python_helpers.runtime.catalog_views import Catalog
+from python_helpers.runtime.engine import Engine
 from python_helpers.runtime.planning import Plan
 from python_helpers.sql.dialect import spark_sql
 from python_helpers.sql.parse import relation_name
@@ -25,27 +26,28 @@ from python_helpers.sql.parse import relation_name
 
 def run_full(attempt: Attempt) -> int:
     """Rows written."""
-    spark, request, plan, phases = attempt.spark, attempt.request, attempt.plan, attempt.phases
-    bindings = Bindings(spark, plan.pinned, {}, plan.columns if plan.tree is not None else {}, request.model)
+    engine, request, plan, phases = attempt.engine, attempt.request, attempt.plan, attempt.phases
+    bindings = Bindings(engine, plan.pinned, {}, plan.columns if plan.tree is not None else {}, request.model)
     try:
         with phases("analyze"):
-            Catalog(spark).check_name(request.schema, request.identifier, request.model, request.take_over_relation)
-            names = output_names(spark, request.model, plan, bindings)
+            Catalog(engine).check_name(request.schema, request.identifier, request.model, request.take_over_relation)
+            names = output_names(engine, request.model, plan, bindings)
             if request.contract:  # before anything is computed or written
                 contract.check(
-                    request.model, request.contract, spark.sql(spark_sql(bind_plain_query(plan, bindings))).schema
+                    request.model,
+                    request.contract,
+                    engine.output_columns(spark_sql(bind_plain_query(plan, bindings))),
                 )
             result: StoredResult
             if plan.tree is not None:
-                maintained = typed(spark, plan_stored_result(request.model, plan.tree, names, plan.top_k), bindings)
-                frame = spark.sql(render(maintained.full_sql(bindings.context(set()))))
+                maintained = typed(engine, plan_stored_result(request.model, plan.tree, names, plan.top_k), bindings)
+                sql = render(maintained.full_sql(bindings.context(set())))
                 result = maintained
             else:
                 result = RecomputeResult(request.model, names, storage_names(request.model, names))
-                frame = spark.sql(spark_sql(bind_plain_query(plan, bindings)))
-            frame = frame.toDF(*result.storage_columns())
+                sql = spark_sql(bind_plain_query(plan, bindings))
         with phases("compute"):
-            data = frame.toArrow()
+            data = engine.arrow(sql, names=result.storage_columns())
         steps.reached("computed")
         with phases("write"):
             read_version = (attempt.meta or {}).get("read_version")
@@ -69,12 +71,12 @@ def run_full(attempt: Attempt) -> int:
         bindings.close()
 
 
-def typed(spark, result: MaintainedResult, bindings: Bindings) -> MaintainedResult:
+def typed(engine: Engine, result: MaintainedResult, bindings: Bindings) -> MaintainedResult:
     """Give the plan the Spark types of the aggregate arguments it needs (analysis only, no job)."""
     wanted = result.typed_args()
     if wanted:
         query = result.args_query(bindings.context(set()))
-        types = [f.dataType.simpleString() for f in spark.sql(render(query)).schema.fields]
+        types = [c.type for c in engine.output_columns(render(query))]
         result.arg_types = {name: t for (name, _), t in zip(wanted, types)}
     return result
 
@@ -93,10 +95,10 @@ def bind_plain_query(plan: Plan, bindings: Bindings) -> exp.Expr:
     return plan.query.copy().transform(bind)
 
 
-def output_names(spark, model: str, plan: Plan, bindings: Bindings) -> list:
+def output_names(engine: Engine, model: str, plan: Plan, bindings: Bindings) -> list:
     """The columns Spark gives the query (names like `count(1)` included), from analysis only."""
     try:
-        return spark.sql(spark_sql(bind_plain_query(plan, bindings))).columns
+        return [c.name for c in engine.output_columns(spark_sql(bind_plain_query(plan, bindings)))]
     except Exception as err:  # noqa: BLE001 - Spark's analysis error is the message the user needs
         raise StreamTableError(
             model, f"Spark rejects the query: {str(err).splitlines()[0][:400]}", "fix the model SQL"

@@ -16,21 +16,20 @@ import uuid
 from typing import Optional
 from urllib.request import urlopen
 
+from python_helpers.runtime.engine import Engine
+
 ENABLE = "DBT_SPARK_STREAM_METRICS"
 UI_URL = "DBT_SPARK_STREAM_SPARK_UI"
 
 
 class SparkMeter:
-    def __init__(self, spark):
-        self.spark = spark
+    def __init__(self, engine: Engine):
+        self.engine = engine
         self.enabled = bool(os.environ.get(ENABLE))
         self.tag = f"dvm-{uuid.uuid4().hex[:12]}"
         self.first_job: Optional[int] = None  # the first job id this refresh can have started
         if self.enabled:
-            try:
-                spark.addTag(self.tag)
-            except Exception:  # noqa: BLE001 - no job tags in this Spark: no metrics
-                self.enabled = False
+            self.enabled = engine.add_tag(self.tag)  # no job tags in this Spark: no metrics
         if self.enabled:
             try:
                 self.first_job = 1 + max((j["jobId"] for j in self._get(f"{self._base()}/jobs")), default=-1)
@@ -40,10 +39,7 @@ class SparkMeter:
     def finish(self) -> dict:
         if not self.enabled:
             return {}
-        try:
-            self.spark.removeTag(self.tag)
-        except Exception:  # noqa: BLE001
-            pass
+        self.engine.remove_tag(self.tag)
         try:
             return self._read()
         except Exception:  # noqa: BLE001 - metrics never fail a refresh
@@ -53,10 +49,7 @@ class SparkMeter:
         url = os.environ.get(UI_URL)
         if url:
             return url.rstrip("/")
-        try:
-            return (self.spark.sparkContext.uiWebUrl or "").rstrip("/") or None
-        except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
-            return None
+        return self.engine.ui_url()
 
     def _get(self, url: str):
         with urlopen(url, timeout=5) as response:

@@ -16,6 +16,7 @@ from python_helpers.dvm.plan_query import query_tree
 from python_helpers.dvm.tree import RECURSION_PREFIX, Node, Scan, walk
 from python_helpers.errors import UnsupportedSql
 from python_helpers.runtime import functions
+from python_helpers.runtime.engine import Engine
 from python_helpers.runtime.requests import RefreshRequest
 from python_helpers.runtime.sources import pin_sources
 from python_helpers.runtime.view_inlining import inline_views
@@ -36,17 +37,17 @@ class Plan:
     definition: str = ""  # the SQL the stored result is defined by (views inlined): fingerprinted
 
 
-def plan_request(spark, request: RefreshRequest) -> Plan:
+def plan_request(engine: Engine, request: RefreshRequest) -> Plan:
     """Parse, inline views, pin the Delta sources and plan the tree."""
     model = request.model
     parsed = parse_query(model, request.sql)
     overrides = {k.lower(): v for k, v in (request.sources or {}).items()}
-    inlined = inline_views(spark, model, parsed, overrides)
+    inlined = inline_views(engine, model, parsed, overrides)
     relations = [r for r in source_relations(inlined.query) if r not in inlined.kept]
     pinned = pin_sources(
-        spark, model, relations, {**overrides, **inlined.overrides}, inlined.versions, inlined.pinned_by
+        engine, model, relations, {**overrides, **inlined.overrides}, inlined.versions, inlined.pinned_by
     )
-    query, volatile = functions.mark_user_functions(spark, model, inlined.query)
+    query, volatile = functions.mark_user_functions(engine, model, inlined.query)
     plan = _plan(model, query, pinned, inlined.unsupported or volatile, inlined.weights)
     plan.definition = (
         request.sql if not inlined.views else f"{request.sql}\n-- views inlined:\n{inlined.query.sql(DIALECT)}"

@@ -20,6 +20,7 @@ from sqlglot import exp
 
 from python_helpers.runtime import catalog_views, delta_tables, paths, published_files, steps, view_comments
 from python_helpers.runtime.catalog_views import Catalog
+from python_helpers.runtime.engine import Engine, as_engine
 from python_helpers.runtime.view_inlining import is_stored_table
 
 Log = Callable[[str, str], None]
@@ -61,11 +62,11 @@ def _log_string(value) -> str:
 
 
 def stream_table_marker(spark, target: str) -> Optional[dict]:
-    return published_files.read_marker(published_files.stream_root(target), catalog_views.catalog_key(spark))
+    return published_files.read_marker(published_files.stream_root(target), catalog_views.catalog_key(as_engine(spark)))
 
 
 def publish_stream_table(
-    spark,
+    engine: Engine,
     schema: str,
     name: str,
     model: str,
@@ -82,7 +83,7 @@ def publish_stream_table(
     types = delta_tables.spark_type_strings(arrow)
     version, table_id = stored.version(), str(stored.metadata().id)
     root = published_files.stream_root(target)
-    catalog = catalog_views.catalog_key(spark)
+    catalog = catalog_views.catalog_key(engine)
     marker = published_files.read_marker(root, catalog)
     if _newer(marker, table_id, version + 1):
         return  # a later refresh published a newer version already
@@ -94,8 +95,8 @@ def publish_stream_table(
         relation = catalog_views.directory_relation(gen)
     else:
         relation = catalog_views.files_relation(target, files, types)
-    query = view_comments.with_column_docs(spark, schema, name, view_sql(relation, types), docs)
-    Catalog(spark).publish_view(schema, name, query, catalog_views.STREAM_TABLE, model, take_over=take_over)
+    query = view_comments.with_column_docs(engine, schema, name, view_sql(relation, types), docs)
+    Catalog(engine).publish_view(schema, name, query, catalog_views.STREAM_TABLE, model, take_over=take_over)
     steps.reached("stream_view_altered")
     published_files.write_marker(
         root,
@@ -110,21 +111,23 @@ def publish_stream_table(
     published_files.prune(root, retention_seconds=retention_seconds)
 
 
-def source_schema_dir(spark, relation: str) -> str:
+def source_schema_dir(engine: Engine, relation: str) -> str:
     from python_helpers.runtime.sources import schema_dir
 
-    return schema_dir(spark, relation.split(".")[-2])
+    return schema_dir(engine, relation.split(".")[-2])
 
 
-def publish_source(spark, relation: str, src, model: str, log: Log, retention_seconds: Optional[float] = None) -> None:
+def publish_source(
+    engine: Engine, relation: str, src, model: str, log: Log, retention_seconds: Optional[float] = None
+) -> None:
     """The view `schema.table` over a source at its pinned version (never moved back)."""
     schema, name = relation.split(".")[-2:]
-    root = published_files.source_root(source_schema_dir(spark, relation), name)
-    catalog = catalog_views.catalog_key(spark)
+    root = published_files.source_root(source_schema_dir(engine, relation), name)
+    catalog = catalog_views.catalog_key(engine)
     marker = published_files.read_marker(root, catalog)
     state = src.state
     if _newer(marker, state.table_id, state.version) and (
-        catalog_views.known(spark, schema, name) or Catalog(spark).exists(schema, name)
+        catalog_views.known(engine, schema, name) or Catalog(engine).exists(schema, name)
     ):
         return  # shown already, or a newer version is: a source view never moves back
     table = delta_tables.table_at(src.path, state.version)
@@ -149,7 +152,7 @@ def publish_source(spark, relation: str, src, model: str, log: Log, retention_se
         else:
             query = catalog_views.files_query(src.path, files, types, parts, partitions)
     steps.reached("source_generation_linked")
-    published = Catalog(spark).publish_view(
+    published = Catalog(engine).publish_view(
         schema, name, query, catalog_views.SOURCE, model, legacy_mark=paths.local(src.path)
     )
     steps.reached("source_view_altered")
@@ -172,13 +175,13 @@ def publish_source(spark, relation: str, src, model: str, log: Log, retention_se
 
 
 def publish(
-    spark, request, plan, target: str, view_sql: Callable, log: Log, retention_seconds: Optional[float] = None
+    engine: Engine, request, plan, target: str, view_sql: Callable, log: Log, retention_seconds: Optional[float] = None
 ) -> None:
     for relation, src in plan.pinned.items():
         if not is_stored_table(relation):  # an upstream stream table's stored table has its own view
-            publish_source(spark, relation, src, request.model, log, retention_seconds)
+            publish_source(engine, relation, src, request.model, log, retention_seconds)
     publish_stream_table(
-        spark,
+        engine,
         request.schema,
         request.identifier,
         request.model,
@@ -190,28 +193,30 @@ def publish(
     )
 
 
-def up_to_date(spark, request, plan, target: str) -> bool:
+def up_to_date(engine: Engine, request, plan, target: str) -> bool:
     """Do the views show the newest stored version and the pinned source versions?
     (A crash after the storage commit leaves them behind; then the refresh publishes again.)"""
     stored = delta_tables.open_table(target)
     if stored is None:
         return False
-    if not _newer(stream_table_marker(spark, target), str(stored.metadata().id), stored.version()):
+    if not _newer(stream_table_marker(engine, target), str(stored.metadata().id), stored.version()):
         return False
-    catalog = Catalog(spark)
-    key = catalog_views.catalog_key(spark)
+    catalog = Catalog(engine)
+    key = catalog_views.catalog_key(engine)
     for relation, src in plan.pinned.items():
         if is_stored_table(relation):
             continue
         schema, name = relation.split(".")[-2:]
-        marker = published_files.read_marker(published_files.source_root(source_schema_dir(spark, relation), name), key)
+        marker = published_files.read_marker(
+            published_files.source_root(source_schema_dir(engine, relation), name), key
+        )
         if marker is None or not _newer(marker, src.state.table_id, src.state.version):
             return False
         if not marker.get("skipped") and not catalog.exists(schema, name):
-            catalog_views.forget(spark)
+            catalog_views.forget(engine)
             return False
     if not catalog.exists(request.schema, request.identifier):
-        catalog_views.forget(spark)
+        catalog_views.forget(engine)
         return False
     # Column descriptions changed (or were never published): publish the view again.
-    return view_comments.columns_current(spark, request.schema, request.identifier, request.docs)
+    return view_comments.columns_current(engine, request.schema, request.identifier, request.docs)

@@ -27,6 +27,7 @@ from python_helpers.runtime import publishing, steps, storage
 from python_helpers.runtime.attempt import Attempt, FullIsCheaper
 from python_helpers.runtime.decide import DIFFERENTIAL, Decision, decide, read_schema
 from python_helpers.runtime.differential_refresh import run_differential
+from python_helpers.runtime.engine import Engine, as_engine
 from python_helpers.runtime.full_refresh import run_full
 from python_helpers.runtime.metrics import SparkMeter
 from python_helpers.runtime.planning import plan_request
@@ -47,14 +48,14 @@ def _default_log(level: str, text: str) -> None:
     print(f"[dbt-spark-stream] {level}: {text}", file=sys.stderr)
 
 
-def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> RefreshResult:
+def run_refresh(engine: Engine, request: RefreshRequest, log: Optional[Log] = None) -> RefreshResult:
     log = log or _default_log
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     _validate(request)
-    require_persistent_catalog(spark, request.model)
+    require_persistent_catalog(engine, request.model)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            return _refresh_once(spark, request, log)
+            return _refresh_once(engine, request, log)
         except ConcurrentRefresh as err:
             if attempt == MAX_ATTEMPTS:
                 raise
@@ -62,23 +63,23 @@ def run_refresh(spark, request: RefreshRequest, log: Optional[Log] = None) -> Re
     raise AssertionError("unreachable")
 
 
-def _refresh_once(spark, request: RefreshRequest, log: Log) -> RefreshResult:
+def _refresh_once(engine: Engine, request: RefreshRequest, log: Log) -> RefreshResult:
     started = time.perf_counter()
     phases = Phases()
     model = request.model
-    meter = SparkMeter(spark)
+    meter = SparkMeter(engine)
 
     with phases("plan"):
-        plan = plan_request(spark, request)
-        target = storage_path(spark, request.schema, request.identifier)
+        plan = plan_request(engine, request)
+        target = storage_path(engine, request.schema, request.identifier)
         meta = storage.read_metadata(target)
         print_fp = fingerprint(plan.definition, request.shaping_config, storage.FORMAT_VERSION)
-        session = result_settings(spark)
+        session = result_settings(engine)
         schema_now = read_schema(plan)
         decision = decide(request, plan, meta, print_fp, session, schema_now)
     steps.reached("planned")
 
-    attempt = Attempt(spark, request, plan, target, meta, print_fp, session, schema_now, phases, log)
+    attempt = Attempt(engine, request, plan, target, meta, print_fp, session, schema_now, phases, log)
 
     def result(mode: str, rows: int, reason: Optional[str] = None, skipped: bool = False) -> RefreshResult:
         attempt.counters.update(meter.finish())
@@ -99,7 +100,7 @@ def _refresh_once(spark, request: RefreshRequest, log: Log) -> RefreshResult:
         and meta is not None
         and all(meta["offsets"][r]["version"] == s.state.version for r, s in plan.pinned.items())
     ):
-        if publishing.up_to_date(spark, request, plan, target):
+        if publishing.up_to_date(engine, request, plan, target):
             return result("differential", 0, skipped=True)  # nothing moved: no Spark job, no commit
         with phases("publish"):  # a crash after the last commit left the views behind
             attempt.publish(attempt.stored_result_from_meta())
@@ -157,14 +158,16 @@ def _validate(request: RefreshRequest) -> None:
 
 def explain(spark, request: RefreshRequest) -> str:
     """What the next refresh would do and why, and the operator tree (reads no data, writes
-    nothing): the answer of `dbt run --vars '{stream_table_explain: true}'`."""
+    nothing): the answer of `dbt run --vars '{stream_table_explain: true}'`. `spark` is a
+    SparkSession or an engine.Engine."""
     model = request.model
+    engine = as_engine(spark)
     _validate(request)
-    plan = plan_request(spark, request)
-    meta = storage.read_metadata(storage_path(spark, request.schema, request.identifier))
+    plan = plan_request(engine, request)
+    meta = storage.read_metadata(storage_path(engine, request.schema, request.identifier))
     print_fp = fingerprint(plan.definition, request.shaping_config, storage.FORMAT_VERSION)
     try:
-        decision = decide(request, plan, meta, print_fp, result_settings(spark), read_schema(plan))
+        decision = decide(request, plan, meta, print_fp, result_settings(engine), read_schema(plan))
     except StreamTableError as err:
         decision = Decision.full(f"it fails: {err}")
     if decision == DIFFERENTIAL and meta is not None:

@@ -9,21 +9,22 @@ restarts while the stored result stays behind, so the next run finds files it ca
 from __future__ import annotations
 
 from python_helpers.errors import StreamTableError
+from python_helpers.runtime.engine import Engine
 
 CATALOG_SETTING = "spark.sql.catalogImplementation"
 
 
-def catalog_implementation(spark) -> str:
+def catalog_implementation(engine: Engine) -> str:
     """The session's catalog kind ("hive" or "in-memory"); "" when the server does not say."""
     try:
-        return str(spark.conf.get(CATALOG_SETTING, "") or "").strip().lower()
+        return str(engine.conf(CATALOG_SETTING, "") or "").strip().lower()
     except Exception:  # noqa: BLE001 - a server that hides static settings: nothing to judge
         return ""
 
 
-def require_persistent_catalog(spark, model: str) -> None:
+def require_persistent_catalog(engine: Engine, model: str) -> None:
     """Raise a StreamTableError naming `model` when the session's views die with the server."""
-    if catalog_implementation(spark) != "in-memory":
+    if catalog_implementation(engine) != "in-memory":
         return
     raise StreamTableError(
         model,

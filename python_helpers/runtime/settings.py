@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from python_helpers.runtime.engine import Engine
+
 # Settings read with their effective value (default included).
 RESULT_SETTINGS = (
     "spark.sql.session.timeZone",
@@ -24,19 +26,18 @@ RESULT_SETTINGS = (
 RESULT_PREFIXES = ("spark.sql.legacy.",)
 
 
-def result_settings(spark) -> dict:
+def result_settings(engine: Engine) -> dict:
     """{setting: value} of the settings that change query results, as this session has them."""
     out = {}
     for key in RESULT_SETTINGS:
         try:
-            value = spark.conf.get(key, None)
+            value = engine.conf(key, None)
         except Exception:  # noqa: BLE001 - a setting this Spark does not know
             value = None
         if value is not None:
             out[key] = str(value)
     try:
-        explicit = spark.conf.getAll
-        explicit = explicit() if callable(explicit) else explicit
+        explicit = engine.explicit_confs()
     except Exception:  # noqa: BLE001 - older Spark / Connect without getAll
         explicit = {}
     for key, value in sorted((explicit or {}).items()):

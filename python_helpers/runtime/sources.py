@@ -8,6 +8,7 @@ from typing import Optional
 from python_helpers.errors import SourceMissing, StreamTableError
 from python_helpers.runtime import paths
 from python_helpers.runtime.delta_tables import TableState, open_table, spark_type_strings, state_of
+from python_helpers.runtime.engine import Engine, as_engine
 
 
 @dataclass
@@ -22,19 +23,19 @@ class PinnedSource:
         return spark_type_strings(self.state.arrow_schema)
 
 
-def warehouse_dir(spark) -> str:
+def warehouse_dir(engine: Engine) -> str:
     """spark.sql.warehouse.dir: a local path (absolute) or a storage URI, kept a URI."""
-    return paths.normalize(spark.conf.get("spark.sql.warehouse.dir"))
+    return paths.normalize(engine.conf("spark.sql.warehouse.dir") or "")
 
 
-def schema_dir(spark, schema: str) -> str:
+def schema_dir(engine: Engine, schema: str) -> str:
     """Spark's managed location of a schema (database)."""
-    return paths.join(warehouse_dir(spark), f"{schema.lower()}.db")
+    return paths.join(warehouse_dir(engine), f"{schema.lower()}.db")
 
 
-def managed_path(spark, schema: str, table: str) -> str:
+def managed_path(engine: Engine, schema: str, table: str) -> str:
     """Spark's managed-table location, where sources and stored results live by default."""
-    return paths.join(schema_dir(spark, schema), table.lower())
+    return paths.join(schema_dir(engine, schema), table.lower())
 
 
 STORAGE_DIR = "__dvm_stream_tables"
@@ -43,20 +44,20 @@ STORAGE_DIR = "__dvm_stream_tables"
 def storage_path(spark, schema: str, identifier: str) -> str:
     """Where a stream table's stored result lives: beside, not at, the managed-table location,
     so a model switched back to `table` (or a table of that name) never collides with it."""
-    return paths.join(schema_dir(spark, schema), STORAGE_DIR, identifier.lower())
+    return paths.join(schema_dir(as_engine(spark), schema), STORAGE_DIR, identifier.lower())
 
 
-def source_path(spark, relation: str, overrides: dict) -> str:
+def source_path(engine: Engine, relation: str, overrides: dict) -> str:
     if relation in overrides and overrides[relation]:
         return paths.normalize(overrides[relation])
     parts = relation.split(".")
     if len(parts) < 2:
         raise StreamTableError("?", f"source '{relation}' is not schema-qualified")
-    return managed_path(spark, parts[-2], parts[-1])
+    return managed_path(engine, parts[-2], parts[-1])
 
 
 def pin_sources(
-    spark,
+    engine: Engine,
     model: str,
     relations: list,
     overrides: dict,
@@ -68,7 +69,7 @@ def pin_sources(
     pinned = {}
     for relation in relations:
         try:
-            path = source_path(spark, relation, overrides)
+            path = source_path(engine, relation, overrides)
         except StreamTableError:
             raise SourceMissing(
                 model,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from python_helpers.runtime import delta_tables, paths, storage
+from python_helpers.runtime.engine import Engine, as_engine
 from python_helpers.runtime.sources import STORAGE_DIR, schema_dir
 
 
@@ -60,8 +61,8 @@ class StreamTableStatus:
         }
 
 
-def stream_table_names(spark, schema: str) -> list:
-    root = paths.join(schema_dir(spark, schema), STORAGE_DIR)
+def stream_table_names(engine: Engine, schema: str) -> list:
+    root = paths.join(schema_dir(engine, schema), STORAGE_DIR)
     if paths.is_uri(root):
         import pyarrow.fs as pafs
 
@@ -74,8 +75,8 @@ def stream_table_names(spark, schema: str) -> list:
     return sorted(n for n in os.listdir(local) if os.path.isdir(os.path.join(local, n)) and not n.startswith("."))
 
 
-def status_of(spark, schema: str, name: str) -> Optional[StreamTableStatus]:
-    path = paths.join(schema_dir(spark, schema), STORAGE_DIR, name)
+def status_of(engine: Engine, schema: str, name: str) -> Optional[StreamTableStatus]:
+    path = paths.join(schema_dir(engine, schema), STORAGE_DIR, name)
     meta = storage.read_metadata(path)
     if meta is None:
         return None  # a directory without a refresh commit (a build killed before its first commit)
@@ -100,9 +101,11 @@ def status_of(spark, schema: str, name: str) -> Optional[StreamTableStatus]:
 
 
 def schema_status(spark, schema: str) -> list:
+    """The status of every stream table of `schema` (`spark`: a SparkSession or an engine)."""
+    engine = as_engine(spark)
     out = []
-    for name in stream_table_names(spark, schema):
-        status = status_of(spark, schema, name)
+    for name in stream_table_names(engine, schema):
+        status = status_of(engine, schema, name)
         if status is not None:
             out.append(status)
     return out

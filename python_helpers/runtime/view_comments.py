@@ -19,6 +19,7 @@ from typing import Optional
 from sqlglot import exp
 
 from python_helpers.runtime.catalog_views import ROLE_PROPERTY, quote
+from python_helpers.runtime.engine import Engine, as_engine
 
 DOCS_ROLE = "stream_table_docs"
 DOCS_PREFIX = "__dvm_docs__"
@@ -39,15 +40,17 @@ def column_comments(docs: Optional[dict]) -> dict:
     return {str(k).lower(): str(v) for k, v in ((docs or {}).get("columns") or {}).items() if v}
 
 
-def with_column_docs(spark, schema: str, name: str, query: exp.Expression, docs: Optional[dict]) -> exp.Expression:
+def with_column_docs(
+    engine: Engine, schema: str, name: str, query: exp.Expression, docs: Optional[dict]
+) -> exp.Expression:
     """`query` reading through the companion view when column comments are to be persisted."""
     comments = column_comments(docs)
     if not comments:
         return query
     from python_helpers.dvm.sqlgen import render
 
-    fields = spark.sql(render(query)).schema.fields  # analysis only: the view's names and types
-    text = _ensure_companion(spark, schema, name, [(f.name, f.dataType.simpleString()) for f in fields], comments)
+    fields = engine.output_columns(render(query))  # analysis only: the view's names and types
+    text = _ensure_companion(engine, schema, name, [(f.name, f.type) for f in fields], comments)
     first = exp.select(exp.Star()).from_(exp.table_(companion_name(name), db=schema, quoted=True))
     # The alias names the companion's content, so that new comments change the view's text and
     # the view is altered (its columns take their comments when it is altered, not when read).
@@ -79,7 +82,7 @@ def unwrapped(view: exp.Expr) -> exp.Expr:
     return rows.this.this
 
 
-def _ensure_companion(spark, schema: str, name: str, columns: list, comments: dict) -> str:
+def _ensure_companion(engine: Engine, schema: str, name: str, columns: list, comments: dict) -> str:
     listed = ", ".join(
         quote(c) + (f" COMMENT {_string(comments[c.lower()])}" if c.lower() in comments else "") for c, _ in columns
     )
@@ -89,25 +92,25 @@ def _ensure_companion(spark, schema: str, name: str, columns: list, comments: di
         f"COMMENT {_string('column comments of the stream table ' + name)} "
         f"TBLPROPERTIES ({_string(ROLE_PROPERTY)} = {_string(DOCS_ROLE)}) AS SELECT {rows} WHERE false"
     )
-    key = (id(spark), schema.lower(), name.lower())
+    key = (engine.key, schema.lower(), name.lower())
     with _LOCK:
         if _COMPANIONS.get(key) == text:
             return text
         wanted = {c.lower(): (t, comments.get(c.lower())) for c, t in columns}
-        if _described(spark, schema, companion_name(name)) == wanted:  # made by an earlier process
+        if _described(engine, schema, companion_name(name)) == wanted:  # made by an earlier process
             _COMPANIONS[key] = text
             return text
         # Replaced only when the descriptions or the columns change (a drop and a create: a
         # reader of the stream table in that instant fails and can retry).
-        spark.sql(text)
+        engine.execute(text)
         _COMPANIONS[key] = text
         return text
 
 
-def _described(spark, schema: str, name: str) -> Optional[dict]:
+def _described(engine: Engine, schema: str, name: str) -> Optional[dict]:
     """{lower-case column: (type, comment)} as the catalog describes the view; None when missing."""
     try:
-        rows = spark.sql(f"DESCRIBE TABLE {quote(schema, name)}").collect()
+        rows = engine.rows(f"DESCRIBE TABLE {quote(schema, name)}")
     except Exception:  # noqa: BLE001 - no such view
         return None
     out = {}
@@ -118,37 +121,37 @@ def _described(spark, schema: str, name: str) -> Optional[dict]:
     return out
 
 
-def columns_current(spark, schema: str, name: str, docs: Optional[dict]) -> bool:
+def columns_current(engine: Engine, schema: str, name: str, docs: Optional[dict]) -> bool:
     """Does the view already show the column comments `docs` asks for (or none are asked)?"""
     comments = column_comments(docs)
     if not comments:
         return True
-    described = _described(spark, schema, name) or {}
+    described = _described(engine, schema, name) or {}
     return bool(described) and all(described.get(c, (None, None))[1] == v for c, v in comments.items())
 
 
-def set_relation_comment(spark, schema: str, name: str, comment: Optional[str]) -> None:
+def set_relation_comment(engine: Engine, schema: str, name: str, comment: Optional[str]) -> None:
     """The view's comment (a table property, which `ALTER VIEW ... AS` keeps)."""
     if comment is None:
         return
-    if _current_comment(spark, schema, name) == comment:
+    if _current_comment(engine, schema, name) == comment:
         return
-    spark.sql(f"ALTER VIEW {quote(schema, name)} SET TBLPROPERTIES ('comment' = {_string(comment)})")
+    engine.execute(f"ALTER VIEW {quote(schema, name)} SET TBLPROPERTIES ('comment' = {_string(comment)})")
 
 
-def _current_comment(spark, schema: str, name: str) -> Optional[str]:
-    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {quote(schema, name)}").collect()
+def _current_comment(engine: Engine, schema: str, name: str) -> Optional[str]:
+    rows = engine.rows(f"DESCRIBE TABLE EXTENDED {quote(schema, name)}")
     return next((r[1] for r in rows if r[0] == "Comment"), None)
 
 
 def apply(spark, schema: str, name: str, docs: Optional[dict]) -> None:
     """After a refresh: the relation comment, when the model persists it (the column comments
-    were published with the view's text)."""
+    were published with the view's text). `spark`: a SparkSession or an engine."""
     if docs and docs.get("relation") is not None:
-        set_relation_comment(spark, schema, name, docs["relation"])
+        set_relation_comment(as_engine(spark), schema, name, docs["relation"])
 
 
-def forget(spark) -> None:
+def forget(engine: Engine) -> None:
     with _LOCK:
-        for key in [k for k in _COMPANIONS if k[0] == id(spark)]:
+        for key in [k for k in _COMPANIONS if k[0] == engine.key]:
             del _COMPANIONS[key]

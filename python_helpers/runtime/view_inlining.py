@@ -26,6 +26,7 @@ from sqlglot import exp
 from python_helpers.errors import UnsupportedSql
 from python_helpers.runtime import storage
 from python_helpers.runtime.delta_tables import is_delta_table
+from python_helpers.runtime.engine import Engine
 from python_helpers.runtime.sources import source_path, storage_path
 from python_helpers.sql.parse import DIALECT, relation_name, source_relations
 
@@ -46,10 +47,10 @@ class Inlined:
     pinned_by: dict = field(default_factory=dict)  # relation -> the upstream stream table pinning it
 
 
-def inline_views(spark, model: str, query: exp.Expr, overrides: dict) -> Inlined:
+def inline_views(engine: Engine, model: str, query: exp.Expr, overrides: dict) -> Inlined:
     out = Inlined(query)
     try:
-        out.query = _inline(spark, model, query, overrides, out, depth=0)
+        out.query = _inline(engine, model, query, overrides, out, depth=0)
     except UnsupportedSql as err:
         # Nothing inlined: every view is read by name by a full refresh, and only the Delta
         # sources are pinned.
@@ -60,22 +61,22 @@ def inline_views(spark, model: str, query: exp.Expr, overrides: dict) -> Inlined
             for r in source_relations(query)
             if r not in overrides
             and len(r.split(".")) > 1
-            and not _is_delta(spark, r, overrides)
-            and _view(spark, r) is not None
+            and not _is_delta(engine, r, overrides)
+            and _view(engine, r) is not None
         }
     return out
 
 
-def _inline(spark, model: str, query: exp.Expr, overrides: dict, out: Inlined, depth: int) -> exp.Expr:
+def _inline(engine: Engine, model: str, query: exp.Expr, overrides: dict, out: Inlined, depth: int) -> exp.Expr:
     ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
 
     def swap(node):
         if not isinstance(node, exp.Table) or not node.name or (not node.db and node.name.lower() in ctes):
             return node
         relation = relation_name(node)
-        if relation in overrides or len(relation.split(".")) < 2 or _is_delta(spark, relation, overrides):
+        if relation in overrides or len(relation.split(".")) < 2 or _is_delta(engine, relation, overrides):
             return node
-        view = _view(spark, relation)
+        view = _view(engine, relation)
         if view is None:
             return node  # not a view either: pinning reports the missing source
         text, namespace, names = view
@@ -86,11 +87,11 @@ def _inline(spark, model: str, query: exp.Expr, overrides: dict, out: Inlined, d
         except sqlglot.errors.ParseError:
             out.kept.add(relation)
             raise UnsupportedSql(model, f"the text of view {relation} does not parse as Spark SQL") from None
-        if _is_stream_table(spark, relation):
-            inner = _upstream(spark, model, relation, inner, out)
+        if _is_stream_table(engine, relation):
+            inner = _upstream(engine, model, relation, inner, out)
         else:
             _qualify_tables(inner, namespace)
-            inner = _inline(spark, model, inner, overrides, out, depth + 1)
+            inner = _inline(engine, model, inner, overrides, out, depth + 1)
         inner = _renamed(inner, names)
         out.views.append(relation)
         return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(node.alias_or_name)))
@@ -98,13 +99,13 @@ def _inline(spark, model: str, query: exp.Expr, overrides: dict, out: Inlined, d
     return query.copy().transform(swap)
 
 
-def _upstream(spark, model: str, relation: str, view: exp.Expr, out: Inlined) -> exp.Expr:
+def _upstream(engine: Engine, model: str, relation: str, view: exp.Expr, out: Inlined) -> exp.Expr:
     """The view of an upstream stream table, reading its stored table as a source."""
     from python_helpers.runtime.view_comments import unwrapped
 
     view = unwrapped(view)  # column comments of persist_docs: the rows are the union's second branch
     schema, name = relation.split(".")[-2:]
-    path = storage_path(spark, schema, name)
+    path = storage_path(engine, schema, name)
     meta = storage.read_metadata(path)
     if meta is None or not isinstance(view, exp.Select) or view.args.get("limit") is not None:
         out.kept.add(relation)
@@ -134,37 +135,37 @@ def _upstream(spark, model: str, relation: str, view: exp.Expr, out: Inlined) ->
     return view
 
 
-def _is_stream_table(spark, relation: str) -> bool:
+def _is_stream_table(engine: Engine, relation: str) -> bool:
     # Not from the view text: a stream table's view names its stored files, or none when empty.
     schema, name = relation.split(".")[-2:]
-    return is_delta_table(storage_path(spark, schema, name))
+    return is_delta_table(storage_path(engine, schema, name))
 
 
 def is_stored_table(relation: str) -> bool:
     return relation.split(".")[-1].startswith(STORED_PREFIX)
 
 
-def _is_delta(spark, relation: str, overrides: dict) -> bool:
-    return is_delta_table(source_path(spark, relation, overrides))
+def _is_delta(engine: Engine, relation: str, overrides: dict) -> bool:
+    return is_delta_table(source_path(engine, relation, overrides))
 
 
-def _view(spark, relation: str):
+def _view(engine: Engine, relation: str):
     """(view text, namespace, column names) when `relation` is a persistent view, else None."""
     try:
-        if not spark.catalog.tableExists(relation) or spark.catalog.getTable(relation).tableType != "VIEW":
+        if not engine.table_exists(relation) or engine.table_type(relation) != "VIEW":
             return None
-        rows = spark.sql(f"DESCRIBE TABLE EXTENDED {'.'.join(f'`{p}`' for p in relation.split('.'))}").collect()
+        rows = engine.rows(f"DESCRIBE TABLE EXTENDED {'.'.join(f'`{p}`' for p in relation.split('.'))}")
     except Exception:  # noqa: BLE001 - not resolvable: treat as not a view
         return None
     names, info, in_columns = [], {}, True
-    for r in rows:
+    for col_name, data_type, *_ in rows:
         if in_columns:
-            if not r.col_name:
+            if not col_name:
                 in_columns = False
-            elif not r.col_name.startswith("#"):
-                names.append(r.col_name)
+            elif not col_name.startswith("#"):
+                names.append(col_name)
             continue
-        info[r.col_name] = r.data_type
+        info[col_name] = data_type
     text = info.get("View Text")
     if not text:
         return None

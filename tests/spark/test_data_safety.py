@@ -17,6 +17,7 @@ from deltalake import DeltaTable, write_deltalake
 from python_helpers.errors import SourceBehind
 from python_helpers.runtime import catalog_views, change_feed, published_files, publishing, storage
 from python_helpers.runtime.api import refresh_stream_table
+from python_helpers.runtime.engine import as_engine
 from python_helpers.runtime.sources import storage_path
 from tests.support import sources as S
 
@@ -192,7 +193,7 @@ def test_a_crash_after_the_commit_is_repaired_by_the_next_run_even_without_sourc
             patch.setattr(published_files, "write_marker", crash_on_stream_marker)
         with pytest.raises(Crash):
             stream.refresh()
-    catalog_views.forget(env.spark)  # a new process knows nothing of what this one published
+    catalog_views.forget(as_engine(env.spark))  # a new process knows nothing of what this one published
     result = stream.refresh(expect="differential")  # no source moved since the commit
     assert result.rows_changed == 0
     stream.check()
