@@ -55,7 +55,7 @@ setup(
     extras_require={
         # connect: the Spark Connect client (pyspark's own extra), for profiles with `method: connect`.
         "connect": ["pyspark[connect]==4.1.4"],
-        # thrift: dbt-spark's Thrift client, for `method: thrift` with `connect_url`.
+        # thrift: dbt-spark's Thrift client, for `method: thrift` (and the Connect client for `connect_url`).
         "thrift": ["dbt-spark[PyHive]==1.11.0", "pyspark[connect]==4.1.4"],
         "dev": [
             "pytest",

@@ -4,7 +4,9 @@ A standalone master and a worker are started from the installed pyspark package
 (python_helpers/testing/local_spark.py) on free ports and stopped by process id, with either
 - a Spark Connect server: the example project's `connect` target (`method: connect`), or
 - a Spark Thrift server that also loads the Connect plugin: the `thrift` target (`method:
-  thrift`, dbt-spark's PyHive client, with `connect_url` for the stream tables' refreshes).
+  thrift`, dbt-spark's PyHive client, with `connect_url` for the stream tables' refreshes), and
+  the `thrift_sql` target (`method: thrift` alone: the refreshes in SQL over the Thrift protocol,
+  data through the shared warehouse).
 The integration_tests project runs with threads: 4, each `dbt` command a fresh process, as a
 scheduled job runs it: nothing of Spark runs in the dbt process, the executors read the Delta
 files the client wrote.
@@ -75,7 +77,7 @@ class ClusterProject:
         )
 
 
-@pytest.fixture(scope="module", params=["connect", "thrift"])
+@pytest.fixture(scope="module", params=["connect", "thrift", "thrift_sql"])
 def cluster(request, tmp_path_factory):
     from python_helpers.testing.local_spark import ConnectServer
 
@@ -86,7 +88,7 @@ def cluster(request, tmp_path_factory):
         memory="1g",
         cluster=True,
         cores=2,
-        thrift=request.param == "thrift",
+        thrift=request.param.startswith("thrift"),
     )
     try:
         server.start()
@@ -179,11 +181,18 @@ def test_a_run_killed_mid_refresh_is_repaired_by_the_next_run(project):
             assert info["mode"] == "differential" and info["rows_changed"] == 0, f"{model}: {info['message']}"
 
 
-def test_an_unreachable_connect_endpoint_fails_fast_naming_the_profile_keys(project, tmp_path):
+def test_an_unreachable_server_fails_fast_naming_the_profile_keys(project, tmp_path):
     from python_helpers.testing.local_spark import free_port
 
-    env = {**project.env, "DBT_SPARK_STREAM_CONNECT_URL": f"sc://127.0.0.1:{free_port()}"}
     started = time.time()
+    if project.target == "thrift_sql":  # no Connect endpoint: the Thrift server itself is away
+        env = {**project.env, "DBT_SPARK_STREAM_THRIFT_PORT": str(free_port())}
+        done = project.dbt("run", "--select", "customer_totals", env=env)
+        assert done.returncode != 0
+        assert "Failed to connect" in done.stdout or "Could not connect" in done.stdout, done.stdout[-3000:]
+        assert time.time() - started < 120
+        return
+    env = {**project.env, "DBT_SPARK_STREAM_CONNECT_URL": f"sc://127.0.0.1:{free_port()}"}
     done = project.dbt("run", "--select", "customer_totals", env=env)
     assert done.returncode != 0
     key = "`host`" if project.target == "connect" else "`connect_url`"

@@ -12,7 +12,7 @@ from dbt.adapters.spark_stream import Plugin
 from dbt.adapters.spark_stream.connections import SparkStreamCredentials
 from dbt.adapters.spark_stream.response import StreamTableResponse
 from dbt.adapters.spark_stream.spark_connect import check_reachable, connect_url
-from dbt.adapters.spark_stream.spark_session import require_session_method
+from dbt.adapters.spark_stream.spark_session import require_supported_method
 from python_helpers.runtime.api import RefreshResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,18 +61,18 @@ def test_credentials_reject_unknown_engine():
         _credentials(engine="duckdb")
 
 
-@pytest.mark.parametrize("method", ["thrift", "http", "odbc"])
-def test_stream_tables_need_method_session(method):
+@pytest.mark.parametrize("method", ["http", "odbc"])
+def test_stream_tables_refuse_http_and_odbc_naming_the_methods_that_work(method):
     with pytest.raises(DbtRuntimeError) as err:
-        require_session_method(SimpleNamespace(method=method), "customer_totals")
+        require_supported_method(SimpleNamespace(method=method), "customer_totals")
     text = str(err.value)
-    assert "customer_totals" in text and "method: session" in text and "method: connect" in text
-    assert "not implemented" in text
+    assert "customer_totals" in text and f"method: {method}" in text
+    assert "method: session" in text and "method: connect" in text and "method: thrift" in text
 
 
-@pytest.mark.parametrize("method", ["session", "connect"])
+@pytest.mark.parametrize("method", ["session", "connect", "thrift"])
 def test_session_and_connect_methods_pass(method):
-    require_session_method(SimpleNamespace(method=method), "m")
+    require_supported_method(SimpleNamespace(method=method), "m")
 
 
 def test_thrift_with_a_connect_url_refreshes_over_that_endpoint():
@@ -84,7 +84,7 @@ def test_thrift_with_a_connect_url_refreshes_over_that_endpoint():
         connect_url="sc://thrift.internal:15002",
         token="hive-token",
     )
-    require_session_method(creds, "m")
+    require_supported_method(creds, "m")
     # The Thrift server's token is not the Connect endpoint's: the URL is taken as given.
     assert connect_url(creds) == "sc://thrift.internal:15002"
     assert "connect_url" in creds._connection_keys()

@@ -24,7 +24,9 @@ from dbt_common.exceptions import CompilationError, DbtRuntimeError
 from dbt.adapters.spark_stream.connections import ADAPTER_TYPE, SparkStreamConnectionManager
 from dbt.adapters.spark_stream.messages import first_line
 from dbt.adapters.spark_stream.response import StreamTableResponse
-from dbt.adapters.spark_stream.spark_session import get_spark_session, require_session_method
+from dbt.adapters.spark_stream.spark_session import get_spark_session, require_supported_method
+from dbt.adapters.spark_stream.thrift_refresh import open_engine as open_thrift_engine
+from dbt.adapters.spark_stream.thrift_refresh import thrift_only
 
 logger = AdapterLogger("SparkStream")
 
@@ -136,6 +138,8 @@ class SparkStreamAdapter(SparkAdapter):
                 f"stream table '{model}': refresh failed: {type(exc).__name__}: {first_line(exc)}"
                 " (full error in logs/dbt.log)"
             ) from exc
+        finally:
+            self._done(spark)
         response = StreamTableResponse.from_result(result)
         logger.debug(f"stream table {model}: {response}")
         return response
@@ -189,11 +193,22 @@ class SparkStreamAdapter(SparkAdapter):
         return comments
 
     def _spark(self, what: str):
-        """The SparkSession of this thread's connection (opened if dbt has not yet: it is lazy)."""
+        """What the refresh talks to Spark through: the SparkSession of this thread's connection
+        (opened if dbt has not yet: it is lazy), or for a Thrift server without a Connect
+        endpoint an engine over a Hive session of its own (close it with _done)."""
         connection = self.connections.get_thread_connection()
-        require_session_method(connection.credentials, what)
+        require_supported_method(connection.credentials, what)
+        if thrift_only(connection.credentials):
+            return open_thrift_engine(connection.credentials)
         _ = connection.handle
         return get_spark_session(connection.credentials)
+
+    @staticmethod
+    def _done(spark) -> None:
+        """Release what _spark opened for one call (a Thrift engine's Hive session)."""
+        close = getattr(spark, "close", None)
+        if callable(close) and hasattr(spark, "view_of_files"):
+            close()
 
     def _request(
         self,
@@ -273,6 +288,8 @@ class SparkStreamAdapter(SparkAdapter):
             text = explain(spark, request)
         except StreamTableError as exc:
             raise DbtRuntimeError(str(exc)) from exc
+        finally:
+            self._done(spark)
         logger.info(text)
         first = text.splitlines()[1].strip() if len(text.splitlines()) > 1 else text
         return StreamTableResponse(_message=f"explained, nothing refreshed: {first}", code="explain", rows_affected=0)
@@ -283,7 +300,11 @@ class SparkStreamAdapter(SparkAdapter):
         moved since (Delta logs only: no Spark job). Also written to target/stream_table_status.json."""
         from python_helpers.runtime.status import format_status, schema_status
 
-        statuses = schema_status(self._spark(f"stream_table_status({schema})"), schema)
+        spark = self._spark(f"stream_table_status({schema})")
+        try:
+            statuses = schema_status(spark, schema)
+        finally:
+            self._done(spark)
         target = os.path.join(
             getattr(self.config, "project_root", None) or os.getcwd(),
             getattr(self.config, "target_path", None) or "target",

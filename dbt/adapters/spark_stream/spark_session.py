@@ -16,18 +16,19 @@ from dbt.adapters.spark.connections import SparkConnectionMethod
 from dbt_common.exceptions import DbtRuntimeError
 
 
-def require_session_method(credentials, model: str) -> None:
-    if credentials.method not in (SparkConnectionMethod.SESSION, "connect") and not getattr(
-        credentials, "connect_url", None
-    ):
+def require_supported_method(credentials, model: str) -> None:
+    if credentials.method not in (
+        SparkConnectionMethod.SESSION,
+        SparkConnectionMethod.THRIFT,
+        "connect",
+    ) and not getattr(credentials, "connect_url", None):
         raise DbtRuntimeError(
-            f"stream table '{model}': the profile uses method: {credentials.method}, but stream "
-            "tables need a SparkSession: `method: session` (Spark in the dbt process) or "
-            "`method: connect` (a Spark Connect server, host: sc://host:15002). Over "
-            f"method: {credentials.method}, set `connect_url: sc://host:15002` to the Spark Connect "
-            "endpoint of the same Spark application (start the Thrift server with "
-            "--conf spark.plugins=org.apache.spark.sql.connect.SparkConnectPlugin); refreshes through "
-            "the Thrift protocol alone are not implemented yet."
+            f"stream table '{model}': the profile uses method: {credentials.method}, which stream "
+            "tables do not support: use `method: session` (Spark in the dbt process), "
+            "`method: connect` (a Spark Connect server, host: sc://host:15002) or `method: thrift` "
+            f"(a Spark Thrift server). Over method: {credentials.method}, set "
+            "`connect_url: sc://host:15002` to the Spark Connect endpoint of the same Spark "
+            "application (start it with --conf spark.plugins=org.apache.spark.sql.connect.SparkConnectPlugin)."
         )
 
 
