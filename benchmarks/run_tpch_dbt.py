@@ -126,7 +126,8 @@ def run(args, machine: str) -> int:
 def _write(args, machine: str, queries: dict, records: dict, mixes: dict) -> str:
     report = _report(args, machine, queries, records, mixes)
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"tpch_dbt_{args.spark}_sf{args.sf:g}")
+    suffix = "_all" if args.queries == "all" else ""
+    stem = os.path.join(args.out, f"tpch_dbt_{args.spark}_sf{args.sf:g}{suffix}")
     with open(stem + ".md", "w") as handle:
         handle.write(report + "\n")
     _chart(queries, records, mixes, stem + ".png", f"TPC-H SF {args.sf:g} through dbt ({args.spark})")
