@@ -9,6 +9,8 @@ import pytest
 from pyspark.sql.functions import pandas_udf, udf
 
 from python_helpers import errors as E
+from python_helpers.runtime.engine import FunctionKind, as_engine
+from python_helpers.runtime.functions import classify_by_sql
 from tests.support.harness import run_cycles
 from tests.support.shapes import INITIAL, SMOKE_BATCHES
 
@@ -73,3 +75,22 @@ def test_functions_outside_the_differential_set_refresh_in_full_with_the_reason(
     with pytest.raises(E.UnsupportedSql) as info:
         strict.refresh()
     assert reason in str(info.value) and strict.model in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("percentile_approx", FunctionKind(aggregate=True, deterministic=True)),
+        ("soundex", FunctionKind(aggregate=False, deterministic=True)),
+        ("rand", FunctionKind(aggregate=False, deterministic=False)),
+        ("uuid", FunctionKind(aggregate=False, deterministic=False)),
+        # SQL does not say what a UDF or a Hive class is: refreshed in full rather than guessed.
+        ("dvm_test_twice", FunctionKind(aggregate=False, deterministic=False, unclassified=True)),
+        ("dvm_test_var", FunctionKind(aggregate=False, deterministic=False, unclassified=True)),
+        ("dvm_test_no_such_function", None),
+    ],
+)
+def test_functions_are_classified_over_sql_where_there_is_no_jvm(spark, name, expected):
+    # What a Spark Connect or Thrift connection sees: DESCRIBE FUNCTION EXTENDED, asked of a
+    # real session.
+    assert classify_by_sql(as_engine(spark), name) == expected
