@@ -8,10 +8,41 @@ restarts while the stored result stays behind, so the next run finds files it ca
 
 from __future__ import annotations
 
+import re
+
 from python_helpers.errors import StreamTableError
 from python_helpers.runtime.engine import Engine
 
 CATALOG_SETTING = "spark.sql.catalogImplementation"
+
+# The refresh plans with Spark 4 SQL; WITH RECURSIVE needs 4.1's planner.
+MIN_SERVER = (4, 0)
+RECURSION_SERVER = (4, 1)
+
+
+def spark_version(text: str) -> tuple[int, int]:
+    """(major, minor) of a version as servers report it: `4.1.4`, `3.5.1-amzn-0`, or Spark SQL's
+    `version()`, `4.1.4 <git hash>`; (0, 0) when it names no version."""
+    found = re.match(r"\s*(\d+)\.(\d+)", text)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def too_old(version: str) -> bool:
+    """A server the refresh cannot run on at all."""
+    return spark_version(version) < MIN_SERVER
+
+
+def lacks_recursion(version: str) -> bool:
+    """A server that runs stream tables but cannot plan WITH RECURSIVE."""
+    return MIN_SERVER <= spark_version(version) < RECURSION_SERVER
+
+
+def required_version() -> str:
+    """What to tell the user a server needs."""
+    return (
+        f"Spark {MIN_SERVER[0]}.{MIN_SERVER[1]} or later "
+        f"({RECURSION_SERVER[0]}.{RECURSION_SERVER[1]} for WITH RECURSIVE)"
+    )
 
 
 def catalog_implementation(engine: Engine) -> str:

@@ -26,9 +26,9 @@ import pyarrow.parquet as pq
 
 from python_helpers.runtime import paths
 from python_helpers.runtime.engine import FunctionKind, OutputColumn
+from python_helpers.runtime.server_checks import required_version, too_old
 
 SCRATCH_DIR = "__dvm_scratch"
-MIN_SPARK_MAJOR = 4
 
 # Thrift operation states (TCLIService's TOperationState): the client waits while a statement is
 # INITIALIZED (0), RUNNING (1) or PENDING (7); FINISHED is 2; ERROR (5) carries errorMessage.
@@ -43,6 +43,13 @@ def _string(value: str) -> str:
 
 def _ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+def old_server_message(server_key: str, version: str) -> str:
+    return (
+        f"the Thrift server at {server_key} (profile `host`/`port`) runs Spark {version}; "
+        f"stream tables need {required_version()}: point the profile at a newer server"
+    )
 
 
 class ThriftEngine:
@@ -60,13 +67,9 @@ class ThriftEngine:
         self._warehouse: Optional[str] = None
         self._confs: dict[str, Optional[str]] = {}
         version = str(self.rows("SELECT version()")[0][0]).split()[0]
-        if int(version.split(".")[0]) < MIN_SPARK_MAJOR:
+        if too_old(version):
             self.close()
-            raise RuntimeError(
-                f"the Thrift server at {server_key} (profile `host`/`port`) runs Spark {version}; "
-                f"stream tables need Spark {MIN_SPARK_MAJOR}.0 or later (4.1 for WITH RECURSIVE): "
-                "point the profile at a newer server"
-            )
+            raise RuntimeError(old_server_message(server_key, version))
         # Results come back as parquet: timestamps as Parquet's own microsecond type, which
         # pyarrow reads with their time zone semantics (INT96, Spark's default, it would not).
         self.execute("SET spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS")

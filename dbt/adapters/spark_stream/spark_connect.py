@@ -25,6 +25,7 @@ from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.exceptions import FailedToConnectError
 
 from dbt.adapters.spark_stream.messages import first_line
+from python_helpers.runtime.server_checks import lacks_recursion, required_version, too_old
 
 logger = AdapterLogger("SparkStream")
 
@@ -132,11 +133,6 @@ def _apply_parameters(session, parameters: Dict[str, str], url: str) -> None:
             )
 
 
-# The engine plans with Spark 4 SQL (and WITH RECURSIVE needs 4.1's planner).
-MIN_SERVER = (4, 0)
-RECURSION_SERVER = (4, 1)
-
-
 def _require_version(session, url: str) -> None:
     try:
         version = session.version
@@ -147,18 +143,16 @@ def _require_version(session, url: str) -> None:
             "Check `host`/`port` (the Connect port, 15002 by default, not the Thrift or UI port) and "
             "`token`/`use_ssl`."
         ) from exc
-    numbers = tuple(int(p) for p in version.split("-")[0].split(".")[:2] if p.isdigit())
-    if numbers < MIN_SERVER:
+    if too_old(version):
         raise FailedToConnectError(
             f"spark_stream profile (method: connect): the server at {_redacted(url)} runs Spark "
-            f"{version}; stream tables need Spark {MIN_SERVER[0]}.{MIN_SERVER[1]} or later "
-            f"({RECURSION_SERVER[0]}.{RECURSION_SERVER[1]} for WITH RECURSIVE). Upgrade the server or "
-            "point `host` at one that is."
+            f"{version}; stream tables need {required_version()}. Upgrade the server or point `host` "
+            "at one that is."
         )
-    if numbers < RECURSION_SERVER:
+    if lacks_recursion(version):
         logger.warning(
             f"spark_stream: the Spark Connect server runs Spark {version}; models with WITH RECURSIVE "
-            f"need {RECURSION_SERVER[0]}.{RECURSION_SERVER[1]}."
+            f"need {required_version()}."
         )
 
 
