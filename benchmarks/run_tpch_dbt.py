@@ -127,6 +127,8 @@ def _write(args, machine: str, queries: dict, records: dict, mixes: dict) -> str
     report = _report(args, machine, queries, records, mixes)
     os.makedirs(args.out, exist_ok=True)
     suffix = "_all" if args.queries == "all" else ""
+    if args.rf_fraction != 0.001:  # a larger change gets its own report beside the default one
+        suffix += f"_rf{args.rf_fraction * 100:g}pct"
     stem = os.path.join(args.out, f"tpch_dbt_{args.spark}_sf{args.sf:g}{suffix}")
     with open(stem + ".md", "w") as handle:
         handle.write(report + "\n")
