@@ -164,6 +164,11 @@ def main(argv=None) -> int:
         default=0.001,
         help="(--via dbt) orders inserted and deleted per cycle, as a fraction of orders",
     )
+    parser.add_argument(
+        "--driver-memory",
+        default="10g",
+        help="(--via dbt --spark session) the local session's JVM heap, e.g. 2g to show a refresh fits it",
+    )
     parser.add_argument("--scattered-rows", type=int, default=1000, help="(--via dbt) lineitem rows updated")
     parser.add_argument("--data", default=None, help="(--via dbt) where generated TPC-H is cached (.work/tpch)")
     parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (default 1)")

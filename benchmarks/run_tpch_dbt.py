@@ -69,6 +69,7 @@ def run(args, machine: str) -> int:
             spark_mode=args.spark,
             remote=server.remote if server else "",
             ui_url=server.ui_url if server else "",
+            driver_memory=args.driver_memory,
         )
         bench.write()
         built = bench.dbt("run")
@@ -143,10 +144,13 @@ def _median(values):
 
 
 def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> str:
+    if args.spark == "session":
+        spark = f"a fresh local Spark per run, {args.driver_memory} heap"
+    else:
+        spark = "a long-lived Spark Connect server"
     lines = [
-        f"TPC-H SF {args.sf:g} through `dbt run` ({args.spark}: "
-        + ("a fresh local Spark per run" if args.spark == "session" else "a long-lived Spark Connect server")
-        + f"), {args.cycles} cycle(s); medians. Machine: {machine}.",
+        f"TPC-H SF {args.sf:g} through `dbt run` ({args.spark}: {spark}), {args.cycles} cycle(s); medians. "
+        f"Machine: {machine}.",
         "",
     ]
     for mix, rows in records.items():
@@ -183,10 +187,13 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
         fw = _median([r[1].wall for r in rows])
         dm = max(r[0].peak_rss_mib for r in rows)
         fm = max(r[1].peak_rss_mib for r in rows)
+        do = max(r[0].peak_dbt_mib for r in rows)
+        fo = max(r[1].peak_dbt_mib for r in rows)
         lines += [
             "",
             f"Whole `dbt run`: FULL {fw:.1f}s, DIFFERENTIAL {dw:.1f}s ({fw / dw:.1f}x); peak resident memory "
-            f"of dbt and Spark: FULL {fm:.0f} MiB, DIFFERENTIAL {dm:.0f} MiB.",
+            f"of dbt and Spark: FULL {fm:.0f} MiB, DIFFERENTIAL {dm:.0f} MiB; of the dbt process alone: "
+            f"FULL {fo:.0f} MiB, DIFFERENTIAL {do:.0f} MiB.",
             "",
         ]
     return "\n".join(lines)

@@ -45,9 +45,10 @@ class ModelRun:
 class RunReport:
     wall: float
     models: dict  # name -> ModelRun
-    peak_rss_mib: float
+    peak_rss_mib: float  # dbt and every process it started (a local session's JVM)
     ok: bool
     message: str = ""
+    peak_dbt_mib: float = 0.0  # the dbt process alone: where change batches read by delta-rs land
 
 
 @dataclass
@@ -59,6 +60,7 @@ class DbtBench:
     remote: str = ""  # sc://host:port for connect
     ui_url: str = ""  # the Spark UI whose REST API gives jobs and bytes (connect: the server's)
     threads: int = 1
+    driver_memory: str = "10g"  # a local session's JVM heap (FULL of SF10's joins wants several GiB)
     env: dict = field(default_factory=dict)
 
     @property
@@ -89,7 +91,7 @@ class DbtBench:
             "spark.sql.warehouse.dir": warehouse,
             "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={metastore};create=true",
             "spark.driver.extraJavaOptions": f"-Dderby.system.home={self.work}",
-            "spark.driver.memory": "10g",
+            "spark.driver.memory": self.driver_memory,
             "spark.sql.shuffle.partitions": "4",
             "spark.ui.enabled": "true",  # the metrics read Spark's REST API
             "spark.ui.port": "0",
@@ -137,6 +139,7 @@ class DbtBench:
         out, _ = proc.communicate()
         wall = time.perf_counter() - started
         peak = sampler.stop()
+        own = sampler.own_peak
         models = {}
         ok = proc.returncode == 0
         if os.path.exists(results):
@@ -154,7 +157,7 @@ class DbtBench:
                     resp.get("counters") or {},
                 )
                 ok = ok and r["status"] == "success"
-        return RunReport(wall, models, peak, ok, "" if ok else out[-3000:])
+        return RunReport(wall, models, peak, ok, "" if ok else out[-3000:], own)
 
 
 class _PeakRss(threading.Thread):
@@ -162,7 +165,7 @@ class _PeakRss(threading.Thread):
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
-        self.pid, self.peak, self._done = pid, 0.0, threading.Event()
+        self.pid, self.peak, self.own_peak, self._done = pid, 0.0, 0.0, threading.Event()
 
     def _tree(self) -> list:
         pids, frontier = [self.pid], [self.pid]
@@ -181,13 +184,10 @@ class _PeakRss(threading.Thread):
         while not self._done.is_set():
             total = 0.0
             for pid in self._tree():
-                try:
-                    with open(f"/proc/{pid}/status") as handle:
-                        for line in handle:
-                            if line.startswith("VmRSS:"):
-                                total += int(line.split()[1]) / 1024
-                except OSError:
-                    pass
+                rss = _rss_mib(pid)
+                total += rss
+                if pid == self.pid:
+                    self.own_peak = max(self.own_peak, rss)
             self.peak = max(self.peak, total)
             time.sleep(0.2)
 
@@ -195,6 +195,17 @@ class _PeakRss(threading.Thread):
         self._done.set()
         self.join(2)
         return self.peak
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 CHECK = r"""
