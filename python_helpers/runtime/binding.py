@@ -21,6 +21,10 @@ SMALL_DELTA_ROWS = 200_000
 # Distinct join keys of a change beyond which file statistics are not consulted (each key is
 # looked up in every file's [min, max]; with this many keys most files would stay anyway).
 MAX_KEYS = 100_000
+# A change with more keys than that (or too large to fetch them) is summed up as at most this
+# many [min, max] ranges of its keys, one per slice of its key span: new and expiring business
+# keys form a few runs, and the files between them are still skipped.
+KEY_RANGES = 1024
 
 
 class Bindings:
@@ -42,6 +46,7 @@ class Bindings:
         self.consolidated: set = set()  # relations whose change rows are consolidated already
         self._index = {r: i for i, r in enumerate(sorted(pinned))}
         self._keys: dict = {}  # (relation, column) -> distinct values of the column in its change
+        self._ranges: dict = {}  # (relation, column) -> [min, max] ranges covering its change
         self.view_bytes: dict = {}  # bound snapshot view -> bytes of the data files it covers (read_cost)
 
     def view_name(self, suffix: str) -> str:
@@ -184,7 +189,8 @@ class Bindings:
         if relation not in self.pinned or changed_relation not in self.pinned:
             return None  # (a recursion's working table is no source)
         keys = self._change_keys(changed_relation, changed_column)
-        if keys is None:
+        ranges = None if keys is not None else self._change_ranges(changed_relation, changed_column)
+        if keys is None and ranges is None:
             return None
         src = self.pinned[relation]
         number = src.state.version if version == "new" else self.old.get(relation)
@@ -193,7 +199,10 @@ class Bindings:
         if version == "old":
             self._check_readable(relation, number)
         table = delta_tables.table_at(src.path, number)
-        files = delta_tables.files_meeting_keys(table, src.path, column, keys)
+        if keys is not None:
+            files = delta_tables.files_meeting_keys(table, src.path, column, keys)
+        else:
+            files = delta_tables.files_meeting_ranges(table, src.path, column, ranges or [])
         total = len(table.file_uris())
         if files is None or len(files) == total:
             return None
@@ -232,6 +241,25 @@ class Bindings:
         self._keys[(relation, column)] = keys
         return keys
 
+    def _change_ranges(self, relation: str, column: str):
+        """[min, max] ranges covering every non-null value of `column` in `relation`'s change as
+        Spark holds it (one small job), for a change whose distinct keys were not fetched; None
+        for a change not in Spark or a column that is not an integer or a date."""
+        import pyarrow as pa
+
+        if (relation, column) in self._ranges:
+            return self._ranges[(relation, column)]
+        ranges = None
+        view = self.views_by_key.get(f"s{self._index[relation]}_chg")
+        schema = self.pinned[relation].state.arrow_schema
+        if view is not None and column in self.change_columns.get(relation, []) and column in schema.names:
+            kind = schema.field(column).type
+            if pa.types.is_integer(kind) or pa.types.is_date(kind):
+                found = self.engine.arrow(render(key_ranges_query(view, column, pa.types.is_date(kind))))
+                ranges = list(zip(found.column(0).to_pylist(), found.column(1).to_pylist()))
+        self._ranges[(relation, column)] = ranges
+        return ranges
+
     def materialize(self, query: exp.Expr) -> exp.Expr:
         """Compute a (small) intermediate once, now, and serve it as a temp view: the SQL that
         reads it several times then does not recompute it (Spark would, for each reference)."""
@@ -243,3 +271,34 @@ class Bindings:
         for name in self.views:
             self.engine.drop_view(name)
         self.views.clear()
+
+
+def key_ranges_query(change: exp.Table, column: str, is_date: bool) -> exp.Select:
+    """At most KEY_RANGES rows (lo, hi) covering the non-null values of `column` in `change`:
+    the key span cut into equal slices, each slice's own min and max (empty slices give no row,
+    so runs of keys far apart stay apart)."""
+
+    def key(table: str = "") -> exp.Expr:
+        return exp.column(exp.to_identifier(column, quoted=True), table=table or None)
+
+    def number(table: str = "") -> exp.Expr:
+        if is_date:
+            return exp.Anonymous(this="unix_date", expressions=[key(table)])
+        return exp.Cast(this=key(table), to=exp.DataType.build("double"))
+
+    bounds = exp.select(exp.alias_(exp.Min(this=number()), "lo"), exp.alias_(exp.Max(this=number()), "hi")).from_(
+        change.copy()
+    )
+    lo, hi = exp.column("lo", table="b"), exp.column("hi", table="b")
+    span = exp.Paren(this=exp.Add(this=exp.Sub(this=hi, expression=lo.copy()), expression=exp.Literal.number(1)))
+    offset = exp.Paren(this=exp.Sub(this=number("c"), expression=lo.copy()))
+    slice_of = exp.Floor(
+        this=exp.Div(this=exp.Mul(this=offset, expression=exp.Literal.number(KEY_RANGES)), expression=span)
+    )
+    return (
+        exp.select(exp.alias_(exp.Min(this=key("c")), "lo"), exp.alias_(exp.Max(this=key("c")), "hi"))
+        .from_(exp.alias_(change.copy(), "c", table=True))
+        .join(exp.alias_(exp.Subquery(this=bounds), "b", table=True), join_type="cross")
+        .where(exp.Not(this=exp.Is(this=key("c"), expression=exp.Null())))
+        .group_by(slice_of)
+    )

@@ -205,14 +205,9 @@ def _bind(
     engine.view_of_files(name, escaped, schema, base, columns, cache_key=cache_key)
 
 
-def files_meeting_keys(table: DeltaTable, table_path: str, column: str, keys: pa.Array) -> Optional[list]:
-    """The live files whose [min, max] of `column` (the log's statistics) holds one of `keys`
-    (non-null values); None when the statistics cannot decide (no stats for the column, or a
-    type they cannot be compared in), and the caller reads every file.
-
-    Files whose values of `column` are all NULL hold no row an equality can match."""
-    import bisect
-
+def _key_stats(table: DeltaTable, table_path: str, column: str):
+    """Per live file: (path, min, max, null count, rows) of `column` from the log, and the
+    statistics' Arrow type; None when the log has no comparable statistics for the column."""
     actions = add_actions(table)
     lo_name, hi_name, nulls_name = f"min.{column}", f"max.{column}", f"null_count.{column}"
     if lo_name not in actions.column_names or hi_name not in actions.column_names:
@@ -225,26 +220,87 @@ def files_meeting_keys(table: DeltaTable, table_path: str, column: str, keys: pa
         or pa.types.is_date(stat_type)
     ):
         return None  # decimals and timestamps: the log's rendering is not compared here
-    try:
-        wanted = sorted(set(pa.compute.drop_null(keys.cast(stat_type)).to_pylist()))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return None
     files = file_paths(table, table_path)
     los, his = actions.column(lo_name).to_pylist(), actions.column(hi_name).to_pylist()
     nulls = actions.column(nulls_name).to_pylist() if nulls_name in actions.column_names else [None] * len(files)
     has_records = "num_records" in actions.column_names
     records = actions.column("num_records").to_pylist() if has_records else [None] * len(files)
+    return stat_type, list(zip(files, los, his, nulls, records))
+
+
+def _kept(stats: list, meets) -> list:
+    """The files `meets(lo, hi)` keeps; files of NULLs only hold no row an equality can match,
+    and a file without statistics cannot be ruled out."""
     out = []
-    for f, lo, hi, n_null, n in zip(files, los, his, nulls, records):
+    for f, lo, hi, n_null, n in stats:
         if lo is None or hi is None:
             if n is not None and n_null is not None and n_null >= n:
                 continue  # only NULLs in this file
-            out.append(f)  # no statistics: cannot rule the file out
-            continue
-        at = bisect.bisect_left(wanted, lo)
-        if at < len(wanted) and wanted[at] <= hi:
+            out.append(f)
+        elif meets(lo, hi):
             out.append(f)
     return out
+
+
+def files_meeting_keys(table: DeltaTable, table_path: str, column: str, keys: pa.Array) -> Optional[list]:
+    """The live files whose [min, max] of `column` (the log's statistics) holds one of `keys`
+    (non-null values); None when the statistics cannot decide (no stats for the column, or a
+    type they cannot be compared in), and the caller reads every file.
+
+    Files whose values of `column` are all NULL hold no row an equality can match."""
+    import bisect
+
+    found = _key_stats(table, table_path, column)
+    if found is None:
+        return None
+    stat_type, stats = found
+    try:
+        wanted = sorted(set(pa.compute.drop_null(keys.cast(stat_type)).to_pylist()))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+
+    def meets(lo, hi) -> bool:
+        at = bisect.bisect_left(wanted, lo)
+        return at < len(wanted) and wanted[at] <= hi
+
+    return _kept(stats, meets)
+
+
+def files_meeting_ranges(table: DeltaTable, table_path: str, column: str, ranges: list) -> Optional[list]:
+    """The live files whose [min, max] of `column` overlaps one of `ranges` ([lo, hi] pairs of
+    integers or dates that cover every non-null changed key); None when the statistics cannot
+    decide, as for files_meeting_keys. Ranges stand in for the keys of a change too large to
+    fetch them: they keep a superset of the files the keys would keep."""
+    import bisect
+    import datetime
+
+    found = _key_stats(table, table_path, column)
+    if found is None:
+        return None
+    stat_type, stats = found
+    if pa.types.is_integer(stat_type):
+        kind: type = int
+    elif pa.types.is_date(stat_type):
+        kind = datetime.date
+    else:
+        return None
+    bounds = [(lo, hi) for lo, hi in ranges if lo is not None and hi is not None]
+    # bool is an int and datetime a date: neither compares as the statistics do
+    if any(type(v) is not kind for pair in bounds for v in pair):
+        return None
+    merged: list = []
+    for lo, hi in sorted(bounds):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    his = [hi for _, hi in merged]
+
+    def meets(lo, hi) -> bool:
+        at = bisect.bisect_left(his, lo)  # the first range not wholly below the file
+        return at < len(merged) and merged[at][0] <= hi
+
+    return _kept(stats, meets)
 
 
 def consolidate_arrow(data: pa.Table) -> Optional[pa.Table]:

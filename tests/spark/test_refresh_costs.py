@@ -273,3 +273,37 @@ def test_a_change_read_by_spark_still_narrows_the_join_by_statistics(env, monkey
     stream.check()
     assert result.counters["files_skipped"] >= 1, result.counters
     assert 0 < result.counters["files_read"] < 4, result.counters
+
+
+@pytest.mark.parametrize("key", ["k", "dt"])
+def test_a_change_with_too_many_keys_narrows_the_join_by_key_ranges(env, monkeypatch, key):
+    """A change whose distinct keys are too many to fetch is summed up as [min, max] ranges of
+    its keys (one small job); files outside every range are skipped, NULL-only files too, and the
+    result equals the recompute after inserts, updates and deletes."""
+    from python_helpers.runtime import binding, change_feed
+
+    monkeypatch.setattr(change_feed, "DRIVER_READ_MAX_ROWS", 0)
+    monkeypatch.setattr(binding, "MAX_KEYS", 1)
+
+    def r(i, n, v):
+        day = None if n is None else f"2024-{1 + n // 28:02d}-{1 + n % 28:02d}"
+        return S.row(i, k=n, v=v, dt=day)
+
+    env.source("t1", [r(i, i, i) for i in range(1, 5)])
+    path = env.source("t2", [r(1, 1, 10), r(2, 2, 20)])
+    for rows in ([r(3, 100, 1), r(4, 102, 2)], [r(5, None, 3)], [r(6, None, 4), r(7, 150, 5)], [r(8, 300, 6)]):
+        write_deltalake(path, S.to_arrow(rows), mode="append")
+    stream = env.stream(
+        f"ranges_{key}",
+        f"SELECT a.{key}, COUNT(*) AS n, SUM(b.v) AS sv FROM {{src}}.t1 a JOIN {{src}}.t2 b ON a.{key} = b.{key} "
+        f"GROUP BY a.{key}",
+    )
+    stream.refresh(expect="full")
+    env.apply([S.Insert("t1", [r(50, 101, 1), r(51, 102, 1), r(52, None, 1), r(53, 300, 1)]), S.DeleteRows("t1", [2])])
+    result = stream.refresh(expect="differential")
+    stream.check()
+    assert result.counters["files_skipped"] >= 2, result.counters  # the NULL-only file and the one of 150
+    assert 0 < result.counters["files_read"], result.counters
+    env.apply([S.UpdateWhere("t2", "id", 7, {"v": 50}), S.Insert("t1", [r(54, 150, 1), r(55, 2, 1)])])
+    stream.refresh(expect="differential")
+    stream.check()

@@ -6,6 +6,8 @@ import os
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from python_helpers.runtime import change_feed, delta_log, delta_tables
 
@@ -68,3 +70,59 @@ def test_statistics_that_cannot_decide_read_everything(tmp_path):
     keys = pa.array([datetime.datetime(2024, 1, 1)])
     assert delta_tables.files_meeting_keys(DeltaTable(path), path, "ts", keys) is None
     assert delta_tables.files_meeting_keys(DeltaTable(path), path, "nope", pa.array([1])) is None
+
+
+def test_key_ranges_keep_the_files_of_the_runs_they_cover(tmp_path):
+    path = str(tmp_path / "t")
+    for keys in ([1, 2], [10, 12], [None, None], [None, 20], [30, 31], [100, 200]):
+        write_deltalake(path, pa.table({"k": pa.array(keys, pa.int64())}), mode="append")
+    table = DeltaTable(path)
+    import pyarrow.parquet as pq
+
+    def contents(files):
+        return sorted((tuple(pq.read_table(f).column("k").to_pylist()) for f in files), key=str)
+
+    kept = delta_tables.files_meeting_ranges(table, path, "k", [(11, 11), (25, 40), (None, None)])
+    assert contents(kept) == [(10, 12), (30, 31)]
+    assert contents(delta_tables.files_meeting_ranges(table, path, "k", [(19, 150)])) == [
+        (100, 200),
+        (30, 31),
+        (None, 20),
+    ]
+    assert delta_tables.files_meeting_ranges(table, path, "k", []) == []  # no non-null key: no file
+    assert delta_tables.files_meeting_ranges(table, path, "k", [(True, True)]) is None  # not comparable
+    dates = str(tmp_path / "d")
+    write_deltalake(dates, pa.table({"d": pa.array([datetime.date(2024, 1, 1), datetime.date(2024, 1, 9)])}))
+    write_deltalake(dates, pa.table({"d": pa.array([datetime.date(2025, 1, 1)])}), mode="append")
+    one = [(datetime.date(2024, 1, 5), datetime.date(2024, 2, 1))]
+    assert len(delta_tables.files_meeting_ranges(DeltaTable(dates), dates, "d", one)) == 1
+
+
+_FILES = st.lists(st.lists(st.one_of(st.none(), st.integers(-50, 50)), min_size=1, max_size=4), min_size=1, max_size=5)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=_FILES, keys=st.lists(st.one_of(st.none(), st.integers(-60, 60)), max_size=8), slices=st.integers(1, 4))
+def test_key_ranges_never_skip_a_file_the_keys_keep(tmp_path_factory, files, keys, slices):
+    """Ranges built the way the change's ranges query builds them (the key span cut into equal
+    slices, min and max per slice) keep every file that holds a changed key."""
+    path = str(tmp_path_factory.mktemp("t"))
+    for values in files:
+        write_deltalake(path, pa.table({"k": pa.array(values, pa.int64())}), mode="append")
+    table = DeltaTable(path)
+    present = [k for k in keys if k is not None]
+    ranges: dict = {}
+    if present:
+        lo, hi = min(present), max(present)
+        for k in present:
+            at = int((k - lo) * slices // (hi - lo + 1))
+            a, b = ranges.get(at, (k, k))
+            ranges[at] = (min(a, k), max(b, k))
+    by_ranges = set(delta_tables.files_meeting_ranges(table, path, "k", list(ranges.values())))
+    by_keys = set(delta_tables.files_meeting_keys(table, path, "k", pa.array(keys, pa.int64())))
+    assert by_keys <= by_ranges
+    import pyarrow.parquet as pq
+
+    for f in delta_tables.file_paths(table, path):
+        if set(pq.read_table(f).column("k").to_pylist()) & set(present):
+            assert f in by_ranges
