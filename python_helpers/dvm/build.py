@@ -14,6 +14,7 @@ from typing import Optional
 from sqlglot import exp
 
 from python_helpers.dvm.aggregate_state import algebraic_kind
+from python_helpers.dvm.recursion_linearity import NotLinear, reads_itself, working_table_reads
 from python_helpers.dvm.tree import (
     RECURSION_PREFIX,
     AggCall,
@@ -54,33 +55,6 @@ class _RecursiveCte:
     ref: Optional[str] = None
 
 
-def _reads(query: exp.Expr, name: str) -> bool:
-    return any(not t.db and t.name.lower() == name for t in query.find_all(exp.Table))
-
-
-# Operators through which a step may read the working table: each maps a sum of inputs to the
-# sum of outputs (given its other inputs), so the step is linear in the working table. For the
-# two-input ones, only on the side whose delta rule is linear when the other side is fixed.
-_LINEAR_ANY_SIDE = (Filter, Project, Generate, UnionAll, Join)
-
-
-def _references(node: Node, ref: str) -> int:
-    """How often `node` reads the working table `ref`; raises where a read is not linear."""
-    if isinstance(node, Scan):
-        return int(node.relation == ref)
-    counts = [_references(c, ref) for c in node.children()]
-    if not any(counts) or isinstance(node, _LINEAR_ANY_SIDE):
-        return sum(counts)
-    if isinstance(node, SemiJoin) or (isinstance(node, OuterJoin) and node.kind == "left"):
-        if counts[1] == 0:
-            return counts[0]
-    raise _NotLinear(type(node).__name__)
-
-
-class _NotLinear(Exception):
-    pass
-
-
 @dataclass
 class _Scope:
     """Column names visible in one query block: (alias, column) -> unique name."""
@@ -113,7 +87,7 @@ class TreeBuilder:
             recursive = bool(with_.args.get("recursive"))
             for cte in with_.expressions:
                 name = cte.alias_or_name.lower()
-                ctes[name] = _RecursiveCte(cte) if recursive and _reads(cte.this, name) else cte.this
+                ctes[name] = _RecursiveCte(cte) if recursive and reads_itself(cte.this, name) else cte.this
         if isinstance(query, exp.Union):
             return self._union(query, ctes)
         if isinstance(query, (exp.Intersect, exp.Except)):
@@ -317,7 +291,7 @@ class TreeBuilder:
             if (
                 isinstance(query, exp.Union)
                 and not (query.args.get("with_") or query.args.get("with"))
-                and not (query.args.get("distinct") and not _reads(query, name))
+                and not (query.args.get("distinct") and not reads_itself(query, name))
             ):
                 # (a distinct UNION of base branches alone is one base branch)
                 if query.args.get("distinct"):
@@ -331,8 +305,8 @@ class TreeBuilder:
                 branches.append(query)
 
         split(cte.this)
-        anchors = [b for b in branches if not _reads(b, name)]
-        steps = [b for b in branches if _reads(b, name)]
+        anchors = [b for b in branches if not reads_itself(b, name)]
+        steps = [b for b in branches if reads_itself(b, name)]
         if not anchors or not steps:
             raise UnsupportedSql(
                 self.model,
@@ -357,8 +331,8 @@ class TreeBuilder:
                 raise UnsupportedSql(self.model, f"WITH RECURSIVE {name}: branches with different column counts")
         for step in built:
             try:
-                count = _references(step, ref)
-            except _NotLinear as err:
+                count = working_table_reads(step, ref)
+            except NotLinear as err:
                 raise UnsupportedSql(
                     self.model,
                     f"WITH RECURSIVE {name} reads itself under {err} (only through "
