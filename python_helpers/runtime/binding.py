@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Optional
 
 from sqlglot import exp
 
@@ -25,6 +26,10 @@ MAX_KEYS = 100_000
 # many [min, max] ranges of its keys, one per slice of its key span: new and expiring business
 # keys form a few runs, and the files between them are still skipped.
 KEY_RANGES = 1024
+# Up to this many distinct keys, a key-restricted read also filters rows by them (`IN`), and
+# Parquet skips the pages whose column index holds none (scan_settings.py). Spark hands Parquet
+# an `IN` list as a chain of ORs: a few thousand keys overflow an executor thread's stack.
+PAGE_FILTER_KEYS = 512
 
 
 class Bindings:
@@ -43,6 +48,7 @@ class Bindings:
         self.change_columns: dict = {}  # relation -> the columns of its change view
         self.files_read = 0  # files of snapshots narrowed by statistics (read / skipped)
         self.files_skipped = 0
+        self.page_filtered = 0  # key-restricted reads that also filter rows by the keys
         self.consolidated: set = set()  # relations whose change rows are consolidated already
         self._index = {r: i for i, r in enumerate(sorted(pinned))}
         self._keys: dict = {}  # (relation, column) -> distinct values of the column in its change
@@ -185,7 +191,9 @@ class Bindings:
         """`relation` at `version`, only the files whose statistics of `column` can hold a value
         that `changed_relation`'s change has in `changed_column` (Delta keeps min and max per file
         and column; data laid out by key, as a fact table by its business key usually is, leaves
-        few files to read). None when that rules out nothing or cannot be decided."""
+        few files to read), and for a change of few keys only the rows holding one of them (the
+        caller selects from it on the equality `column = changed_column`, which no other row
+        meets). None when that rules out nothing or cannot be decided."""
         if relation not in self.pinned or changed_relation not in self.pinned:
             return None  # (a recursion's working table is no source)
         keys = self._change_keys(changed_relation, changed_column)
@@ -203,18 +211,25 @@ class Bindings:
             files = delta_tables.files_meeting_keys(table, src.path, column, keys)
         else:
             files = delta_tables.files_meeting_ranges(table, src.path, column, ranges or [])
-        total = len(table.file_uris())
-        if files is None or len(files) == total:
+        every = delta_tables.file_paths(table, src.path)
+        row_filter = key_filter(column, keys, delta_tables.arrow_schema(table)) if keys is not None else None
+        narrowed = files is not None and len(files) < len(every)
+        if not narrowed and row_filter is None:
             return None
-        self.files_read += len(files)
-        self.files_skipped += total - len(files)
+        kept = files if narrowed and files is not None else every
+        self.files_read += len(kept)
+        self.files_skipped += len(every) - len(kept)
         name = self.view_name(f"s{self._index[relation]}_{version}_k{len(self.views)}")
-        delta_tables.bind_files(self.engine, name, src.state, table, files, self.columns.get(relation))
+        delta_tables.bind_files(self.engine, name, src.state, table, kept, self.columns.get(relation))
         view = exp.to_table(name)
-        self.view_bytes[view.name] = read_cost.bytes_of_files(
-            delta_tables.add_actions(table), delta_tables.file_paths(table, src.path), files
-        )
-        return view
+        self.view_bytes[view.name] = read_cost.bytes_of_files(delta_tables.add_actions(table), every, kept)
+        if row_filter is None:
+            return view
+        self.page_filtered += 1
+        filtered = self.view_name(f"s{self._index[relation]}_{version}_p{len(self.views)}")
+        self.engine.view_of_query(filtered, render(exp.select(exp.Star()).from_(view).where(row_filter)))
+        self.view_bytes[filtered] = self.view_bytes[view.name]  # (an upper bound: pages are skipped too)
+        return exp.to_table(filtered)
 
     def _change_keys(self, relation: str, column: str):
         """The distinct values of `column` in `relation`'s change (an Arrow array), or None when
@@ -271,6 +286,34 @@ class Bindings:
         for name in self.views:
             self.engine.drop_view(name)
         self.views.clear()
+
+
+def key_filter(column: str, keys, schema) -> Optional[exp.Expr]:
+    """`column IN (keys)` for at most PAGE_FILTER_KEYS distinct non-null integer or date keys
+    and an integer or date `column` of `schema` (Arrow) alike; FALSE when every key is NULL (an
+    equality matches no row then); None otherwise (more keys, or types whose `=` and `IN`
+    could compare differently)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column not in schema.names:
+        return None
+    kind, key_kind = schema.field(column).type, keys.type
+    integers = pa.types.is_integer(kind) and pa.types.is_integer(key_kind)
+    dates = pa.types.is_date32(kind) and pa.types.is_date32(key_kind)
+    if not (integers or dates):
+        return None
+    values = sorted(set(pc.drop_null(keys).to_pylist()))
+    if len(values) > PAGE_FILTER_KEYS:
+        return None
+    if not values:
+        return exp.false()
+    literals: list[exp.Expr]
+    if integers:
+        literals = [exp.Literal.number(v) for v in values]
+    else:
+        literals = [exp.Cast(this=exp.Literal.string(v.isoformat()), to=exp.DataType.build("date")) for v in values]
+    return exp.In(this=exp.column(exp.to_identifier(column, quoted=True)), expressions=literals)
 
 
 def key_ranges_query(change: exp.Table, column: str, is_date: bool) -> exp.Select:

@@ -151,10 +151,16 @@ class Catalog:
         model: str,
         take_over: bool = False,
         legacy_mark: Optional[str] = None,
+        published_before: bool = False,
     ) -> bool:
         """Create or alter the view `schema.name` to `query`. Returns False (nothing done) when
         the name belongs to an object this project did not create and `take_over` is off for a
-        source; raises NameTaken for the stream table's own name in that case."""
+        source; raises NameTaken for the stream table's own name in that case.
+
+        `published_before`: this catalog's marker says an earlier refresh published the view.
+        With `take_over` (the caller owns the name) the view is then altered at once, without
+        asking the catalog who owns it first: a view of someone else's would be taken over
+        anyway, and anything else makes ALTER VIEW fail and takes the long way."""
         from python_helpers.dvm.sqlgen import render
 
         text = render(query)
@@ -172,6 +178,13 @@ class Catalog:
                     return True
                 except Exception:  # noqa: BLE001 - dropped by someone meanwhile: the long way below
                     _PUBLISHED.pop(key, None)
+            elif published_before and take_over and len(text) <= MAX_VIEW_TEXT:
+                try:
+                    self.engine.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
+                    _PUBLISHED[key] = text
+                    return True
+                except Exception:  # noqa: BLE001 - gone, or no longer a view: the long way below
+                    pass
             if len(text) > MAX_VIEW_TEXT:
                 raise StreamTableError(
                     model,

@@ -96,6 +96,9 @@ class Engine(Protocol):
 
     def conf(self, key: str, default: Optional[str] = None) -> Optional[str]: ...
 
+    def set_conf(self, key: str, value: Optional[str]) -> None:
+        """Set a session setting (None: unset it, back to the default)."""
+
     def explicit_confs(self) -> dict:
         """The settings set explicitly on the session (empty when the server does not list them)."""
 

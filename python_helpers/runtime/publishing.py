@@ -96,7 +96,15 @@ def publish_stream_table(
     else:
         relation = catalog_views.files_relation(target, files, types)
     query = view_comments.with_column_docs(engine, schema, name, view_sql(relation, types), docs)
-    Catalog(engine).publish_view(schema, name, query, catalog_views.STREAM_TABLE, model, take_over=take_over)
+    Catalog(engine).publish_view(
+        schema,
+        name,
+        query,
+        catalog_views.STREAM_TABLE,
+        model,
+        take_over=take_over,
+        published_before=marker is not None and not marker.get("skipped"),
+    )
     steps.reached("stream_view_altered")
     published_files.write_marker(
         root,

@@ -140,6 +140,12 @@ class SparkEngine:
         value = self.spark.conf.get(key, default)
         return None if value is None else str(value)
 
+    def set_conf(self, key: str, value: Optional[str]) -> None:
+        if value is None:
+            self.spark.conf.unset(key)
+        else:
+            self.spark.conf.set(key, value)
+
     def explicit_confs(self) -> dict:
         explicit = self.spark.conf.getAll
         explicit = explicit() if callable(explicit) else explicit

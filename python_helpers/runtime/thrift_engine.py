@@ -241,6 +241,13 @@ class ThriftEngine:
         value = self._confs[key]
         return default if value is None or value == "<undefined>" else str(value)
 
+    def set_conf(self, key: str, value: Optional[str]) -> None:
+        self._confs.pop(key, None)  # read back from the server next time
+        if value is None:
+            self.execute(f"RESET {key}")
+        else:
+            self.execute(f"SET {key}={value}")
+
     def explicit_confs(self) -> dict:
         return {str(k): str(v) for k, v, *_ in self.rows("SET")}
 

@@ -113,6 +113,31 @@ def test_a_view_at_the_stream_tables_name_is_taken_over_only_when_the_caller_own
     stream.check()
 
 
+def test_a_fresh_process_alters_its_own_view_at_once_and_refuses_a_table_put_in_its_place(env):
+    """A refresh in a new process (nothing remembered in memory) whose marker says it published
+    the view alters it without asking the catalog first; a table the user created at that name
+    meanwhile makes that fail, and the refresh then refuses the name and leaves the table."""
+    from python_helpers.runtime.catalog_views import NameTaken
+
+    env.source("t1", ROWS)
+    stream = env.stream("fresh_process", AGG, take_over_relation=True)
+    stream.refresh(expect="full")
+    engine = as_engine(env.spark)
+    catalog_views.forget(engine)  # as a new dbt process starts
+    env.apply([S.Insert("t1", [S.row(60, k=1, v=3)])])
+    stream.refresh(expect="differential")
+    stream.check()
+    props = dict((r[0], r[1]) for r in env.spark.sql(f"SHOW TBLPROPERTIES {stream.view}").collect())
+    assert props[catalog_views.ROLE_PROPERTY] == catalog_views.STREAM_TABLE
+    env.spark.sql(f"DROP VIEW {stream.view}")
+    env.spark.sql(f"CREATE TABLE {stream.view} USING parquet AS SELECT 7 AS precious")
+    catalog_views.forget(engine)
+    env.apply([S.Insert("t1", [S.row(61, k=2, v=4)])])
+    with pytest.raises(NameTaken, match="did not create"):
+        stream.refresh()
+    assert [tuple(r) for r in env.spark.table(stream.view).collect()] == [(7,)]
+
+
 # --- 2. a column's type changed in place ---------------------------------------------------------
 
 

@@ -136,3 +136,30 @@ def test_join_delta_starts_from_the_changed_input_and_joins_outward():
     # The single-input conjunct filters the delta before any join.
     first_from = parsed.find(exp.From)
     assert "open" in first_from.sql()
+
+
+# -- the key list of a key-restricted read ---------------------------------------------------
+def test_key_filter_lists_distinct_non_null_integer_and_date_keys():
+    import datetime
+
+    from python_helpers.runtime.binding import key_filter
+
+    schema = pa.schema([("k", pa.int64()), ("d", pa.date32()), ("x", pa.float64()), ("s", pa.string())])
+    assert render(key_filter("k", pa.array([3, -5, None, 3], pa.int32()), schema)) == "`k` IN (-5, 3)"
+    dates = pa.array([datetime.date(2024, 2, 29), None])
+    assert render(key_filter("d", dates, schema)) == "`d` IN (CAST('2024-02-29' AS DATE))"
+    # Every key NULL: an equality matches no row.
+    assert render(key_filter("k", pa.array([None], pa.int64()), schema)) == "FALSE"
+
+
+def test_key_filter_declines_types_whose_equality_is_not_exact_and_long_lists(monkeypatch):
+    from python_helpers.runtime import binding
+
+    schema = pa.schema([("k", pa.int64()), ("d", pa.date32()), ("x", pa.float64()), ("s", pa.string())])
+    assert binding.key_filter("x", pa.array([1.0]), schema) is None  # -0.0 and NaN compare apart
+    assert binding.key_filter("s", pa.array(["a"]), schema) is None  # collations
+    assert binding.key_filter("k", pa.array(["1"]), schema) is None  # a string key against an integer
+    assert binding.key_filter("missing", pa.array([1]), schema) is None
+    monkeypatch.setattr(binding, "PAGE_FILTER_KEYS", 2)
+    assert binding.key_filter("k", pa.array([1, 2, None, 2]), schema) is not None
+    assert binding.key_filter("k", pa.array([1, 2, 3]), schema) is None
