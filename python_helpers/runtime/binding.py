@@ -6,15 +6,16 @@ one session; all of them are dropped when the refresh ends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from typing import Optional
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import Context, render
+from python_helpers.dvm.sqlgen import Context, render, sub
 from python_helpers.errors import ChangesUnavailable
-from python_helpers.runtime import change_feed, delta_log, delta_tables, paths, read_cost
+from python_helpers.runtime import change_feed, delta_log, delta_tables, paths, read_cost, scan_settings
 from python_helpers.runtime.engine import Engine
 
 # Up to this many change rows (all sources together) the delta side of a join is broadcast.
@@ -216,20 +217,25 @@ class Bindings:
         narrowed = files is not None and len(files) < len(every)
         if not narrowed and row_filter is None:
             return None
-        kept = files if narrowed and files is not None else every
+        kept = files if files is not None and narrowed else every
         self.files_read += len(kept)
         self.files_skipped += len(every) - len(kept)
         name = self.view_name(f"s{self._index[relation]}_{version}_k{len(self.views)}")
         delta_tables.bind_files(self.engine, name, src.state, table, kept, self.columns.get(relation))
         view = exp.to_table(name)
+        # (with a row filter, an upper bound: Parquet skips pages too)
         self.view_bytes[view.name] = read_cost.bytes_of_files(delta_tables.add_actions(table), every, kept)
         if row_filter is None:
             return view
         self.page_filtered += 1
-        filtered = self.view_name(f"s{self._index[relation]}_{version}_p{len(self.views)}")
-        self.engine.view_of_query(filtered, render(exp.select(exp.Star()).from_(view).where(row_filter)))
-        self.view_bytes[filtered] = self.view_bytes[view.name]  # (an upper bound: pages are skipped too)
-        return exp.to_table(filtered)
+        return sub(exp.select(exp.Star()).from_(view).where(row_filter), f"{name}_rows")
+
+    def scan_settings(self):
+        """The session settings the bound reads need while a query over them runs: Parquet
+        receives the key lists of key-restricted reads (scan_settings.py)."""
+        if not self.page_filtered:
+            return contextlib.nullcontext()
+        return scan_settings.at_least(self.engine, scan_settings.IN_FILTER_THRESHOLD, PAGE_FILTER_KEYS)
 
     def _change_keys(self, relation: str, column: str):
         """The distinct values of `column` in `relation`'s change (an Arrow array), or None when

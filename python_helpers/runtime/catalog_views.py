@@ -169,22 +169,16 @@ class Catalog:
             known = _PUBLISHED.get(key)
             if known == text:
                 return True
-            if known is not None:
-                # This process made the view: swap the text (ALTER VIEW is one atomic catalog
-                # update; CREATE OR REPLACE is a drop and a create that a reader can fall into).
+            if known is not None or (published_before and take_over and len(text) <= MAX_VIEW_TEXT):
+                # This process made the view, or an earlier refresh did and the caller owns the
+                # name: swap the text (ALTER VIEW is one atomic catalog update; CREATE OR REPLACE
+                # is a drop and a create that a reader can fall into).
                 try:
                     self.engine.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
                     _PUBLISHED[key] = text
                     return True
-                except Exception:  # noqa: BLE001 - dropped by someone meanwhile: the long way below
+                except Exception:  # noqa: BLE001 - dropped or replaced meanwhile: the long way below
                     _PUBLISHED.pop(key, None)
-            elif published_before and take_over and len(text) <= MAX_VIEW_TEXT:
-                try:
-                    self.engine.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
-                    _PUBLISHED[key] = text
-                    return True
-                except Exception:  # noqa: BLE001 - gone, or no longer a view: the long way below
-                    pass
             if len(text) > MAX_VIEW_TEXT:
                 raise StreamTableError(
                     model,

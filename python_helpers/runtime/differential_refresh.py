@@ -9,17 +9,15 @@ reads: both judged from the Delta logs.
 
 from __future__ import annotations
 
-import contextlib
-
 from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import render
 from python_helpers.dvm.stored_result import ACTION, ROW_ID, MaintainedResult, plan_stored_result
 from python_helpers.dvm.tree import Recursive, walk
 from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh
-from python_helpers.runtime import delta_tables, paths, read_cost, scan_settings, steps, storage
+from python_helpers.runtime import delta_tables, paths, read_cost, steps, storage
 from python_helpers.runtime.attempt import Attempt, FullIsCheaper, schema_key
-from python_helpers.runtime.binding import PAGE_FILTER_KEYS, Bindings
+from python_helpers.runtime.binding import Bindings
 from python_helpers.runtime.full_refresh import output_names, typed
 from python_helpers.runtime.planning import Plan
 from python_helpers.runtime.requests import RefreshRequest
@@ -68,7 +66,7 @@ def run_differential(attempt: Attempt) -> int:
             files_skipped=bindings.files_skipped,
             reads_filtered_by_keys=bindings.page_filtered,
         )
-        with phases("delta"), _page_filters(attempt, bindings):
+        with phases("delta"), bindings.scan_settings():
             try:
                 data = engine.arrow(render(merge)) if merge is not None else None
             except Exception as err:  # noqa: BLE001 - only Spark's recursion limits are handled here
@@ -107,14 +105,6 @@ def run_differential(attempt: Attempt) -> int:
         return rows
     finally:
         bindings.close()
-
-
-def _page_filters(attempt: Attempt, bindings: Bindings):
-    """Parquet receives the key lists of key-restricted reads (binding.PAGE_FILTER_KEYS) while
-    the delta query runs."""
-    if not bindings.page_filtered:
-        return contextlib.nullcontext()
-    return scan_settings.at_least(attempt.engine, scan_settings.IN_FILTER_THRESHOLD, PAGE_FILTER_KEYS)
 
 
 def analyzed(attempt: Attempt, bindings: Bindings) -> MaintainedResult:

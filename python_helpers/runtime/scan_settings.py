@@ -16,15 +16,24 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Iterator, Optional
 
 from python_helpers.runtime.engine import Engine
 
 IN_FILTER_THRESHOLD = "spark.sql.parquet.pushdown.inFilterThreshold"
 
 _LOCK = threading.Lock()
-# (session, setting) -> [refreshes in the block, raised by them, the session's own value]
-_HELD: dict = {}
+
+
+@dataclass
+class _Held:
+    own: Optional[str]  # the session's value before the first refresh raised it (None: unset)
+    raised: bool  # False when the session's value was high enough already
+    refreshes: int = 0  # refreshes inside the block now
+
+
+_HELD: dict[tuple, _Held] = {}  # (session, setting) -> _Held
 
 
 @contextlib.contextmanager
@@ -42,15 +51,15 @@ def at_least(engine: Engine, key: str, value: int) -> Iterator[None]:
                 high_enough = False
             if not high_enough:
                 engine.set_conf(key, str(value))
-            held = _HELD[slot] = [0, not high_enough, own]
-        held[0] += 1
+            held = _HELD[slot] = _Held(own, raised=not high_enough)
+        held.refreshes += 1
     try:
         yield
     finally:
         with _LOCK:
             held = _HELD[slot]
-            held[0] -= 1
-            if held[0] == 0:
+            held.refreshes -= 1
+            if held.refreshes == 0:
                 del _HELD[slot]
-                if held[1]:
-                    engine.set_conf(key, held[2])  # None: unset, back to Spark's default
+                if held.raised:
+                    engine.set_conf(key, held.own)  # None: unset, back to Spark's default
