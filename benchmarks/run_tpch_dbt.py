@@ -183,6 +183,7 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
                 f"| {q} | {f:.2f} | {d:.2f} | {f / d:.1f}x | {modes} | {_n(jf)} / {_n(jd)} | "
                 f"{_n(bf)} / {_n(bd)} | {_n(fr)} / {_n(fs)} |"
             )
+        lines += _phase_table(queries, rows)
         dw = _median([r[0].wall for r in rows])
         fw = _median([r[1].wall for r in rows])
         dm = max(r[0].peak_rss_mib for r in rows)
@@ -197,6 +198,29 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
             "",
         ]
     return "\n".join(lines)
+
+
+# The refresh's phases in the order they run (runtime/refresh.py); the rest of dbt's
+# execution_time is dbt's own work around the materialization (compile, macros, catalog calls).
+_DIFF_PHASES = ("plan", "changes", "analyze", "delta", "merge", "publish")
+
+
+def _phase_table(queries: dict, rows: list) -> list:
+    """Where each differential model's time goes (medians over cycles): the profile of what
+    bounds the ratio, beside the ratio itself."""
+    lines = [
+        "",
+        "Where the DIFFERENTIAL time goes (seconds, medians; `dbt` is execution_time minus the phases):",
+        "",
+        "| query | " + " | ".join(_DIFF_PHASES) + " | dbt |",
+        "|---|" + "---|" * (len(_DIFF_PHASES) + 1),
+    ]
+    for q in queries:
+        runs = [r[0].models[q] for r in rows]
+        cells = [_median([m.phases.get(p, 0.0) for m in runs]) or 0.0 for p in _DIFF_PHASES]
+        rest = _median([m.seconds - sum(m.phases.values()) for m in runs]) or 0.0
+        lines.append(f"| {q} | " + " | ".join(f"{c:.2f}" for c in cells) + f" | {rest:.2f} |")
+    return lines
 
 
 def _n(v) -> str:
