@@ -200,25 +200,27 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
     return "\n".join(lines)
 
 
-# The refresh's phases in the order they run (runtime/refresh.py); the rest of dbt's
-# execution_time is dbt's own work around the materialization (compile, macros, catalog calls).
-_DIFF_PHASES = ("plan", "changes", "analyze", "delta", "merge", "publish")
+# The refresh's phases in the order they run (runtime/refresh.py): a differential refresh's,
+# then a full one's (a model `auto` sends to full after its estimate has both). The rest of
+# dbt's execution_time is dbt's own work around the materialization (compile, macros, catalog).
+_PHASES = ("plan", "changes", "analyze", "delta", "merge", "compute", "write", "publish")
 
 
 def _phase_table(queries: dict, rows: list) -> list:
     """Where each differential model's time goes (medians over cycles): the profile of what
-    bounds the ratio, beside the ratio itself."""
+    bounds the ratio, beside the ratio itself. Only the phases some model ran get a column."""
+    runs = {q: [r[0].models[q] for r in rows] for q in queries}
+    shown = [p for p in _PHASES if any(p in m.phases for ms in runs.values() for m in ms)]
     lines = [
         "",
         "Where the DIFFERENTIAL time goes (seconds, medians; `dbt` is execution_time minus the phases):",
         "",
-        "| query | " + " | ".join(_DIFF_PHASES) + " | dbt |",
-        "|---|" + "---|" * (len(_DIFF_PHASES) + 1),
+        "| query | " + " | ".join(shown) + " | dbt |",
+        "|---|" + "---|" * (len(shown) + 1),
     ]
-    for q in queries:
-        runs = [r[0].models[q] for r in rows]
-        cells = [_median([m.phases.get(p, 0.0) for m in runs]) or 0.0 for p in _DIFF_PHASES]
-        rest = _median([m.seconds - sum(m.phases.values()) for m in runs]) or 0.0
+    for q, ms in runs.items():
+        cells = [_median([m.phases.get(p, 0.0) for m in ms]) or 0.0 for p in shown]
+        rest = _median([m.seconds - sum(m.phases.values()) for m in ms]) or 0.0
         lines.append(f"| {q} | " + " | ".join(f"{c:.2f}" for c in cells) + f" | {rest:.2f} |")
     return lines
 
