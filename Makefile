@@ -1,5 +1,6 @@
 # make demo  -- build, change, refresh and test the example stream tables (integration_tests/)
-# make test  -- the whole pytest suite: unit, Spark and dbt end-to-end tests
+# make test  -- the whole pytest suite (unit, Spark, dbt, adapter, drills, cluster), sized for CI
+# make test-long -- the same with every repetition: more hypothesis examples, every kill point
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -7,7 +8,7 @@ PY := $(VENV)/bin/python
 # need none.
 STAMP := $(VENV)/.dbt-spark-stream-installed
 
-.PHONY: demo test install clean
+.PHONY: demo lint test test-long install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,19 +23,28 @@ install: $(STAMP)
 demo: install
 	$(PY) integration_tests/scripts/demo.py
 
-# The slow property suites run with a few examples, as in CI (the whole suite takes about an hour on 2 cores);
-# DVM_HYPOTHESIS_SLOW_EXAMPLES=40 make test is the long run.
-export DVM_HYPOTHESIS_SLOW_EXAMPLES ?= 3
+# make test runs every test module, on two pytest workers, with fewer repetitions than the
+# long run (CI has 90 minutes on 2 cores): 2 hypothesis examples per property, the `slow`
+# property variants left out, 4 kill points drawn at random (printed) of the ~20, 4 race
+# rounds, one refresh round per cluster method and the kill drill on the two refresh paths
+# (connect, thrift_sql). make test-long runs every repetition (about 2 hours on 2 cores).
+CI_TIER := DVM_HYPOTHESIS_EXAMPLES=2 DVM_DRILL_KILL_POINTS=4 DVM_DRILL_RACE_ROUNDS=4 \
+	DVM_CLUSTER_REFRESH_ROUNDS=1 DVM_CLUSTER_KILL_METHODS=connect,thrift_sql
 
 # Lint first (ruff.toml), then type-check (mypy.ini) the code and the test support, then pytest. pytest exits 5
 # when it collected no test: that fails here too, never passes silently.
 MYPY_PATHS := python_helpers dbt/adapters/spark_stream benchmarks tests/support
 
-test: install
+lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy $(MYPY_PATHS)
-	$(PY) -m pytest $(PYTEST_ARGS)
+
+test: lint
+	$(CI_TIER) $(PY) -m pytest -n 2 --dist loadfile -m "not slow" $(PYTEST_ARGS)
+
+test-long: lint
+	DVM_HYPOTHESIS_SLOW_EXAMPLES=$${DVM_HYPOTHESIS_SLOW_EXAMPLES:-40} $(PY) -m pytest $(PYTEST_ARGS)
 
 clean:
 	rm -rf .work integration_tests/target integration_tests/logs .pytest_cache

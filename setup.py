@@ -59,6 +59,8 @@ setup(
         "thrift": ["dbt-spark[PyHive]==1.11.0", "pyspark[connect]==4.1.4"],
         "dev": [
             "pytest",
+            # make test runs the suite on two workers (pytest -n 2).
+            "pytest-xdist",
             "hypothesis",
             "duckdb",
             "duckdb-extension-tpch",
