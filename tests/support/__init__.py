@@ -8,7 +8,7 @@
 - harness.py        StreamEnv / Stream: fresh schemas, refresh + check, run_cycles
 
 Environment knobs:
-  DVM_HYPOTHESIS_EXAMPLES        examples per property test (defaults 3-4; make test: 2)
+  DVM_HYPOTHESIS_EXAMPLES        examples per property test (defaults 3-4; make test: 1)
   DVM_HYPOTHESIS_SLOW_EXAMPLES   examples for the `slow` tests (default 40; make test leaves them out)
   DVM_DRILL_KILL_POINTS, DVM_DRILL_SEED, DVM_DRILL_RACE_ROUNDS   tests/drills (make test: 4, random, 4)
   DVM_CLUSTER_REFRESH_ROUNDS, DVM_CLUSTER_KILL_METHODS           tests/cluster (make test: 1, connect,thrift_sql)
