@@ -44,7 +44,7 @@ test: lint
 	$(CI_TIER) $(PY) -m pytest -n 2 --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 test-long: lint
-	DVM_HYPOTHESIS_SLOW_EXAMPLES=$${DVM_HYPOTHESIS_SLOW_EXAMPLES:-40} $(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:
 	rm -rf .work integration_tests/target integration_tests/logs .pytest_cache
