@@ -27,7 +27,8 @@ class Context:
     consolidated: set = field(default_factory=set)
     small_delta: bool = False  # the engine counted few change rows: broadcast the delta side
     # The engine's way to compute an intermediate once and read it back as a relation (None:
-    # keep it inline). Used for a recursion's delta, which the MERGE reads more than once.
+    # keep it inline). Used for what the SQL reads more than once: a recursion's delta, the
+    # changed keys of a key-restricted operator over a derived delta.
     materialize: Optional[Callable[[exp.Expr], exp.Expr]] = None
     # The engine's way to read only the part of a snapshot that can match the change of another
     # relation on an equality: keyed_snapshot(relation, version, column, changed_relation,

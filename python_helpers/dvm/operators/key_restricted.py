@@ -102,6 +102,11 @@ def delta(node: KeyRestricted, ctx: Context, delta_of, plain_of):
         return plain(node, ctx, dl, plain_of(node.right, "old"), weighted=True)
     pairs = key_pairs(node)
     keys = _changed_keys(ctx, pairs, dl, dr) if pairs else None
+    if keys is not None and ctx.materialize is not None and _derived(dl, dr):
+        # The keys restrict both inputs at both versions: four reads. A delta computed below
+        # (joins, nested restrictions) would be recomputed at each, and nested operators of
+        # this kind multiply that by four per level; computed once, it is a small relation.
+        keys = ctx.materialize(keys)
 
     def at(version):
         left, right = plain_of(node.left, version), plain_of(node.right, version)
@@ -122,6 +127,11 @@ def _new_minus_old(ctx: Context, columns: list, at) -> exp.Select:
         for sign, version in ((1, "new"), (-1, "old"))
     ]
     return consolidate(ctx, union_all_of(sides), columns)
+
+
+def _derived(*deltas) -> bool:
+    """Is one of the input deltas computed by joins (more than a read of a change)?"""
+    return any(d is not None and d.find(exp.Join) is not None for d in deltas)
 
 
 def _changed_keys(ctx: Context, pairs, dl, dr) -> Optional[exp.Expr]:
