@@ -96,6 +96,11 @@ class Engine(Protocol):
 
     def conf(self, key: str, default: Optional[str] = None) -> Optional[str]: ...
 
+    def setting(self, key: str) -> Optional[str]:
+        """A setting's effective value: the session's own, else Spark's default (None: a key
+        this Spark does not know and nobody set). Every binding answers alike, so values
+        recorded over one connection compare with those read over another."""
+
     def set_conf(self, key: str, value: Optional[str]) -> None:
         """Set a session setting (None: unset it, back to the default)."""
 

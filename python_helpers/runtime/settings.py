@@ -31,7 +31,7 @@ def result_settings(engine: Engine) -> dict:
     out = {}
     for key in RESULT_SETTINGS:
         try:
-            value = engine.conf(key, None)
+            value = engine.setting(key)
         except Exception:  # noqa: BLE001 - a setting this Spark does not know
             value = None
         if value is not None:

@@ -140,6 +140,13 @@ class SparkEngine:
         value = self.spark.conf.get(key, default)
         return None if value is None else str(value)
 
+    def setting(self, key: str) -> Optional[str]:
+        try:
+            value = self.spark.conf.get(key)  # no default given: Spark's own default when unset
+        except Exception:  # noqa: BLE001 - a key without a default that nobody set
+            return None
+        return None if value is None else str(value)
+
     def set_conf(self, key: str, value: Optional[str]) -> None:
         if value is None:
             self.spark.conf.unset(key)

@@ -241,6 +241,9 @@ class ThriftEngine:
         value = self._confs[key]
         return default if value is None or value == "<undefined>" else str(value)
 
+    def setting(self, key: str) -> Optional[str]:
+        return self.conf(key)  # `SET key` answers with Spark's default when the session has none
+
     def set_conf(self, key: str, value: Optional[str]) -> None:
         self._confs.pop(key, None)  # read back from the server next time
         if value is None:

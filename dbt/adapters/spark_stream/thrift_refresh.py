@@ -10,9 +10,13 @@ both (docs/deployment.md).
 from __future__ import annotations
 
 from dbt.adapters.contracts.connection import Connection
+from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnectionMethod
 
+from dbt.adapters.spark_stream.messages import first_line
 from python_helpers.runtime.thrift_engine import ThriftEngine
+
+logger = AdapterLogger("SparkStream")
 
 
 def thrift_only(credentials) -> bool:
@@ -26,4 +30,24 @@ def open_engine(credentials) -> ThriftEngine:
         SparkConnectionManager.open(connection)  # dbt-spark's client: its retries and auth
         return connection.handle.handle  # the PyHive connection inside dbt-spark's wrapper
 
-    return ThriftEngine(connect, server_key=f"{credentials.host}:{credentials.port}")
+    engine = ThriftEngine(connect, server_key=f"{credentials.host}:{credentials.port}")
+    apply_parameters(engine, credentials)
+    return engine
+
+
+def apply_parameters(engine: ThriftEngine, credentials) -> None:
+    """The profile's server_side_parameters on the refresh's Hive session, as the session and
+    Connect methods set them on theirs: the Spark Thrift server does not apply the settings a
+    client sends when it opens a session, and results depend on some of them (ANSI mode, which
+    dbt-spark turns off, the time zone). Static settings belong to the server's configuration."""
+    for key, value in credentials.server_side_parameters.items():
+        try:
+            if engine.conf(key) == value:
+                continue
+            engine.set_conf(key, value)
+        except Exception as exc:  # noqa: BLE001 - Spark's error class names the reason
+            logger.warning(
+                f"spark_stream (method: thrift): server_side_parameters.{key} cannot be set on a session of "
+                f"{credentials.host}:{credentials.port}; set it in the Thrift server's configuration instead "
+                f"({first_line(exc, 200)})"
+            )
