@@ -58,9 +58,12 @@ setup(
         # thrift: dbt-spark's Thrift client, for `method: thrift` (and the Connect client for `connect_url`).
         "thrift": ["dbt-spark[PyHive]==1.11.0", "pyspark[connect]==4.1.4"],
         "dev": [
-            "pytest",
-            # make test runs the suite on two workers (pytest -n 2).
-            "pytest-xdist",
+            # pytest 9.2 keeps a test's id where pytest-xdist 3.8 cannot rename it, so
+            # `--dist loadgroup` would split the groups (a module's shared cluster, its dbt project)
+            # across workers.
+            "pytest>=9,<9.2",
+            # make test runs the suite on two workers (pytest -n 2 --dist loadgroup).
+            "pytest-xdist==3.8.0",
             "hypothesis",
             "duckdb",
             "duckdb-extension-tpch",

@@ -57,4 +57,6 @@ def env(spark, request):
     from tests.support.harness import StreamEnv
 
     tag = "".join(ch for ch in request.node.name.lower() if ch.isalnum())[:20] or "t"
-    return StreamEnv(spark, tag=tag)
+    env = StreamEnv(spark, tag=tag)
+    yield env
+    env.reads.close()

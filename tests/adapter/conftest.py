@@ -28,12 +28,15 @@ def pytest_configure(config):
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    # Every test of this directory is an `adapter` test (-m adapter / -m 'not adapter').
+    # Every test of this directory is an `adapter` test (-m adapter / -m 'not adapter'); the
+    # tests of a file share class-scoped dbt projects, so each file runs on one pytest worker.
     here = str(config.rootpath / "tests" / "adapter")
     for item in items:
         if str(item.path).startswith(here):
             item.add_marker(pytest.mark.adapter)
+            item.add_marker(pytest.mark.xdist_group(f"adapter_{item.path.stem}"))
 
 
 @pytest.fixture(scope="class")

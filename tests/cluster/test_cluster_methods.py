@@ -1,12 +1,15 @@
 """Stream tables against a real local cluster, through each connection method that supports them.
 
 A standalone master and a worker are started from the installed pyspark package
-(python_helpers/testing/local_spark.py) on free ports and stopped by process id, with either
-- a Spark Connect server: the example project's `connect` target (`method: connect`), or
-- a Spark Thrift server that also loads the Connect plugin: the `thrift` target (`method:
-  thrift`, dbt-spark's PyHive client, with `connect_url` for the stream tables' refreshes), and
-  the `thrift_sql` target (`method: thrift` alone: the refreshes in SQL over the Thrift protocol,
-  data through the shared warehouse).
+(python_helpers/testing/local_spark.py) on free ports and stopped by process id, with a Spark
+Thrift server that also loads the Spark Connect plugin: one application, one catalog, serving
+the example project's three targets in turn:
+- `connect` (`method: connect`, through the plugin's Connect endpoint);
+- `thrift` (`method: thrift`, dbt-spark's PyHive client, with `connect_url` for the stream
+  tables' refreshes);
+- `thrift_sql` (`method: thrift` alone: the refreshes in SQL over the Thrift protocol, data
+  through the shared warehouse).
+The stream tables are built once and every target refreshes them in turn.
 The integration_tests project runs with threads: 4, each `dbt` command a fresh process, as a
 scheduled job runs it: nothing of Spark runs in the dbt process, the executors read the Delta
 files the client wrote.
@@ -32,7 +35,8 @@ from python_helpers.testing import run_results
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_SRC = ROOT / "integration_tests"
 
-pytestmark = pytest.mark.cluster
+# One cluster for the module: its tests run in order on one pytest worker.
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 
 STREAM_TABLES = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
 FULL_ONLY = {"larger_orders"}  # auto falls back to full (non-equality correlation)
@@ -40,12 +44,15 @@ DBT = [sys.executable, "-c", "from dbt.cli.main import cli; cli()"]
 
 
 class ClusterProject:
-    def __init__(self, path: Path, env: dict, target: str):
-        self.path, self.env, self.target = path, env, target
+    def __init__(self, path: Path, env: dict):
+        self.path, self.env = path, env
 
-    def dbt(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    def command(self, target: str, *args: str) -> list:
+        return [*DBT, *args, "--target", target, "--project-dir", str(self.path), "--profiles-dir", str(self.path)]
+
+    def dbt(self, target: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [*DBT, *args, "--target", self.target, "--project-dir", str(self.path), "--profiles-dir", str(self.path)],
+            self.command(target, *args),
             env=env or self.env,
             cwd=self.path,
             capture_output=True,
@@ -53,15 +60,15 @@ class ClusterProject:
             timeout=900,
         )
 
-    def run(self, *args: str) -> dict:
-        done = self.dbt("run", *args)
+    def run(self, target: str, *args: str) -> dict:
+        done = self.dbt(target, "run", *args)
         refreshes = run_results.refreshes(run_results.load(self.path))
         failed = {m: r["message"] for m, r in refreshes.items() if r["status"] != "success"}
         assert done.returncode == 0 and not failed, f"dbt run failed: {failed}\n{done.stdout[-4000:]}"
         return refreshes
 
-    def test(self) -> None:
-        done = self.dbt("test")
+    def test(self, target: str) -> None:
+        done = self.dbt(target, "test")
         assert done.returncode == 0, f"dbt test failed:\n{done.stdout[-4000:]}"
         results = run_results.load(self.path)["results"]
         bad = [f"{r['unique_id']}: {r['status']} {r.get('message')}" for r in results if r["status"] != "pass"]
@@ -77,30 +84,37 @@ class ClusterProject:
         )
 
 
-@pytest.fixture(scope="module", params=["connect", "thrift", "thrift_sql"])
-def cluster(request, tmp_path_factory):
+# Every target talks to the same Spark application, so they share its catalog and warehouse:
+# the stream tables one target built are refreshed by the next, and each method's refreshes
+# are checked on the state the others left (as a team whose jobs use different methods would).
+TARGETS = ("connect", "thrift", "thrift_sql")
+# The first build goes through the method whose full refresh differs most from the in-process
+# one (the SQL-only binding: results written by the executors as parquet and read back); the
+# Spark binding's full refresh runs in every round (larger_orders refreshes in full).
+BUILD_TARGET = "thrift_sql"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A standalone master and worker with a Spark Thrift server that also loads the Connect
+    plugin: one application serves the three targets."""
     from python_helpers.testing.local_spark import ConnectServer
 
-    work = tmp_path_factory.mktemp(f"cluster_{request.param}")
+    work = tmp_path_factory.mktemp("cluster")
     server = ConnectServer(
-        str(work / "server"),
-        warehouse=str(work / "warehouse"),
-        memory="1g",
-        cluster=True,
-        cores=2,
-        thrift=request.param.startswith("thrift"),
+        str(work / "server"), warehouse=str(work / "warehouse"), memory="1g", cluster=True, cores=2, thrift=True
     )
     try:
         server.start()
-        yield request.param, work, server
+        yield work, server
     finally:
         server.stop()
 
 
 @pytest.fixture(scope="module")
 def project(cluster, tmp_path_factory):
-    method, work, server = cluster
-    path = tmp_path_factory.mktemp(f"dbt_{method}") / "integration_tests"
+    work, server = cluster
+    path = tmp_path_factory.mktemp("dbt_cluster") / "integration_tests"
     shutil.copytree(PROJECT_SRC, path, ignore=shutil.ignore_patterns("target", "logs", "__pycache__"))
     env = {
         **os.environ,
@@ -112,9 +126,9 @@ def project(cluster, tmp_path_factory):
         "DBT_SPARK_STREAM_THRIFT_PORT": str(server.thrift_port or 0),
     }
     env.pop("SPARK_REMOTE", None)
-    proj = ClusterProject(path, env, method)
+    proj = ClusterProject(path, env)
     proj.shop_data("create", "--force")
-    proj.first_run = proj.run()
+    proj.first_run = proj.run(BUILD_TARGET)
     return proj
 
 
@@ -127,39 +141,33 @@ def _assert_modes(refreshes: dict, expected: str) -> None:
 
 def test_first_run_builds_every_stream_table(project):
     _assert_modes(project.first_run, "full")
-    project.test()
+    project.test(BUILD_TARGET)
 
 
-# Two rounds of source changes and refresh per method; DVM_CLUSTER_REFRESH_ROUNDS=1 (CI) runs one.
-@pytest.mark.parametrize("seed", [31, 32][: int(os.environ.get("DVM_CLUSTER_REFRESH_ROUNDS", "2"))])
-def test_refresh_is_differential_and_equals_recompute(project, seed):
-    project.shop_data("mutate", "--seed", str(seed))
-    refreshes = project.run()
+# Rounds of source changes and refresh per method (make test-long: two; make test: one).
+ROUNDS = int(os.environ.get("DVM_CLUSTER_REFRESH_ROUNDS", "2"))
+
+
+@pytest.mark.parametrize("seed", [31, 32][:ROUNDS])
+@pytest.mark.parametrize("target", TARGETS)
+def test_refresh_is_differential_and_equals_recompute(project, target, seed):
+    project.shop_data("mutate", "--seed", f"{seed}{TARGETS.index(target)}")
+    refreshes = project.run(target)
     _assert_modes(refreshes, "differential")
     assert refreshes["customer_totals"]["rows_changed"] > 0
-    project.test()
+    project.test(target)
 
 
-def test_a_run_killed_mid_refresh_is_repaired_by_the_next_run(project):
-    # `thrift` refreshes through Connect as `connect` does (only dbt's own statements go over
-    # Thrift): DVM_CLUSTER_KILL_METHODS (CI: connect,thrift_sql) limits the drill to one per path.
-    methods = os.environ.get("DVM_CLUSTER_KILL_METHODS", "connect,thrift,thrift_sql").split(",")
-    if project.target not in methods:
-        pytest.skip(
-            f"DVM_CLUSTER_KILL_METHODS={','.join(methods)}: the kill drill of `{project.target}` is in make test-long"
-        )
-    project.shop_data("mutate", "--seed", "33")
+# `thrift` refreshes through Connect as `connect` does (only dbt's own statements go over
+# Thrift): make test kills the two refresh paths (DVM_CLUSTER_KILL_METHODS), make test-long all three.
+KILL_TARGETS = os.environ.get("DVM_CLUSTER_KILL_METHODS", ",".join(TARGETS)).split(",")
+
+
+@pytest.mark.parametrize("target", [t for t in TARGETS if t in KILL_TARGETS])
+def test_a_run_killed_mid_refresh_is_repaired_by_the_next_run(project, target):
+    project.shop_data("mutate", "--seed", f"33{TARGETS.index(target)}")
     proc = subprocess.Popen(
-        [
-            *DBT,
-            "run",
-            "--target",
-            project.target,
-            "--project-dir",
-            str(project.path),
-            "--profiles-dir",
-            str(project.path),
-        ],
+        project.command(target, "run"),
         env=project.env,
         cwd=project.path,
         stdout=subprocess.PIPE,
@@ -179,30 +187,31 @@ def test_a_run_killed_mid_refresh_is_repaired_by_the_next_run(project):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     assert finished >= 3, "the run ended before it could be killed mid-way"
-    refreshes = project.run()
+    refreshes = project.run(target)
     assert sorted(refreshes) == STREAM_TABLES
-    project.test()
+    project.test(target)
     # Nothing left to do afterwards: the repaired state is the caught-up state.
-    again = project.run()
+    again = project.run(target)
     for model, info in again.items():
         if model not in FULL_ONLY:
             assert info["mode"] == "differential" and info["rows_changed"] == 0, f"{model}: {info['message']}"
 
 
-def test_an_unreachable_server_fails_fast_naming_the_profile_keys(project, tmp_path):
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_unreachable_server_fails_fast_naming_the_profile_keys(project, target):
     from python_helpers.testing.local_spark import free_port
 
     started = time.time()
-    if project.target == "thrift_sql":  # no Connect endpoint: the Thrift server itself is away
+    if target == "thrift_sql":  # no Connect endpoint: the Thrift server itself is away
         env = {**project.env, "DBT_SPARK_STREAM_THRIFT_PORT": str(free_port())}
-        done = project.dbt("run", "--select", "customer_totals", env=env)
+        done = project.dbt(target, "run", "--select", "customer_totals", env=env)
         assert done.returncode != 0
         assert "Failed to connect" in done.stdout or "Could not connect" in done.stdout, done.stdout[-3000:]
         assert time.time() - started < 120
         return
     env = {**project.env, "DBT_SPARK_STREAM_CONNECT_URL": f"sc://127.0.0.1:{free_port()}"}
-    done = project.dbt("run", "--select", "customer_totals", env=env)
+    done = project.dbt(target, "run", "--select", "customer_totals", env=env)
     assert done.returncode != 0
-    key = "`host`" if project.target == "connect" else "`connect_url`"
+    key = "`host`" if target == "connect" else "`connect_url`"
     assert "cannot reach the Spark Connect server" in done.stdout and key in done.stdout, done.stdout[-3000:]
     assert time.time() - started < 120

@@ -26,7 +26,8 @@ sys.path.insert(0, str(PROJECT_SRC / "scripts"))
 
 import shop_data  # noqa: E402  (the example project's data script)
 
-pytestmark = pytest.mark.dbt
+# One dbt project for the module (its fixture): its tests run in order on one pytest worker.
+pytestmark = [pytest.mark.dbt, pytest.mark.xdist_group("dbt_end_to_end")]
 
 STREAM_TABLES = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
 FULL_ONLY = {"larger_orders"}  # a subquery correlated by a non-equality: auto falls back to full

@@ -2,6 +2,11 @@
 processes refreshing the same stream tables at once. After each, a fresh process refreshes and
 compares every stream table with its recompute (the oracle): no change lost or applied twice.
 
+The processes are clients of one long-lived Spark Connect server (started once for the
+module), as a scheduler's dbt jobs are clients of a cluster: a kill is what a scheduler's
+timeout does to the refreshing process, and the two racing processes share one metastore. A
+few kill points also run with Spark inside the killed process, so its JVM dies with it.
+
 The steps are not listed here: a traced refresh reports the sequence the code goes through
 (python_helpers/runtime/steps.py), and each step is killed in turn, some also a moment after
 (inside the MERGE, the publish or the vacuum that follows).
@@ -9,48 +14,79 @@ The steps are not listed here: a traced refresh reports the sequence the code go
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
-import random
 import subprocess
 import sys
 
 import pytest
 
-pytestmark = [pytest.mark.drill]
+pytestmark = [pytest.mark.drill, pytest.mark.xdist_group("drills")]
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 # Steps whose work takes long enough to be killed in the middle as well.
 INSIDE = {"merging": 0.02, "vacuuming": 0.01}
-# DVM_DRILL_KILL_POINTS=N kills at N points drawn at random (each a fresh JVM, about a minute on
-# CI's 2 cores) instead of every point; the drawn points and the seed are printed (-s), a
-# failure names the seed, and DVM_DRILL_SEED repeats a draw. Unset: every point (the local long run).
-SAMPLE = int(os.environ.get("DVM_DRILL_KILL_POINTS", "0"))
-SEED = int(os.environ.get("DVM_DRILL_SEED", str(random.randrange(1 << 30))))
+# Kill points are taken in rotation: a run kills the points whose index i has
+# i % ROTATION == DAY % ROTATION (DAY: days since 0001-01-01 unless DVM_DRILL_DAY says), so
+# every point runs at least once in ROTATION consecutive days, and a failure names the day to
+# repeat. ROTATION=1 (make test-long) kills every point.
+ROTATION = int(os.environ.get("DVM_DRILL_ROTATION", "1"))
+DAY = int(os.environ.get("DVM_DRILL_DAY", str(datetime.date.today().toordinal())))
+# Points also killed with Spark in the killed process (a JVM each): a MERGE in flight and a full
+# result computed but not yet written.
+SESSION_POINTS = [("refresh", "merging+0.02"), ("full", "computed")]
 # Refresh rounds per process in the race drill (CI runs fewer).
 RACE_ROUNDS = int(os.environ.get("DVM_DRILL_RACE_ROUNDS", "8"))
 
 
-def run(work: str, *actions: str, metastore: str = "metastore", env: dict | None = None, timeout: int = 300):
-    environment = {**os.environ, **(env or {})}
-    proc = subprocess.run(
-        [sys.executable, WORKER, work, *actions, "--metastore", metastore],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=timeout,
-    )
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"action"')]
-    return proc, results
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One Spark Connect server (local master) for the module's drills."""
+    from python_helpers.testing.local_spark import ConnectServer
+
+    work = tmp_path_factory.mktemp("drill_server")
+    connect = ConnectServer(str(work / "server"), warehouse=str(work / "warehouse"), memory="1g")
+    try:
+        connect.start()
+        yield connect
+    finally:
+        connect.stop()
+
+
+class Drill:
+    """Runs worker processes of one drill: its own sources and schemas, on the shared server."""
+
+    def __init__(self, work: str, server, prefix: str):
+        self.work, self.server, self.prefix = work, server, prefix
+
+    def args(self, *actions: str, session: bool = False, metastore: str = "metastore") -> list:
+        where = (
+            ["--metastore", metastore, "--warehouse", self.server.warehouse]
+            if session
+            else ["--remote", self.server.remote]
+        )
+        return [sys.executable, WORKER, self.work, *actions, "--prefix", self.prefix, *where]
+
+    def run(self, *actions: str, session: bool = False, env: dict | None = None, timeout: int = 300):
+        proc = subprocess.run(
+            self.args(*actions, session=session),
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+            timeout=timeout,
+        )
+        results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"action"')]
+        return proc, results
 
 
 def _ok(proc) -> None:
     assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
 
 
-def _traced(work: str, actions: list) -> list:
-    trace = os.path.join(work, "trace.txt")
-    proc, _ = run(work, *actions, env={"DBT_SPARK_STREAM_TRACE_STEPS": trace})
+def _traced(drill: Drill, actions: list) -> list:
+    trace = os.path.join(drill.work, "trace.txt")
+    proc, _ = drill.run(*actions, env={"DBT_SPARK_STREAM_TRACE_STEPS": trace})
     _ok(proc)
     with open(trace) as handle:
         steps = [line.strip() for line in handle if line.strip()]
@@ -67,15 +103,19 @@ def _kill_points(steps: list) -> list:
     return points
 
 
-def test_a_refresh_killed_at_every_step_loses_nothing(tmp_path):
-    work = str(tmp_path)
-    proc, _ = run(work, "setup", "refresh", "check")
+def in_rotation(plan: list) -> list:
+    """The points of `plan` this run kills (all of them when ROTATION is 1)."""
+    return [point for i, point in enumerate(plan) if i % ROTATION == DAY % ROTATION]
+
+
+def test_a_refresh_killed_at_every_step_loses_nothing(server, tmp_path):
+    drill = Drill(str(tmp_path), server, "kill")
+    proc, _ = drill.run("setup", "refresh", "check")
     _ok(proc)
-    differential = _traced(work, ["change:1", "refresh"])
-    full = _traced(work, ["change:2", "full"])
+    differential = _traced(drill, ["change:1", "refresh"])
+    full = _traced(drill, ["change:2", "full"])
     assert {"planned", "changes_counted", "merging", "committed", "published", "vacuuming"} <= set(differential)
     assert {"computed", "committed", "published"} <= set(full)
-    killed, seed, checks = [], 10, 0
     # The full refresh's steps after its commit are the differential one's: killed once.
     full_only = [step for step in full if step not in differential or step == "committed"]
     plan = [
@@ -83,24 +123,29 @@ def test_a_refresh_killed_at_every_step_loses_nothing(tmp_path):
         for mode, steps in (("refresh", differential), ("full", full_only))
         for point in _kill_points(steps)
     ]
-    if 0 < SAMPLE < len(plan):
-        plan = [plan[i] for i in sorted(random.Random(SEED).sample(range(len(plan)), SAMPLE))]  # in step order
-        print(f"\nkill drill: {SAMPLE} points drawn with DVM_DRILL_SEED={SEED}: {plan}")
-    for mode, point in plan:
+    chosen = [(mode, point, False) for mode, point in in_rotation(plan)]
+    chosen += [(mode, point, True) for mode, point in SESSION_POINTS]
+    where = f"DVM_DRILL_DAY={DAY} DVM_DRILL_ROTATION={ROTATION}"
+    print(
+        f"\nkill drill ({where}): {len(chosen) - len(SESSION_POINTS)} of {len(plan)} points over Spark Connect: "
+        f"{[p[:2] for p in chosen if not p[2]]}; with Spark in the killed process: {SESSION_POINTS}"
+    )
+    killed, seed, checks = [], 10, 0
+    for mode, point, session in chosen:
         seed += 1
         # One process: repair and check what the previous kill left (the oracle), then
         # change the sources and die at this point of the next refresh.
-        proc, results = run(work, "check", f"change:{seed}", f"kill:{point}", mode)
+        proc, results = drill.run("check", f"change:{seed}", f"kill:{point}", mode, session=session)
         assert results and results[0]["action"] == "check" and results[0]["ok"], (
-            f"after the kill at {killed[-1] if killed else None}, before {mode} {point} (DVM_DRILL_SEED={SEED})",
+            f"after the kill at {killed[-1] if killed else None}, before {mode} {point} ({where})",
             proc.stderr[-3000:],
         )
         checks += 1
-        killed.append((mode, point, proc.returncode == -9))
-    proc, results = run(work, "check")
+        killed.append((mode, point, session, proc.returncode == -9))
+    proc, results = drill.run("check")
     _ok(proc)
     assert results[-1]["ok"], results
-    died = [k for k in killed if k[2]]
+    died = [k for k in killed if k[3]]
     print(
         f"\nkill drill: {len(died)} of {len(killed)} kill points hit a live refresh; "
         f"{checks + 1} checks after them, every one equal to the recompute"
@@ -108,18 +153,23 @@ def test_a_refresh_killed_at_every_step_loses_nothing(tmp_path):
     assert len(died) >= len(killed) - 2, killed  # "+delay" points may land after the step's work ended
 
 
-def test_two_processes_refreshing_the_same_stream_tables(tmp_path):
-    work = str(tmp_path)
-    proc, _ = run(work, "setup", "refresh")
+def test_two_processes_refreshing_the_same_stream_tables(server, tmp_path):
+    """Two processes on one metastore (the server's) refresh the same stream tables at the same
+    moments, round after round: commits conflict, the losers start over, nothing is lost."""
+    drill = Drill(str(tmp_path), server, "race")
+    proc, _ = drill.run("setup", "refresh")
     _ok(proc)
-    env = {"PYTHONUNBUFFERED": "1"}
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    for i in range(2):
+        (barrier / f"member-{i + 1}").touch()
     procs = [
         subprocess.Popen(
-            [sys.executable, WORKER, work, f"loop:{RACE_ROUNDS}:{i + 1}", "--metastore", f"meta{i}"],
+            drill.args(f"loop:{RACE_ROUNDS}:{i + 1}", "--barrier", str(barrier)),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, **env},
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         for i in range(2)
     ]
@@ -128,12 +178,14 @@ def test_two_processes_refreshing_the_same_stream_tables(tmp_path):
     for p, (out, err) in zip(procs, outputs):
         assert p.returncode == 0, err[-4000:]
         summary += [json.loads(line) for line in out.splitlines() if line.startswith('{"action"')]
-    proc, results = run(work, "check")
+    proc, results = drill.run("check")
     _ok(proc)
     assert results[-1]["ok"]
     refreshes = sum(s["refreshes"] for s in summary)
+    retries, gave_up = sum(s["retries"] for s in summary), sum(s["gave_up"] for s in summary)
     print(
-        f"\nrace drill: {refreshes} refresh rounds in two processes, {sum(s['retries'] for s in summary)} "
-        f"commits lost a race and started over, {sum(s['gave_up'] for s in summary)} gave up; final check equal"
+        f"\nrace drill: {refreshes} refresh rounds in two processes on one metastore, {retries} commits lost "
+        f"a race and started over, {gave_up} gave up; final check equal"
     )
-    assert refreshes + sum(s["gave_up"] for s in summary) == 2 * RACE_ROUNDS
+    assert refreshes + gave_up == 2 * RACE_ROUNDS
+    assert retries + gave_up > 0, "the two processes never conflicted: the drill raced nothing"

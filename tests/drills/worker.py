@@ -1,9 +1,16 @@
 """One process of a crash or concurrency drill (tests/drills/test_drills.py runs it).
 
-    python tests/drills/worker.py WORK_DIR ACTIONS... [--metastore NAME]
+    python tests/drills/worker.py WORK_DIR ACTIONS... [--remote sc://HOST:PORT] [--metastore NAME]
+                                  [--warehouse DIR] [--prefix P] [--barrier DIR]
 
-Actions, run in order in one process with its own Spark session (warehouse WORK_DIR/warehouse,
-Derby metastore WORK_DIR/<NAME>, so two processes can run at once):
+Spark: with --remote, a Spark Connect session to a long-lived server (its warehouse and
+metastore; the process is the client a scheduler would kill); otherwise a Spark session in the
+process (warehouse --warehouse or WORK_DIR/warehouse, Derby metastore WORK_DIR/<NAME>), whose
+JVM dies with it.
+The drill's schemas are drill_<P>_src and drill_<P>_st (default P: d), so several drills can
+share one server.
+
+Actions, run in order in one process:
 
     setup            create the sources (Delta tables with the change feed) under WORK_DIR/lake
     change:<seed>    apply one random change batch to the sources (inserts, updates, deletes)
@@ -11,7 +18,9 @@ Derby metastore WORK_DIR/<NAME>, so two processes can run at once):
     full             the same with --full-refresh
     kill:<step>      arm the kill for the next refresh (steps.KILL_AT)
     check            refresh, then compare every stream table with its recompute (the oracle)
-    loop:<n>:<seed>  n times: change, then refresh, counting refreshes that lost a race
+    loop:<n>:<seed>  n times: change, then refresh, counting refreshes that lost a race; with
+                     --barrier DIR, each round starts when as many processes as DIR holds
+                     `member-*` files are ready for it (they refresh at the same moment)
 
 It prints one JSON line per action result (`{"action": ..., ...}`) on stdout.
 """
@@ -26,29 +35,43 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-SCHEMA = "drill_src"
-TARGET = "drill_st"
-STREAMS = {
-    "totals": f"SELECT k, COUNT(*) AS n, SUM(v) AS sv, MIN(v) AS lo, MAX(d) AS hi FROM {SCHEMA}.t1 GROUP BY k",
+SCHEMA = "drill_d_src"
+TARGET = "drill_d_st"
+QUERIES = {
+    "totals": "SELECT k, COUNT(*) AS n, SUM(v) AS sv, MIN(v) AS lo, MAX(d) AS hi FROM {src}.t1 GROUP BY k",
     "joined": (
-        f"SELECT a.k, b.g, COUNT(*) AS n, SUM(a.v * b.v) AS s FROM {SCHEMA}.t1 a JOIN {SCHEMA}.t2 b "
-        f"ON a.k = b.k GROUP BY a.k, b.g"
+        "SELECT a.k, b.g, COUNT(*) AS n, SUM(a.v * b.v) AS s FROM {src}.t1 a JOIN {src}.t2 b "
+        "ON a.k = b.k GROUP BY a.k, b.g"
     ),
-    "rows": f"SELECT id, k, v FROM {SCHEMA}.t2 WHERE v > 0",
+    "rows": "SELECT id, k, v FROM {src}.t2 WHERE v > 0",
 }
+STREAMS = {name: sql.format(src=SCHEMA) for name, sql in QUERIES.items()}
+
+
+def use_prefix(prefix: str) -> None:
+    """Name the drill's schemas drill_<prefix>_src / drill_<prefix>_st."""
+    global SCHEMA, TARGET, STREAMS
+    SCHEMA, TARGET = f"drill_{prefix}_src", f"drill_{prefix}_st"
+    STREAMS = {name: sql.format(src=SCHEMA) for name, sql in QUERIES.items()}
 
 
 def emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def session(work: str, metastore: str):
+def session(work: str, metastore: str, remote: str | None = None, warehouse: str | None = None):
+    if remote:
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.remote(remote).getOrCreate()
     from tests.support.spark_session import build_spark_session
 
     base = os.path.join(work, metastore)
     os.makedirs(base, exist_ok=True)
     # Every process shares one warehouse (the stored results); only the metastore is its own.
-    return build_spark_session(base, app_name=f"drill-{metastore}", warehouse=os.path.join(work, "warehouse"))
+    return build_spark_session(
+        base, app_name=f"drill-{metastore}", warehouse=warehouse or os.path.join(work, "warehouse")
+    )
 
 
 def paths(work: str) -> dict:
@@ -132,12 +155,37 @@ def check(spark, work: str) -> dict:
     return out
 
 
+def _option(argv: list, name: str, default: str | None = None) -> tuple[list, str | None]:
+    if name not in argv:
+        return argv, default
+    at = argv.index(name)
+    return argv[:at] + argv[at + 2 :], argv[at + 1]
+
+
+def wait_for_round(barrier: str, me: str, round_: int, timeout: float = 300) -> None:
+    """Say this process is ready for `round_`, and wait until every process is."""
+    import time
+
+    open(os.path.join(barrier, f"ready-{round_}-{me}"), "w").close()
+    members = [n for n in os.listdir(barrier) if n.startswith("member-")]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ready = [n for n in os.listdir(barrier) if n.startswith(f"ready-{round_}-")]
+        if len(ready) >= len(members):
+            return
+        time.sleep(0.01)
+    raise SystemExit(f"round {round_}: the other drill processes never got ready")
+
+
 def main(argv: list) -> None:
+    argv, metastore = _option(argv, "--metastore", "metastore")
+    argv, remote = _option(argv, "--remote")
+    argv, prefix = _option(argv, "--prefix")
+    argv, barrier = _option(argv, "--barrier")
+    argv, warehouse = _option(argv, "--warehouse")
+    if prefix:
+        use_prefix(prefix)
     work = argv[1]
-    metastore = "metastore"
-    if "--metastore" in argv:
-        metastore = argv[argv.index("--metastore") + 1]
-        argv = argv[: argv.index("--metastore")] + argv[argv.index("--metastore") + 2 :]
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from python_helpers.runtime import housekeeping, steps
 
@@ -157,7 +205,7 @@ def main(argv: list) -> None:
             os.environ[steps.KILL_AT] = arg
             continue
         if spark is None:
-            spark = session(work, metastore)
+            spark = session(work, metastore or "metastore", remote, warehouse)
             spark.sql(f"CREATE DATABASE IF NOT EXISTS {TARGET}")
         if name == "refresh":
             emit(action=action, **refresh(spark, work))
@@ -172,6 +220,8 @@ def main(argv: list) -> None:
             lost, retries, done = 0, 0, 0
             for i in range(n):
                 change(work, seed * 1000 + i)
+                if barrier:
+                    wait_for_round(barrier, str(seed), i)
                 try:
                     retries += refresh(spark, work)["retries"]
                     done += 1

@@ -14,7 +14,7 @@ from python_helpers.runtime.functions import classify_by_sql
 from tests.support.harness import run_cycles
 from tests.support.shapes import INITIAL, SMOKE_BATCHES
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("user_functions")]  # a module fixture
 
 
 @pytest.fixture(scope="module", autouse=True)

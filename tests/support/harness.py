@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from python_helpers.runtime.api import RefreshRequest, refresh_stream_table
 from tests.support import sources as S
-from tests.support.oracle import assert_matches_recompute
+from tests.support.oracle import SourceReads, assert_matches_recompute
 from tests.support.spark_session import warehouse_dir
 
 _counter = itertools.count(1)
@@ -40,6 +40,7 @@ class StreamEnv:
         self.warehouse = warehouse_dir(spark)
         self.paths: dict = {}  # table name -> Delta path
         self.log: list = []  # descriptions of the applied changes, for failure messages
+        self.reads = SourceReads(spark)  # the oracle's source reads, shared by this env's checks
         # dbt creates the model's schema before it runs the materialization; do the same.
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {self.target}")
 
@@ -121,6 +122,7 @@ class Stream:
             self.env.source_paths(),
             check_types=check_types,
             context=f"{self.identifier}; history: {self.env.log}",
+            reads=self.env.reads,
         )
 
 

@@ -221,19 +221,47 @@ def rewrite_sources(sql: str, replacements: Mapping[str, str]) -> str:
     return new_tree.sql(dialect="spark")
 
 
-def recompute(spark, sql: str, source_paths: Mapping[str, str]):
-    """Run sql on fresh reads of the sources. Returns (DataFrame, [temp view names to drop])."""
-    from deltalake import DeltaTable
+class SourceReads:
+    """The oracle's reads of the sources, kept while a source stays at one version.
 
-    token = uuid.uuid4().hex[:12]
-    replacements = {}
-    views = []
-    for i, (name, path) in enumerate(sorted(source_paths.items())):
-        view = f"__oracle_{token}_{i}"
-        arrow = DeltaTable(path).to_pyarrow_table()
-        spark.createDataFrame(arrow).createOrReplaceTempView(view)
-        replacements[name.lower()] = view
-        views.append(view)
+    A source version is read once with the `deltalake` package and handed to Spark as a temp
+    view; checks of several stream tables over the same sources (a family of shapes, the 22
+    TPC-H queries) reuse it until the source moves. Keyed by the Delta table's id and version,
+    so a table recreated at the same path is read anew. Nothing of the engine is involved.
+    """
+
+    def __init__(self, spark):
+        self.spark = spark
+        self._views: dict = {}  # path -> ((table id, version), temp view)
+
+    def view(self, path: str) -> str:
+        from deltalake import DeltaTable
+
+        table = DeltaTable(path)
+        key = (str(table.metadata().id), table.version())
+        known = self._views.get(path)
+        if known is not None and known[0] == key:
+            return known[1]
+        if known is not None:
+            self.spark.catalog.dropTempView(known[1])
+        view = f"__oracle_{uuid.uuid4().hex[:12]}"
+        self.spark.createDataFrame(table.to_pyarrow_table()).createOrReplaceTempView(view)
+        self._views[path] = (key, view)
+        return view
+
+    def close(self) -> None:
+        for _, view in self._views.values():
+            self.spark.catalog.dropTempView(view)
+        self._views.clear()
+
+
+def recompute(spark, sql: str, source_paths: Mapping[str, str], reads: "SourceReads | None" = None):
+    """Run sql on fresh reads of the sources. Returns (DataFrame, [temp view names to drop]);
+    with `reads`, the sources come from its views (which it drops itself)."""
+    own = reads is None
+    reads = reads or SourceReads(spark)
+    replacements = {name.lower(): reads.view(path) for name, path in sorted(source_paths.items())}
+    views = [view for view in replacements.values()] if own else []
     return spark.sql(rewrite_sources(sql, replacements)), views
 
 
@@ -241,10 +269,17 @@ def _type_strings(schema):
     return [(f.name.lower(), f.dataType.simpleString()) for f in schema.fields]
 
 
-def compare_with_recompute(spark, view_name: str, sql: str, source_paths: Mapping[str, str], check_types: bool = True):
+def compare_with_recompute(
+    spark,
+    view_name: str,
+    sql: str,
+    source_paths: Mapping[str, str],
+    check_types: bool = True,
+    reads: "SourceReads | None" = None,
+):
     """Compare stream table view_name with the recomputed query. Returns (Comparison, problems)."""
     actual_df = spark.table(view_name)
-    expected_df, views = recompute(spark, sql, source_paths)
+    expected_df, views = recompute(spark, sql, source_paths, reads)
     try:
         problems = []
         a_cols = [c.lower() for c in actual_df.columns]
@@ -264,10 +299,17 @@ def compare_with_recompute(spark, view_name: str, sql: str, source_paths: Mappin
 
 
 def assert_matches_recompute(
-    spark, view_name: str, sql: str, source_paths: Mapping[str, str], check_types: bool = True, context: str = ""
+    spark,
+    view_name: str,
+    sql: str,
+    source_paths: Mapping[str, str],
+    check_types: bool = True,
+    context: str = "",
+    reads: "SourceReads | None" = None,
 ) -> Comparison:
-    """Assert that the stream table read through view_name equals sql recomputed on the sources."""
-    comparison, problems = compare_with_recompute(spark, view_name, sql, source_paths, check_types)
+    """Assert that the stream table read through view_name equals sql recomputed on the sources
+    (`reads`: source reads shared with other checks, see SourceReads)."""
+    comparison, problems = compare_with_recompute(spark, view_name, sql, source_paths, check_types, reads)
     if problems or not comparison.ok:
         head = f"stream table {view_name} does not match its query recomputed on the sources"
         if context:

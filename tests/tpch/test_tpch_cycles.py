@@ -67,6 +67,7 @@ def test_tpch_queries_stay_equal_to_recompute_through_refresh_cycles(spark):
             label = f"c{cycle} {rf_name}"
             labels.append(label)
             step(label, "differential")
+    env.reads.close()
     report = _report(labels, table)
     print(report)
     os.makedirs(".work", exist_ok=True)
