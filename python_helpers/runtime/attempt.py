@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from python_helpers.dvm.stored_result import MaintainedResult, StoredResult, plan_stored_result
-from python_helpers.runtime import housekeeping, publishing, steps, storage
+from python_helpers.runtime import delta_log, housekeeping, publishing, steps, storage
 from python_helpers.runtime.engine import Engine
 from python_helpers.runtime.planning import Plan
 from python_helpers.runtime.requests import Log, RefreshRequest
@@ -53,7 +53,13 @@ class Attempt:
             "mode": mode,
             "layout": result.kind if result is not None else "recompute",
             "offsets": {
-                r: {"version": s.state.version, "table_id": s.state.table_id, "path": s.path}
+                r: {
+                    "version": s.state.version,
+                    "table_id": s.state.table_id,
+                    "path": s.path,
+                    # the commit consumed, so the next refresh can tell a replaced log from a newer one
+                    "commit": delta_log.commit_digest(s.path, s.state.version),
+                }
                 for r, s in self.plan.pinned.items()
             },
             "settings": self.session,

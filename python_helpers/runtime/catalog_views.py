@@ -26,8 +26,6 @@ from python_helpers.runtime.engine import Engine
 ROLE_PROPERTY = "dbt_spark_stream.role"
 STREAM_TABLE = "stream_table"
 SOURCE = "source"
-# Views made by versions before the role property: their text names one of these.
-_LEGACY_MARKS = ("__dvm_published", "__dvm_stream_tables")
 # The Hive metastore (Derby) keeps about 32 KB of view text.
 MAX_VIEW_TEXT = 30_000
 
@@ -116,31 +114,21 @@ class Catalog:
     def table_type(self, schema: str, name: str) -> Optional[str]:
         return self.engine.table_type(quote(schema, name))
 
-    def view_text(self, schema: str, name: str) -> str:
-        try:
-            rows = self.engine.rows(f"DESCRIBE TABLE EXTENDED {quote(schema, name)}")
-        except Exception:  # noqa: BLE001
-            return ""
-        return next((r[1] or "" for r in rows if r[0] == "View Text"), "")
-
     def exists(self, schema: str, name: str) -> bool:
         try:
             return self.engine.table_exists(quote(schema, name))
         except Exception:  # noqa: BLE001
             return False
 
-    def role(self, schema: str, name: str, legacy_mark: Optional[str] = None) -> tuple[bool, Optional[str]]:
-        """(exists, the role this project gave it or None when it is not ours)."""
+    def role(self, schema: str, name: str) -> tuple[bool, Optional[str]]:
+        """(exists, the role this project gave it or None when it is not ours).
+
+        Only the role property proves ownership: what a view reads says nothing about who made
+        it (a user's view may read a source's files, or files at a path that starts alike)."""
         props = self.properties(schema, name)
         if props is None:
             return False, None
-        role = props.get(ROLE_PROPERTY)
-        if role is None and self.table_type(schema, name) == "VIEW":
-            text = self.view_text(schema, name)
-            marks = _LEGACY_MARKS + ((legacy_mark,) if legacy_mark else ())
-            if any(m and m in text for m in marks):
-                role = "legacy"
-        return True, role
+        return True, props.get(ROLE_PROPERTY)
 
     def publish_view(
         self,
@@ -150,7 +138,6 @@ class Catalog:
         role: str,
         model: str,
         take_over: bool = False,
-        legacy_mark: Optional[str] = None,
         published_before: bool = False,
     ) -> bool:
         """Create or alter the view `schema.name` to `query`. Returns False (nothing done) when
@@ -186,7 +173,7 @@ class Catalog:
                     f"more than the metastore keeps ({MAX_VIEW_TEXT})",
                     "keep the table on storage where hard links can be made, or compact it (OPTIMIZE) to fewer files",
                 )
-            exists, owner = self.role(schema, name, legacy_mark)
+            exists, owner = self.role(schema, name)
             if not exists:
                 self.engine.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
                 self.engine.execute(
@@ -195,8 +182,6 @@ class Catalog:
                 )
             elif owner is not None:
                 self.engine.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
-                if owner == "legacy":
-                    self._mark(schema, name, role)
             elif role == SOURCE:
                 return False
             elif take_over and self.table_type(schema, name) == "VIEW":

@@ -75,6 +75,13 @@ def decide(request, plan, meta: Optional[dict], print_fp: str, session: dict, sc
         return Decision.full("first build")
     if meta.get("format") != storage.FORMAT_VERSION:
         return Decision.full("the stored result was written by another version of dbt-spark-stream", warn=True)
+    foreign = meta.get("foreign_commits")
+    if foreign:
+        done = ", ".join(f"{c['operation']} at version {c['version']}" for c in foreign[:3])
+        return Decision.full(
+            f"the stored result was changed outside dbt-spark-stream ({done}); it is rebuilt from its sources",
+            warn=True,
+        )
     if meta.get("fingerprint") != print_fp:
         return Decision.full(
             "the model's SQL or result-shaping config changed since the last refresh; rebuilt from scratch", warn=True
@@ -112,6 +119,12 @@ def _source_decision(request, plan, meta: dict) -> Optional[Decision]:
             )
         if old["version"] > src.state.version:
             raise _behind(model, relation, src, old["version"])
+        if old.get("commit") and src.consumed_commit is not None and src.consumed_commit != old["commit"]:
+            return Decision.full(
+                f"the Delta log of source {relation} was replaced since the last refresh (its commit at version "
+                f"{old['version']}, which that refresh consumed, is not the same commit any more)",
+                warn=True,
+            )
     return None
 
 

@@ -76,6 +76,19 @@ def commit_actions(table_path: str, version: int) -> list:
     return [json.loads(line) for line in _read_text(name).splitlines() if line.strip()]
 
 
+def commit_digest(table_path: str, version: int) -> Optional[str]:
+    """A digest of the commit file of `version` (None when the log no longer holds it). A Delta
+    commit file is written once and never changed: another digest at the same version means
+    the log was replaced (a table rewritten under the same id), not that it moved on."""
+    import hashlib
+
+    try:
+        text = _read_text(paths.join(table_path, LOG_DIR, f"{version:020d}.json"))
+    except CommitMissing:
+        return None
+    return hashlib.md5(text.encode("utf-8")).hexdigest()
+
+
 def _absolute(table_path: str, relative: str) -> str:
     if "://" in relative or relative.startswith("/"):
         return paths.local(relative)

@@ -15,7 +15,7 @@ from sqlglot import exp
 from python_helpers.dvm.plan_query import query_tree
 from python_helpers.dvm.tree import RECURSION_PREFIX, Node, Scan, walk
 from python_helpers.errors import UnsupportedSql
-from python_helpers.runtime import functions
+from python_helpers.runtime import delta_log, functions
 from python_helpers.runtime.engine import Engine
 from python_helpers.runtime.requests import RefreshRequest
 from python_helpers.runtime.sources import pin_sources
@@ -53,6 +53,15 @@ def plan_request(engine: Engine, request: RefreshRequest) -> Plan:
         request.sql if not inlined.views else f"{request.sql}\n-- views inlined:\n{inlined.query.sql(DIALECT)}"
     )
     return plan
+
+
+def read_consumed_commits(plan: Plan, meta: Optional[dict]) -> None:
+    """For each source the last refresh read, the digest of the commit it consumed as the log
+    holds it now (decide.py compares it with the recorded one: a replaced log)."""
+    for relation, src in plan.pinned.items():
+        old = ((meta or {}).get("offsets") or {}).get(relation)
+        if old and old.get("commit") and old.get("table_id") == src.state.table_id:
+            src.consumed_commit = delta_log.commit_digest(src.path, old["version"])
 
 
 def _plan(

@@ -3,10 +3,12 @@
 A view that names a Delta version's files one by one breaks on a file list longer than the
 metastore keeps (about 32 KB of view text, ~750 files) and on file names that Hadoop reads as
 glob patterns (`{ } [ ] , *`). So each published version gets a directory of its own,
-`<root>/g<version>/`, holding hard links to exactly its live files, and the view reads that
-directory. The directory never changes once made, so a query that listed it keeps reading the
-same files however many refreshes happen meanwhile (`current` pointers that are swapped under a
-reader make it open names that no longer exist). A generation is removed only when it is older
+`<root>/g<version>-<identity>/`, holding hard links to exactly its live files, and the view
+reads that directory. The identity digests the table's id, the version and its files, so a
+table recreated at the same path never reuses another table's directory. The directory never
+changes once made, so a query that listed it keeps reading the same files however many
+refreshes happen meanwhile (`current` pointers that are swapped under a reader make it open
+names that no longer exist). A generation is removed only when it is older
 than the retention and not among the newest few; the data itself stays while any link does.
 
 Partitioned tables: files are linked under `data/__dvm_p=<i>/` (i numbers the partition
@@ -58,7 +60,36 @@ def source_root(schema_dir: str, table: str) -> str:
 
 
 def _generation(name: str) -> Optional[int]:
-    return int(name[1:]) if name.startswith("g") and name[1:].isdigit() else None
+    """The version a generation directory shows: `g<version>-<identity>` (or `g<version>`, as
+    earlier releases named them)."""
+    number = name[1:].split("-", 1)[0]
+    return int(number) if name.startswith("g") and number.isdigit() else None
+
+
+def generation_name(
+    table_id: str,
+    version: int,
+    files: list,
+    partitions: Optional[list] = None,
+    data_schema: Optional[pa.Schema] = None,
+    partition_schema: Optional[pa.Schema] = None,
+) -> str:
+    """`g<version>-<identity>`: the identity digests what the directory holds (the table's id,
+    the version, the files and their partitions, the schema), so a directory made for one table
+    is never served for another that reached the same version at the same place (a table
+    recreated at its path, a source moved to another table, a stored result reset)."""
+    import hashlib
+
+    what = [
+        table_id,
+        version,
+        list(files),
+        [list(p) for p in partitions] if partitions is not None else None,
+        str(data_schema) if data_schema is not None else None,
+        str(partition_schema) if partition_schema is not None else None,
+    ]
+    digest = hashlib.md5(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return f"g{version}-{digest}"
 
 
 def _marker_name(catalog: str) -> str:
@@ -91,19 +122,22 @@ def _live_generations(root: str) -> set:
 
 def link_generation(
     root: str,
+    table_id: str,
     version: int,
     files: list,
     partitions: Optional[list] = None,
     data_schema: Optional[pa.Schema] = None,
     partition_schema: Optional[pa.Schema] = None,
 ) -> Optional[str]:
-    """The directory `<root>/g<version>` holding links to `files` (made once; reused after).
+    """The directory `<root>/<generation_name(...)>` holding links to `files` of the table
+    `table_id` at `version` (made once; reused after by the same table's same version only).
 
     `partitions[i]` is the tuple of partition values of `files[i]` (None: not partitioned).
     Returns None where links cannot be made here."""
     if paths.is_uri(root) or any(paths.is_uri(f) for f in files):
         return None
-    gen = os.path.join(root, f"g{version}")
+    name = generation_name(table_id, version, files, partitions, data_schema, partition_schema)
+    gen = os.path.join(root, name)
     if os.path.isdir(gen):
         return gen
     staging = os.path.join(root, f".staging-{uuid.uuid4().hex}")
@@ -171,10 +205,12 @@ def prune(
     now = time.time() if now is None else now
     live = _live_generations(root)
     removed = []
-    gens = sorted((g, n) for n in os.listdir(root) if (g := _generation(n)) is not None)
+    # In the order they were made (a recreated table starts its versions again).
+    gens = sorted((_mtime(os.path.join(root, n)), g, n) for n in os.listdir(root) if (g := _generation(n)) is not None)
+    gens_by_age = [(g, n) for _, g, n in gens]
     # A generation can be read until the next one is published: its age counts from then.
-    superseded = {name: _mtime(os.path.join(root, nxt)) for (_, name), (_, nxt) in zip(gens, gens[1:])}
-    for _, name in gens[:-keep] if keep else gens:
+    superseded = {name: _mtime(os.path.join(root, nxt)) for (_, name), (_, nxt) in zip(gens_by_age, gens_by_age[1:])}
+    for _, name in gens_by_age[:-keep] if keep else gens_by_age:
         if name in live or name not in superseded or now - superseded[name] < retention:
             continue
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)

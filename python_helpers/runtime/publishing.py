@@ -88,7 +88,7 @@ def publish_stream_table(
     if _newer(marker, table_id, version + 1):
         return  # a later refresh published a newer version already
     files = delta_tables.file_paths(stored, target)
-    gen = published_files.link_generation(root, version, files) if files else None
+    gen = published_files.link_generation(root, table_id, version, files) if files else None
     steps.reached("stream_generation_linked")
     relation: exp.Expr
     if gen is not None:
@@ -153,22 +153,23 @@ def publish_source(
         data_schema = pa.schema([f for f in state.arrow_schema if f.name not in parts])
         part_schema = pa.schema([state.arrow_schema.field(p) for p in parts])
         gen = published_files.link_generation(
-            root, state.version, files, partitions if parts else None, data_schema, part_schema
+            root, state.table_id, state.version, files, partitions if parts else None, data_schema, part_schema
         )
         if gen is not None:
             query = catalog_views.generation_query(gen, types, parts)
         else:
             query = catalog_views.files_query(src.path, files, types, parts, partitions)
     steps.reached("source_generation_linked")
-    published = Catalog(engine).publish_view(
-        schema, name, query, catalog_views.SOURCE, model, legacy_mark=paths.local(src.path)
-    )
+    published = Catalog(engine).publish_view(schema, name, query, catalog_views.SOURCE, model)
     steps.reached("source_view_altered")
     if not published:
+        # Said once per table (a warning), then at info level while the marker remembers it.
+        seen = marker is not None and marker.get("skipped") and marker.get("table_id") == state.table_id
         log(
-            "info",
+            "info" if seen else "warn",
             f"{model}: {relation} is a catalog object dbt-spark-stream did not create; it is left as it "
-            "is (no view of the source is published under that name)",
+            f"is, so other models and queries reading {relation} read that object, not the Delta table at "
+            f"{src.path} that this stream table reads (drop or rename it to have the source published there)",
         )
         published_files.write_marker(
             root, {"table_id": state.table_id, "version": state.version, "skipped": True}, catalog

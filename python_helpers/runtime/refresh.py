@@ -30,7 +30,7 @@ from python_helpers.runtime.differential_refresh import run_differential
 from python_helpers.runtime.engine import Engine, as_engine
 from python_helpers.runtime.full_refresh import run_full
 from python_helpers.runtime.metrics import SparkMeter
-from python_helpers.runtime.planning import plan_request
+from python_helpers.runtime.planning import plan_request, read_consumed_commits
 from python_helpers.runtime.requests import ENGINES, REFRESH_MODES, Log, RefreshRequest, RefreshResult
 from python_helpers.runtime.server_checks import require_persistent_catalog
 from python_helpers.runtime.settings import result_settings
@@ -73,6 +73,7 @@ def _refresh_once(engine: Engine, request: RefreshRequest, log: Log) -> RefreshR
         plan = plan_request(engine, request)
         target = storage_path(engine, request.schema, request.identifier)
         meta = storage.read_metadata(target)
+        read_consumed_commits(plan, meta)
         print_fp = fingerprint(plan.definition, request.shaping_config, storage.FORMAT_VERSION)
         session = result_settings(engine)
         schema_now = read_schema(plan)
@@ -165,6 +166,7 @@ def explain(spark, request: RefreshRequest) -> str:
     _validate(request)
     plan = plan_request(engine, request)
     meta = storage.read_metadata(storage_path(engine, request.schema, request.identifier))
+    read_consumed_commits(plan, meta)
     print_fp = fingerprint(plan.definition, request.shaping_config, storage.FORMAT_VERSION)
     try:
         decision = decide(request, plan, meta, print_fp, result_settings(engine), read_schema(plan))

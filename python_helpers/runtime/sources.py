@@ -17,6 +17,9 @@ class PinnedSource:
     path: str
     state: TableState  # pinned at v_new, the version this refresh brings the result to
     pinned_by: Optional[str] = None  # the upstream stream table whose offsets chose the version
+    # A digest of the commit the last refresh consumed, as the log holds it now
+    # (planning.read_consumed_commits; None: not known).
+    consumed_commit: Optional[str] = None
 
     @property
     def spark_types(self) -> dict:

@@ -27,6 +27,23 @@ COMPACT_AFTER_FILES = 48  # fewer, larger files for the MERGE; compaction commit
 # refresh commit (not even one that only moves the offsets) can slip in after another refresh
 # read the same version.
 APP_ID = "dbt_spark_stream"
+# Commits without refresh metadata that leave the stored rows as they are: our own compaction
+# and vacuum, and table maintenance anyone may run. Any other commit after the last refresh
+# changed rows the refresh does not know of (a DELETE, an UPDATE, a RESTORE by hand).
+ROWS_KEPT_BY = frozenset(
+    {
+        "OPTIMIZE",
+        "VACUUM START",
+        "VACUUM END",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "REORG",
+        "ADD CONSTRAINT",
+        "DROP CONSTRAINT",
+        "UPGRADE PROTOCOL",
+        "CHANGE COLUMN",
+    }
+)
 
 
 class ConcurrentCommit(Exception):
@@ -37,13 +54,17 @@ def read_metadata(path: str) -> Optional[dict]:
     """Metadata of the newest refresh commit, with `read_version`: the storage version it is valid
     for. The refresh reads the stored rows and MERGEs at exactly that version, so a refresh that
     commits in between makes this one's commit fail instead of applying a change twice.
-    Commits by others (e.g. compaction) carry no metadata and are skipped."""
+
+    Commits without metadata after it are skipped when they keep the rows (compaction, vacuum:
+    ROWS_KEPT_BY); any other is listed under `foreign_commits` ({version, operation}, oldest
+    first): the stored rows are no longer what the refresh committed."""
     table = open_table(path)
     if table is None:
         return None
     pinned = table.version()
     for limit in (32, None):  # the newest commits nearly always hold it; the whole log is slow
         commits = table.history(limit)
+        foreign: list[dict] = []
         for commit in commits:
             if commit.get("version", -1) > pinned:
                 continue
@@ -53,7 +74,11 @@ def read_metadata(path: str) -> Optional[dict]:
                 meta["storage_version"] = commit.get("version")
                 meta["committed_at_ms"] = commit.get("timestamp")
                 meta["read_version"] = pinned
+                meta["foreign_commits"] = foreign[::-1]
                 return meta
+            operation = str(commit.get("operation") or "?")
+            if operation.upper() not in ROWS_KEPT_BY:
+                foreign.append({"version": commit.get("version"), "operation": operation})
         if limit is not None and len(commits) < limit:
             break
     return None

@@ -58,15 +58,29 @@ def _files(tmp_path, names):
 def test_generation_links_exactly_the_live_files_and_never_changes(tmp_path):
     root = str(tmp_path / "pub")
     a, b, c = _files(tmp_path, ["a.parquet", "b.parquet", "c.parquet"])
-    g3 = published_files.link_generation(root, 3, [a, b])
+    g3 = published_files.link_generation(root, "t", 3, [a, b])
     assert sorted(n.split("-", 1)[1] for n in os.listdir(g3)) == ["a.parquet", "b.parquet"]
-    g4 = published_files.link_generation(root, 4, [b, c])
+    g4 = published_files.link_generation(root, "t", 4, [b, c])
     assert g4 != g3 and sorted(n.split("-", 1)[1] for n in os.listdir(g4)) == ["b.parquet", "c.parquet"]
     # A reader that listed g3 keeps finding its files: the directory is never altered.
     assert sorted(n.split("-", 1)[1] for n in os.listdir(g3)) == ["a.parquet", "b.parquet"]
-    assert published_files.link_generation(root, 3, [c]) == g3  # made once
+    assert published_files.link_generation(root, "t", 3, [a, b]) == g3  # made once
     linked = [n for n in os.listdir(g4) if n.endswith("c.parquet")][0]
     assert os.path.samefile(os.path.join(g4, linked), c)  # a hard link, no copy
+
+
+def test_a_generation_is_reused_only_for_the_same_table_and_files(tmp_path):
+    """A table recreated at its path (another id) or a version holding other files reaches the
+    same version number: it gets a directory of its own, never the old table's files."""
+    root = str(tmp_path / "pub")
+    a, b = _files(tmp_path, ["a.parquet", "b.parquet"])
+    old = published_files.link_generation(root, "old-table", 2, [a])
+    recreated = published_files.link_generation(root, "new-table", 2, [b])
+    assert recreated != old
+    assert [n.split("-", 1)[1] for n in os.listdir(recreated)] == ["b.parquet"]
+    assert published_files.link_generation(root, "old-table", 2, [b]) not in (old, recreated)
+    assert os.path.basename(old).startswith("g2-") and published_files._generation(os.path.basename(old)) == 2
+    assert published_files._generation("g17") == 17  # as earlier releases named them
 
 
 def test_link_names_never_collide_or_hide(tmp_path):
@@ -77,7 +91,7 @@ def test_link_names_never_collide_or_hide(tmp_path):
     for f in (one, two, hidden):
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(str(f))
-    gen = published_files.link_generation(root, 1, [str(one), str(two), str(hidden)])
+    gen = published_files.link_generation(root, "t", 1, [str(one), str(two), str(hidden)])
     names = os.listdir(gen)
     assert len(names) == 3 and not any(n.startswith(("_", ".")) for n in names)
 
@@ -85,16 +99,15 @@ def test_link_names_never_collide_or_hide(tmp_path):
 def test_prune_keeps_recent_and_marked_generations_and_removes_leftovers(tmp_path):
     root = str(tmp_path / "pub")
     (a,) = _files(tmp_path, ["a.parquet"])
-    for v in range(1, 8):
-        published_files.link_generation(root, v, [a])
-    published_files.write_marker(root, {"table_id": "t", "version": 2, "generation": "g2"})
+    gens = {v: os.path.basename(published_files.link_generation(root, "t", v, [a])) for v in range(1, 8)}
+    published_files.write_marker(root, {"table_id": "t", "version": 2, "generation": gens[2]})
     os.makedirs(os.path.join(root, ".staging-dead"))
     # Within the retention nothing goes, however many generations there are.
     assert published_files.prune(root, retention_seconds=3600) == []
     later = __import__("time").time() + 7200
     removed = published_files.prune(root, retention_seconds=3600, now=later)
     left = sorted(n for n in os.listdir(root) if n.startswith("g"))
-    assert left == ["g2", "g5", "g6", "g7"]  # the newest three, and the one the marker names
+    assert left == sorted(gens[v] for v in (2, 5, 6, 7))  # the newest three, and the one the marker names
     assert ".staging-dead" in removed and not os.path.exists(os.path.join(root, ".staging-dead"))
 
 
@@ -108,7 +121,7 @@ def test_marker_is_replaced_whole(tmp_path):
 
 
 def test_generations_decline_remote_storage(tmp_path):
-    assert published_files.link_generation("s3://bucket/pub", 1, ["s3://bucket/t/a.parquet"]) is None
+    assert published_files.link_generation("s3://bucket/pub", "t", 1, ["s3://bucket/t/a.parquet"]) is None
 
 
 # -- delta-first join order ----------------------------------------------------------------------
