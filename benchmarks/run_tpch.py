@@ -316,7 +316,7 @@ def _max_into(into: dict, values: dict) -> None:
 
 def _auto_pick(counters: dict) -> str:
     """What refresh_mode='auto' does with this refresh's read estimate (read_cost.py's rule)."""
-    from python_helpers.runtime import read_cost
+    from python_helpers.runtime.refresh import read_cost
 
     if "read_ratio_pct" not in counters:
         return "differential"

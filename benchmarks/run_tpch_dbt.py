@@ -200,7 +200,7 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
     return "\n".join(lines)
 
 
-# The refresh's phases in the order they run (runtime/refresh.py): a differential refresh's,
+# The refresh's phases in the order they run (runtime/refresh/run.py): a differential refresh's,
 # then a full one's (a model `auto` sends to full after its estimate has both). The rest of
 # dbt's execution_time is dbt's own work around the materialization (compile, macros, catalog).
 _PHASES = ("plan", "changes", "analyze", "delta", "merge", "compute", "write", "publish")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Optional
 
-from python_helpers.runtime.engine import as_engine
-from python_helpers.runtime.refresh import Log, explain, run_refresh
-from python_helpers.runtime.requests import (
+from python_helpers.runtime.connections.base import as_connection
+from python_helpers.runtime.refresh.requests import (
     DEFAULT_AUTO_FULL_THRESHOLD,
     ENGINES,
     REFRESH_MODES,
     RefreshRequest,
     RefreshResult,
 )
+from python_helpers.runtime.refresh.run import Log, explain, run_refresh
 
 __all__ = [
     "DEFAULT_AUTO_FULL_THRESHOLD",
@@ -32,6 +32,6 @@ def refresh_stream_table(spark, request: RefreshRequest, log: Optional[Log] = No
     refresh the user did not ask for (logged before anything is written; the callback may raise
     to stop the refresh there).
     Raises a python_helpers.errors.StreamTableError subclass on bad input.
-    `spark` is a SparkSession (in-process or Spark Connect) or an engine.Engine.
+    `spark` is a SparkSession (in-process or Spark Connect) or an conn.Connection.
     """
-    return run_refresh(as_engine(spark), request, log=log)
+    return run_refresh(as_connection(spark), request, log=log)

@@ -127,3 +127,20 @@ def write_text_atomic(path: str, text: str) -> None:
     fs, inner = _filesystem(path)  # an object store's put is atomic
     with fs.open_output_stream(inner) as handle:
         handle.write(text.encode("utf-8"))
+
+
+def list_directories(root: str) -> list:
+    """Names of the directories directly under `root` (local or remote), sorted; none when it is
+    missing. Hidden ones (`.name`) are left out."""
+    if is_uri(root):
+        import pyarrow.fs as pafs
+
+        fs, inner = _filesystem(root)
+        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+        return sorted(
+            i.base_name for i in infos if i.type == pafs.FileType.Directory and not i.base_name.startswith(".")
+        )
+    root = local(root)
+    if not os.path.isdir(root):
+        return []
+    return sorted(n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)) and not n.startswith("."))

@@ -7,13 +7,12 @@ versions): no Spark job, nothing written. `dbt run-operation stream_table_status
 from __future__ import annotations
 
 import datetime as dt
-import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from python_helpers.runtime import delta_tables, paths, storage
-from python_helpers.runtime.engine import Engine, as_engine
-from python_helpers.runtime.sources import STORAGE_DIR, schema_dir
+from python_helpers.runtime.connections.base import as_connection
+from python_helpers.runtime.delta.base import DeltaEngine
+from python_helpers.runtime.delta.choose import delta_engine
 
 
 @dataclass
@@ -61,25 +60,10 @@ class StreamTableStatus:
         }
 
 
-def stream_table_names(engine: Engine, schema: str) -> list:
-    root = paths.join(schema_dir(engine, schema), STORAGE_DIR)
-    if paths.is_uri(root):
-        import pyarrow.fs as pafs
-
-        fs, inner = pafs.FileSystem.from_uri(paths.for_delta_rs(root))
-        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
-        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
-    local = paths.local(root)
-    if not os.path.isdir(local):
-        return []
-    return sorted(n for n in os.listdir(local) if os.path.isdir(os.path.join(local, n)) and not n.startswith("."))
-
-
-def status_of(engine: Engine, schema: str, name: str) -> Optional[StreamTableStatus]:
-    path = paths.join(schema_dir(engine, schema), STORAGE_DIR, name)
-    meta = storage.read_metadata(path)
+def status_of(delta: DeltaEngine, schema: str, name: str) -> Optional[StreamTableStatus]:
+    meta = delta.read_metadata(delta.stored_location(schema, name))
     if meta is None:
-        return None  # a directory without a refresh commit (a build killed before its first commit)
+        return None  # a stored result without a refresh commit (a build killed before its first commit)
     stamp = meta.get("committed_at_ms")
     when = (
         dt.datetime.fromtimestamp(stamp / 1000, dt.timezone.utc).isoformat(timespec="seconds")
@@ -90,8 +74,8 @@ def status_of(engine: Engine, schema: str, name: str) -> Optional[StreamTableSta
     for relation, offset in sorted((meta.get("offsets") or {}).items()):
         current = None
         try:
-            source = delta_tables.open_table(offset["path"])
-            current = source.version() if source is not None else None
+            source = delta.table_state(offset["path"])
+            current = source.version if source is not None else None
         except Exception:  # noqa: BLE001 - reported as unknown, the status never fails on one source
             current = None
         sources.append(SourceLag(relation, int(offset["version"]), current))
@@ -100,12 +84,13 @@ def status_of(engine: Engine, schema: str, name: str) -> Optional[StreamTableSta
     )
 
 
-def schema_status(spark, schema: str) -> list:
-    """The status of every stream table of `schema` (`spark`: a SparkSession or an engine)."""
-    engine = as_engine(spark)
+def schema_status(spark, schema: str, engine: str = "auto") -> list:
+    """The status of every stream table of `schema` (`spark`: a SparkSession or a connection;
+    `engine`: the profile's Delta engine)."""
+    delta = delta_engine(as_connection(spark), engine, f"stream_table_status({schema})")
     out = []
-    for name in stream_table_names(engine, schema):
-        status = status_of(engine, schema, name)
+    for name in delta.stream_tables(schema):
+        status = status_of(delta, schema, name)
         if status is not None:
             out.append(status)
     return out

@@ -8,7 +8,7 @@ timeout does to the refreshing process, and the two racing processes share one m
 few kill points also run with Spark inside the killed process, so its JVM dies with it.
 
 The steps are not listed here: a traced refresh reports the sequence the code goes through
-(python_helpers/runtime/steps.py), and each step is killed in turn, some also a moment after
+(python_helpers/runtime/refresh/steps.py), and each step is killed in turn, some also a moment after
 (inside the MERGE, the publish or the vacuum that follows).
 """
 

@@ -187,7 +187,8 @@ def main(argv: list) -> None:
         use_prefix(prefix)
     work = argv[1]
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from python_helpers.runtime import housekeeping, steps
+    from python_helpers.runtime.delta.embedded import housekeeping
+    from python_helpers.runtime.refresh import steps
 
     housekeeping.VACUUM_EVERY = 2  # let the drills reach the vacuum step
     spark = None

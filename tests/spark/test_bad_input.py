@@ -204,13 +204,21 @@ def test_volatile_query_under_auto_refreshes_in_full(env):
     assert ids == sorted(r["id"] for r in S.read_rows(env.paths["t1"]))
 
 
-@pytest.mark.parametrize("field,value", [("refresh_mode", "sometimes"), ("engine", "quantum")])
-def test_invalid_config(env, field, value):
+@pytest.mark.parametrize(
+    "field,value,said",
+    [
+        ("refresh_mode", "sometimes", "sometimes"),
+        ("engine", "quantum", "quantum"),
+        # a vacuum with no retention could remove files a running query still reads
+        ("retention_hours", 0, "at least 1"),
+    ],
+)
+def test_invalid_config(env, field, value, said):
     env.source("t1", INITIAL["t1"])
     stream = env.stream("bad_config", AGG, **{field: value})
     with pytest.raises(E.InvalidConfig) as info:
         stream.refresh()
-    assert stream.model in str(info.value) and value in str(info.value)
+    assert stream.model in str(info.value) and said in str(info.value)
 
 
 # --- the definition changes -------------------------------------------------------------------

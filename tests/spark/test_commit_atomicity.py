@@ -8,8 +8,8 @@ second refresh that commits while the first is between reading and committing.
 import pytest
 
 from python_helpers.errors import ConcurrentRefresh
-from python_helpers.runtime import storage
 from python_helpers.runtime.api import refresh_stream_table
+from python_helpers.runtime.delta.embedded import storage
 from tests.support import sources as S
 
 pytestmark = pytest.mark.spark
@@ -60,7 +60,7 @@ def _race(env, stream, monkeypatch, times: int):
             with monkeypatch.context() as inner:
                 inner.setattr(storage, "merge_rows", real_merge)
                 env.apply([S.Insert("t", [S.row(None, k=state["raced"], v=100 + state["raced"])])])
-                from python_helpers.runtime import refresh as refresh_module
+                from python_helpers.runtime.refresh import run as refresh_module
 
                 planner = refresh_module.plan_request
                 planner.inside = True
@@ -89,7 +89,7 @@ def test_concurrent_refresh_starts_over_after_the_rival_and_loses_nothing(env, m
 
 
 def test_refresh_overtaken_every_time_gives_up_with_a_clear_message(env, monkeypatch):
-    from python_helpers.runtime import refresh as refresh_module
+    from python_helpers.runtime.refresh import run as refresh_module
 
     env.source("t", ROWS)
     stream = env.stream("totals", SQL)
@@ -117,6 +117,6 @@ def test_refresh_overtaken_every_time_gives_up_with_a_clear_message(env, monkeyp
 
 
 def stream_path(env, stream):
-    from python_helpers.runtime.sources import storage_path
+    from python_helpers.runtime.delta.locations import storage_path
 
     return storage_path(env.spark, env.target, stream.identifier)

@@ -15,10 +15,12 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from python_helpers.errors import SourceBehind
-from python_helpers.runtime import catalog_views, change_feed, published_files, publishing, storage
 from python_helpers.runtime.api import refresh_stream_table
-from python_helpers.runtime.engine import as_engine
-from python_helpers.runtime.sources import storage_path
+from python_helpers.runtime.catalog import views as catalog_views
+from python_helpers.runtime.connections.base import as_connection
+from python_helpers.runtime.delta.embedded import change_feed, publishing, storage
+from python_helpers.runtime.delta.embedded import generations as published_files
+from python_helpers.runtime.delta.locations import storage_path
 from tests.support import sources as S
 
 pytestmark = pytest.mark.spark
@@ -85,7 +87,7 @@ def test_a_view_of_the_users_at_the_source_name_is_left_as_it_is(env):
 
 
 def test_a_table_at_the_stream_tables_name_is_refused_not_replaced(env):
-    from python_helpers.runtime.catalog_views import NameTaken
+    from python_helpers.runtime.catalog.views import NameTaken
 
     env.source("t1", ROWS)
     env.spark.sql(f"CREATE TABLE {env.target}.taken USING parquet AS SELECT 1 AS precious")
@@ -97,7 +99,7 @@ def test_a_table_at_the_stream_tables_name_is_refused_not_replaced(env):
 
 
 def test_a_view_at_the_stream_tables_name_is_taken_over_only_when_the_caller_owns_the_name(env):
-    from python_helpers.runtime.catalog_views import NameTaken
+    from python_helpers.runtime.catalog.views import NameTaken
 
     env.source("t1", ROWS)
     env.spark.sql(f"CREATE VIEW {env.target}.was_a_view AS SELECT 1 AS old")
@@ -117,13 +119,13 @@ def test_a_fresh_process_alters_its_own_view_at_once_and_refuses_a_table_put_in_
     """A refresh in a new process (nothing remembered in memory) whose marker says it published
     the view alters it without asking the catalog first; a table the user created at that name
     meanwhile makes that fail, and the refresh then refuses the name and leaves the table."""
-    from python_helpers.runtime.catalog_views import NameTaken
+    from python_helpers.runtime.catalog.views import NameTaken
 
     env.source("t1", ROWS)
     stream = env.stream("fresh_process", AGG, take_over_relation=True)
     stream.refresh(expect="full")
-    engine = as_engine(env.spark)
-    catalog_views.forget(engine)  # as a new dbt process starts
+    conn = as_connection(env.spark)
+    catalog_views.forget(conn)  # as a new dbt process starts
     env.apply([S.Insert("t1", [S.row(60, k=1, v=3)])])
     stream.refresh(expect="differential")
     stream.check()
@@ -131,7 +133,7 @@ def test_a_fresh_process_alters_its_own_view_at_once_and_refuses_a_table_put_in_
     assert props[catalog_views.ROLE_PROPERTY] == catalog_views.STREAM_TABLE
     env.spark.sql(f"DROP VIEW {stream.view}")
     env.spark.sql(f"CREATE TABLE {stream.view} USING parquet AS SELECT 7 AS precious")
-    catalog_views.forget(engine)
+    catalog_views.forget(conn)
     env.apply([S.Insert("t1", [S.row(61, k=2, v=4)])])
     with pytest.raises(NameTaken, match="did not create"):
         stream.refresh()
@@ -218,7 +220,7 @@ def test_a_crash_after_the_commit_is_repaired_by_the_next_run_even_without_sourc
             patch.setattr(published_files, "write_marker", crash_on_stream_marker)
         with pytest.raises(Crash):
             stream.refresh()
-    catalog_views.forget(as_engine(env.spark))  # a new process knows nothing of what this one published
+    catalog_views.forget(as_connection(env.spark))  # a new process knows nothing of what this one published
     result = stream.refresh(expect="differential")  # no source moved since the commit
     assert result.rows_changed == 0
     stream.check()
@@ -414,9 +416,11 @@ def test_sum_and_avg_of_decimal_38_18_with_exact_duplicates(env):
 
 
 def test_old_stored_versions_are_vacuumed_and_results_stay_right(env, monkeypatch):
-    from python_helpers.runtime import housekeeping
+    from python_helpers.runtime.delta.embedded import housekeeping
+    from python_helpers.runtime.refresh import run
 
     monkeypatch.setattr(housekeeping, "VACUUM_EVERY", 3)
+    monkeypatch.setattr(run, "MIN_RETENTION_HOURS", 0)  # a user is refused below an hour: see test_bad_input
     env.source("t1", ROWS)
     stream = env.stream("vacuumed", AGG, retention_hours=0)
     stream.refresh(expect="full")

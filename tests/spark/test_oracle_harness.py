@@ -1,6 +1,6 @@
 """The oracle and the data helpers themselves: a checker that cannot fail proves nothing.
 
-These do not need the engine: the "stream table" here is a view over a table Spark wrote.
+These do not need the refresh engine: the "stream table" here is a view over a table Spark wrote.
 """
 
 from __future__ import annotations

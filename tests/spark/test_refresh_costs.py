@@ -10,8 +10,9 @@ import pytest
 from deltalake import write_deltalake
 
 from python_helpers.errors import InvalidConfig
-from python_helpers.runtime import published_files, publishing
-from python_helpers.runtime.sources import storage_path
+from python_helpers.runtime.delta.embedded import generations as published_files
+from python_helpers.runtime.delta.embedded import publishing
+from python_helpers.runtime.delta.locations import storage_path
 from tests.support import sources as S
 from tests.support.shapes import INITIAL, SHAPES_BY_NAME
 
@@ -45,7 +46,7 @@ def test_auto_refreshes_in_full_when_the_change_is_large_and_says_why(env):
 def test_auto_refreshes_in_full_when_the_delta_would_read_more_than_a_rebuild(env, monkeypatch):
     """A semi join under an aggregate whose both inputs changed reads each snapshot several
     times; with the size floor lowered to these small tables, `auto` rebuilds and says why."""
-    from python_helpers.runtime import read_cost
+    from python_helpers.runtime.refresh import read_cost
 
     sql = SHAPES_BY_NAME["exists_correlated"].sql
     for t in ("t1", "t2"):
@@ -252,7 +253,7 @@ def test_a_join_reads_only_the_files_whose_statistics_meet_the_change(env):
 def test_a_change_read_by_spark_still_narrows_the_join_by_statistics(env, monkeypatch):
     """A change too large for the driver is read by Spark; its distinct join keys (one small
     job) still rule out files of the other input, and the result equals the recompute."""
-    from python_helpers.runtime import change_feed
+    from python_helpers.runtime.delta.embedded import change_feed
 
     monkeypatch.setattr(change_feed, "DRIVER_READ_MAX_ROWS", 0)
     env.source("t1", [S.row(i, k=i, v=i) for i in range(1, 5)])
@@ -280,7 +281,8 @@ def test_a_change_with_too_many_keys_narrows_the_join_by_key_ranges(env, monkeyp
     """A change whose distinct keys are too many to fetch is summed up as [min, max] ranges of
     its keys (one small job); files outside every range are skipped, NULL-only files too, and the
     result equals the recompute after inserts, updates and deletes."""
-    from python_helpers.runtime import binding, change_feed
+    from python_helpers.runtime.delta.embedded import bindings as binding
+    from python_helpers.runtime.delta.embedded import change_feed
 
     monkeypatch.setattr(change_feed, "DRIVER_READ_MAX_ROWS", 0)
     monkeypatch.setattr(binding, "MAX_KEYS", 1)
@@ -315,7 +317,7 @@ def test_a_change_of_few_keys_filters_the_other_join_input_by_them(env, key):
     change of few keys then filters that input's rows by them (Parquet skips pages by its
     column index). The result equals the recompute after inserts, updates and deletes on both
     sides, NULL keys included, and the session's setting is put back after each refresh."""
-    from python_helpers.runtime import scan_settings
+    from python_helpers.runtime.refresh import scan_settings
 
     def r(i, n, v):
         day = None if n is None else f"2024-{1 + n // 28:02d}-{1 + n % 28:02d}"
@@ -350,7 +352,7 @@ def test_a_change_of_few_keys_filters_the_other_join_input_by_them(env, key):
 def test_a_change_of_many_keys_reads_the_other_join_input_unfiltered(env, monkeypatch):
     """Over binding.PAGE_FILTER_KEYS distinct keys no key list is sent (Spark hands Parquet
     one OR per key); the result still equals the recompute."""
-    from python_helpers.runtime import binding
+    from python_helpers.runtime.delta.embedded import bindings as binding
 
     monkeypatch.setattr(binding, "PAGE_FILTER_KEYS", 1)
     env.source("t1", [S.row(i, k=i, v=i) for i in range(1, 20)])

@@ -1,4 +1,4 @@
-"""Minimal reproductions of engine bugs the oracle tests found, one test each (kept as regressions).
+"""Minimal reproductions of refresh bugs the oracle tests found, one test each (kept as regressions).
 
 Each builds the smallest source and change that showed the bug, refreshes, and compares with the
 recompute (or asserts the documented error).

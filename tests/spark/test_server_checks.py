@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from python_helpers.runtime.engine import as_engine
-from python_helpers.runtime.server_checks import catalog_implementation, require_persistent_catalog
+from python_helpers.runtime.connections.base import as_connection
+from python_helpers.runtime.connections.server_checks import catalog_implementation, require_persistent_catalog
 
 pytestmark = pytest.mark.spark
 
@@ -66,5 +66,5 @@ def test_in_memory_catalog_is_refused_before_anything_is_written(tmp_path):
 
 
 def test_hive_session_passes(spark):
-    assert catalog_implementation(as_engine(spark)) == "hive"
-    require_persistent_catalog(as_engine(spark), "any_model")  # raises on a catalog that forgets views
+    assert catalog_implementation(as_connection(spark)) == "hive"
+    require_persistent_catalog(as_connection(spark), "any_model")  # raises on a catalog that forgets views

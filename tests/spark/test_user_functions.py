@@ -9,8 +9,8 @@ import pytest
 from pyspark.sql.functions import pandas_udf, udf
 
 from python_helpers import errors as E
-from python_helpers.runtime.engine import FunctionKind, as_engine
-from python_helpers.runtime.functions import classify_by_sql
+from python_helpers.runtime.connections.base import FunctionKind, as_connection
+from python_helpers.runtime.refresh.functions import classify_by_sql
 from tests.support.harness import run_cycles
 from tests.support.shapes import INITIAL, SMOKE_BATCHES
 
@@ -93,4 +93,4 @@ def test_functions_outside_the_differential_set_refresh_in_full_with_the_reason(
 def test_functions_are_classified_over_sql_where_there_is_no_jvm(spark, name, expected):
     # What a Spark Connect or Thrift connection sees: DESCRIBE FUNCTION EXTENDED, asked of a
     # real session.
-    assert classify_by_sql(as_engine(spark), name) == expected
+    assert classify_by_sql(as_connection(spark), name) == expected

@@ -1,7 +1,7 @@
 """The oracle: a stream table must equal its query recomputed on the sources.
 
 `assert_matches_recompute` reads the stream table through its user-facing view and recomputes
-the model's SQL independently of the engine: every source is read with the `deltalake` package
+the model's SQL independently of the refresh engine: every source is read with the `deltalake` package
 at its latest version, handed to Spark as a temp view with a unique name, and the SQL is run with
 its `schema.table` references replaced (sqlglot, dialect spark) by those temp views. The two
 results are compared as multisets.
@@ -227,7 +227,7 @@ class SourceReads:
     A source version is read once with the `deltalake` package and handed to Spark as a temp
     view; checks of several stream tables over the same sources (a family of shapes, the 22
     TPC-H queries) reuse it until the source moves. Keyed by the Delta table's id and version,
-    so a table recreated at the same path is read anew. Nothing of the engine is involved.
+    so a table recreated at the same path is read anew. Nothing of the refresh engine is involved.
     """
 
     def __init__(self, spark):

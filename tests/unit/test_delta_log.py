@@ -9,7 +9,9 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from python_helpers.runtime import change_feed, delta_log, delta_tables
+from python_helpers.runtime.delta.embedded import change_feed
+from python_helpers.runtime.delta.embedded import log as delta_log
+from python_helpers.runtime.delta.embedded import tables as delta_tables
 
 CDF = {"delta.enableChangeDataFeed": "true"}
 

@@ -1,10 +1,11 @@
 """The read estimate that lets `auto` prefer a rebuild over a differential refresh that would
-read several times what the rebuild reads (python_helpers/runtime/read_cost.py)."""
+read several times what the rebuild reads (python_helpers/runtime/delta/embedded/read_cost.py)."""
 
 import pyarrow as pa
 from sqlglot import exp, parse_one
 
-from python_helpers.runtime import read_cost
+from python_helpers.runtime.delta.embedded import tables as delta_tables
+from python_helpers.runtime.refresh import read_cost
 
 
 def test_each_reference_of_a_view_counts():
@@ -47,9 +48,9 @@ def test_no_full_bytes_means_no_verdict():
 def test_bytes_of_files_follows_the_file_list_order():
     actions = pa.table({"path": ["a", "b", "c"], "size_bytes": [10, 20, 40]})
     files = ["/t/a", "/t/b", "/t/c"]
-    assert read_cost.bytes_of_files(actions, files) == 70
-    assert read_cost.bytes_of_files(actions, files, ["/t/c", "/t/a"]) == 50
-    assert read_cost.bytes_of_files(pa.table({"path": ["a"]}), ["/t/a"]) == 0
+    assert delta_tables.bytes_of_files(actions, files) == 70
+    assert delta_tables.bytes_of_files(actions, files, ["/t/c", "/t/a"]) == 50
+    assert delta_tables.bytes_of_files(pa.table({"path": ["a"]}), ["/t/a"]) == 0
 
 
 def test_small_sources_are_not_judged():

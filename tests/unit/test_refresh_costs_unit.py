@@ -9,8 +9,8 @@ from sqlglot import exp
 
 from python_helpers.dvm.differentiate import delta
 from python_helpers.dvm.sqlgen import Context, render
-from python_helpers.runtime import published_files
-from python_helpers.runtime.delta_tables import consolidate_arrow
+from python_helpers.runtime.delta.embedded import generations as published_files
+from python_helpers.runtime.delta.embedded.tables import consolidate_arrow
 from tests.unit.test_dvm_tree_and_sql import tree_of
 
 
@@ -155,7 +155,7 @@ def test_join_delta_starts_from_the_changed_input_and_joins_outward():
 def test_key_filter_lists_distinct_non_null_integer_and_date_keys():
     import datetime
 
-    from python_helpers.runtime.binding import key_filter
+    from python_helpers.runtime.delta.embedded.bindings import key_filter
 
     schema = pa.schema([("k", pa.int64()), ("d", pa.date32()), ("x", pa.float64()), ("s", pa.string())])
     assert render(key_filter("k", pa.array([3, -5, None, 3], pa.int32()), schema)) == "`k` IN (-5, 3)"
@@ -166,7 +166,7 @@ def test_key_filter_lists_distinct_non_null_integer_and_date_keys():
 
 
 def test_key_filter_declines_types_whose_equality_is_not_exact_and_long_lists(monkeypatch):
-    from python_helpers.runtime import binding
+    from python_helpers.runtime.delta.embedded import bindings as binding
 
     schema = pa.schema([("k", pa.int64()), ("d", pa.date32()), ("x", pa.float64()), ("s", pa.string())])
     assert binding.key_filter("x", pa.array([1.0]), schema) is None  # -0.0 and NaN compare apart

@@ -1,5 +1,5 @@
 """scan_settings.at_least: a setting raised while any refresh of the session needs it, and put
-back by the last one (dbt's threads share one session). The engine here is a dictionary of
+back by the last one (dbt's threads share one session). The connection here is a dictionary of
 settings: what is tested is the bookkeeping, not Spark (the Spark tests check the setting is
 back after real refreshes)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
-from python_helpers.runtime import scan_settings
+from python_helpers.runtime.refresh import scan_settings
 
 KEY = scan_settings.IN_FILTER_THRESHOLD
 
@@ -31,43 +31,43 @@ class Settings:
 
 
 def test_raised_inside_and_restored_after():
-    engine = Settings()
-    engine.values[KEY] = "10"
-    with scan_settings.at_least(engine, KEY, 512):  # type: ignore[arg-type]
-        assert engine.values[KEY] == "512"
-    assert engine.values[KEY] == "10"
+    conn = Settings()
+    conn.values[KEY] = "10"
+    with scan_settings.at_least(conn, KEY, 512):  # type: ignore[arg-type]
+        assert conn.values[KEY] == "512"
+    assert conn.values[KEY] == "10"
 
 
 def test_left_alone_when_high_enough_already():
-    engine = Settings()
-    engine.values[KEY] = "4096"
-    with scan_settings.at_least(engine, KEY, 512):  # type: ignore[arg-type]
+    conn = Settings()
+    conn.values[KEY] = "4096"
+    with scan_settings.at_least(conn, KEY, 512):  # type: ignore[arg-type]
         pass
-    assert engine.writes == [] and engine.values[KEY] == "4096"
+    assert conn.writes == [] and conn.values[KEY] == "4096"
 
 
 def test_unset_before_is_unset_after():
-    engine = Settings()
-    with scan_settings.at_least(engine, KEY, 512):  # type: ignore[arg-type]
-        assert engine.values[KEY] == "512"
-    assert KEY not in engine.values
+    conn = Settings()
+    with scan_settings.at_least(conn, KEY, 512):  # type: ignore[arg-type]
+        assert conn.values[KEY] == "512"
+    assert KEY not in conn.values
 
 
 def test_overlapping_refreshes_restore_the_sessions_own_value_once_the_last_ends():
-    engine = Settings()
-    engine.values[KEY] = "10"
+    conn = Settings()
+    conn.values[KEY] = "10"
     first_in, second_in, release_first = threading.Event(), threading.Event(), threading.Event()
     seen = []
 
     def first():
-        with scan_settings.at_least(engine, KEY, 512):  # type: ignore[arg-type]
+        with scan_settings.at_least(conn, KEY, 512):  # type: ignore[arg-type]
             first_in.set()
             release_first.wait(5)
-        seen.append(engine.values[KEY])  # the second still runs: still raised
+        seen.append(conn.values[KEY])  # the second still runs: still raised
 
     def second():
         first_in.wait(5)
-        with scan_settings.at_least(engine, KEY, 512):  # type: ignore[arg-type]
+        with scan_settings.at_least(conn, KEY, 512):  # type: ignore[arg-type]
             second_in.set()
             release_first.set()
             while not seen:
@@ -78,16 +78,16 @@ def test_overlapping_refreshes_restore_the_sessions_own_value_once_the_last_ends
         t.start()
     for t in threads:
         t.join(10)
-    assert seen == ["512"] and engine.values[KEY] == "10"
-    assert engine.writes == [(KEY, "512"), (KEY, "10")]
+    assert seen == ["512"] and conn.values[KEY] == "10"
+    assert conn.writes == [(KEY, "512"), (KEY, "10")]
 
 
 def test_restored_when_the_block_raises():
-    engine = Settings()
-    engine.values[KEY] = "10"
+    conn = Settings()
+    conn.values[KEY] = "10"
     try:
-        with scan_settings.at_least(engine, KEY, 512):  # type: ignore[arg-type]
+        with scan_settings.at_least(conn, KEY, 512):  # type: ignore[arg-type]
             raise RuntimeError("the delta query failed")
     except RuntimeError:
         pass
-    assert engine.values[KEY] == "10"
+    assert conn.values[KEY] == "10"

@@ -8,8 +8,8 @@ import pytest
 from dbt.adapters.exceptions import FailedToConnectError
 
 from dbt.adapters.spark_stream.spark_connect import _require_version
-from python_helpers.runtime.server_checks import lacks_recursion, spark_version, too_old
-from python_helpers.runtime.thrift_engine import old_server_message
+from python_helpers.runtime.connections.server_checks import lacks_recursion, spark_version, too_old
+from python_helpers.runtime.connections.thrift import old_server_message
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ offsets conflicts with any other refresh commit made since the version it read."
 import pyarrow as pa
 import pytest
 
-from python_helpers.runtime import storage
+from python_helpers.runtime.delta.embedded import storage
 
 ROWS = pa.table({"__dvm_row_id": ["a", "b"], "v": [1, 2]})
 

@@ -20,7 +20,7 @@ from dbt.adapters.spark.connections import (
 from dbt_common.dataclass_schema import StrEnum
 from dbt_common.exceptions import DbtRuntimeError
 
-from python_helpers.runtime.requests import ENGINES
+from python_helpers.runtime.refresh.requests import ENGINES
 
 ADAPTER_TYPE = "spark_stream"
 

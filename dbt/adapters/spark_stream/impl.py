@@ -1,7 +1,7 @@
-"""The spark_stream adapter: dbt-spark's adapter plus one bridge to the refresh engine.
+"""The spark_stream adapter: dbt-spark's adapter plus one bridge to the refresh conn.
 
 The adapter builds no SQL of its own for refreshes; it hands the model's compiled SELECT to
-`python_helpers.runtime.api.refresh_stream_table` and reports what the engine did.
+`python_helpers.runtime.api.refresh_stream_table` and reports what the refresh engine did.
 """
 
 from __future__ import annotations
@@ -113,9 +113,9 @@ class SparkStreamAdapter(SparkAdapter):
         request.docs = dict(docs or {})
         request.contract = [tuple(c) for c in contract] if contract else None
         from python_helpers.errors import InvalidConfig, SqlParseError, StreamTableError, UnsupportedSql
-        from python_helpers.runtime import view_comments
         from python_helpers.runtime.api import refresh_stream_table
-        from python_helpers.runtime.contract import ContractMismatch
+        from python_helpers.runtime.catalog import comments as view_comments
+        from python_helpers.runtime.refresh.contract import ContractMismatch
 
         logger.debug(f"stream table {model}: refresh request {request}")
         try:
@@ -195,7 +195,7 @@ class SparkStreamAdapter(SparkAdapter):
     def _spark(self, what: str):
         """What the refresh talks to Spark through: the SparkSession of this thread's connection
         (opened if dbt has not yet: it is lazy), or for a Thrift server without a Connect
-        endpoint an engine over a Hive session of its own (close it with _done)."""
+        endpoint a connection over a Hive session of its own (close it with _done)."""
         connection = self.connections.get_thread_connection()
         require_supported_method(connection.credentials, what)
         if thrift_only(connection.credentials):
@@ -228,7 +228,7 @@ class SparkStreamAdapter(SparkAdapter):
         credentials = self.connections.get_thread_connection().credentials
         spark = self._spark(model)
         try:
-            from python_helpers.runtime.requests import RefreshRequest
+            from python_helpers.runtime.refresh.requests import RefreshRequest
         except ImportError as exc:  # a broken install should say so, not show a traceback
             raise DbtRuntimeError(f"stream table '{model}': cannot load the refresh engine: {exc}") from exc
         request = RefreshRequest(
@@ -246,7 +246,7 @@ class SparkStreamAdapter(SparkAdapter):
             # replace a relation of the model.
             take_over_relation=True,
         )
-        # Unset configs keep the engine's defaults; set ones are validated by the engine.
+        # Unset configs keep the engine's defaults; set ones are validated by the conn.
         if auto_full_threshold is not None:
             request.auto_full_threshold = auto_full_threshold
         if float_recompute_every is not None:
@@ -282,7 +282,7 @@ class SparkStreamAdapter(SparkAdapter):
             float_recompute_every,
         )
         from python_helpers.errors import StreamTableError
-        from python_helpers.runtime.refresh import explain
+        from python_helpers.runtime.refresh.run import explain
 
         try:
             text = explain(spark, request)
@@ -301,8 +301,9 @@ class SparkStreamAdapter(SparkAdapter):
         from python_helpers.runtime.status import format_status, schema_status
 
         spark = self._spark(f"stream_table_status({schema})")
+        engine = self.connections.get_thread_connection().credentials.engine
         try:
-            statuses = schema_status(spark, schema)
+            statuses = schema_status(spark, schema, engine)
         finally:
             self._done(spark)
         target = os.path.join(

@@ -17,7 +17,7 @@ from dbt.adapters.contracts.connection import AdapterResponse
 class StreamTableResponse(AdapterResponse):
     mode: Optional[str] = None  # "full" | "differential"
     rows_changed: Optional[int] = None  # stored result rows inserted + updated + deleted
-    seconds: Optional[float] = None  # refresh time measured by the engine
+    seconds: Optional[float] = None  # refresh time measured by the refresh
     reason: Optional[str] = None  # why the refresh ran in full
     skipped: bool = False  # differential with no source change
     source_versions: Dict[str, int] = field(default_factory=dict)

@@ -25,7 +25,7 @@ from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.exceptions import FailedToConnectError
 
 from dbt.adapters.spark_stream.messages import first_line
-from python_helpers.runtime.server_checks import lacks_recursion, required_version, too_old
+from python_helpers.runtime.connections.server_checks import lacks_recursion, required_version, too_old
 
 logger = AdapterLogger("SparkStream")
 

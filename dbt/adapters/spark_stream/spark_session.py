@@ -51,7 +51,7 @@ def quiet_query_context_loggers() -> None:
     """Stop PySpark printing every analysis error it raises as a JSON record on stderr.
 
     The same error reaches dbt as an exception (message on the console, traceback in
-    logs/dbt.log), and the engine probes the catalog with statements that may fail on
+    logs/dbt.log), and the refresh probes the catalog with statements that may fail on
     purpose; the JSON copies are noise. Created through PySparkLogger so that PySpark later
     gets the logger class it expects.
     """

@@ -1,0 +1,292 @@
+"""Catalog views over Delta versions, and what the project may do to catalog objects.
+
+Without Delta Lake jars Spark cannot read a Delta table by name, so the stream table and each of
+its sources are published as persistent views over the parquet files of one version
+(`runtime/delta/embedded/generations.py`): `dbt test`, downstream models and ad-hoc SQL read them by name.
+
+Ownership: every view this project creates carries the table property
+`dbt_spark_stream.role` (`stream_table` or `source`). The project alters only objects that carry
+it and never drops a catalog object. A source name that already belongs to someone else (a
+managed or external table, a view of the user's) is left as it is and not published; the
+stream table's own name is taken over only when the caller says it owns the name (dbt does, for
+a model's relation, as its table materialization does).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+from sqlglot import exp
+
+from python_helpers.errors import StreamTableError
+from python_helpers.runtime import paths
+from python_helpers.runtime.connections.base import Connection
+
+ROLE_PROPERTY = "dbt_spark_stream.role"
+STREAM_TABLE = "stream_table"
+SOURCE = "source"
+# The Hive metastore (Derby) keeps about 32 KB of view text.
+MAX_VIEW_TEXT = 30_000
+
+_DDL_LOCK = threading.RLock()  # dbt threads share one session; keep catalog DDL one at a time
+# View texts this process published, per (session, schema, name): a refresh that would publish
+# the same text again skips the catalog entirely.
+_PUBLISHED: dict = {}
+
+
+class NameTaken(StreamTableError):
+    """A catalog object of the stream table's name exists and was not created by this project."""
+
+
+def quote(*parts: str) -> str:
+    """A Spark SQL identifier path, each part back-quoted (back-quotes inside doubled)."""
+    return ".".join("`" + p.replace("`", "``") + "`" for p in parts)
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def files_relation(root: str, files: list, spark_types: dict) -> exp.Expression:
+    """A FROM item reading exactly `files` under `root` (an empty typed relation when none)."""
+    if not files:
+        cols = [
+            exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True)
+            for n, t in spark_types.items()
+        ]
+        empty = exp.select(*cols).where(exp.false())
+        return exp.Subquery(this=empty, alias=exp.TableAlias(this=exp.to_identifier("__dvm_empty")))
+    rel = [paths.glob_escaped(paths.relative(f, root)).replace(",", "\\,") for f in files]
+    base = paths.glob_escaped(root)
+    path = f"{base}/{rel[0]}" if len(rel) == 1 else f"{base}/{{{','.join(rel)}}}"
+    return directory_relation(path, escaped=True)
+
+
+def directory_relation(path: str, escaped: bool = False) -> exp.Table:
+    """`parquet.`path``: Spark reads every data file under the directory."""
+    return exp.Table(
+        this=exp.to_identifier(path if escaped else paths.glob_escaped(path), quoted=True),
+        db=exp.to_identifier("parquet"),
+    )
+
+
+def generation_query(gen: str, spark_types: dict, partition_columns: list) -> exp.Expr:
+    """The table's rows from a generation directory (published_files.link_generation)."""
+    from python_helpers.runtime.delta.embedded.generations import PARTITION_DIR
+
+    def cast(table: str, name: str) -> exp.Expr:
+        column = exp.column(exp.to_identifier(name, quoted=True), table=table)
+        return exp.alias_(exp.Cast(this=column, to=exp.DataType.build(spark_types[name])), name, quoted=True)
+
+    if not partition_columns:
+        return exp.select(*[cast("d", n) for n in spark_types]).from_(
+            exp.alias_(directory_relation(gen), "d", table=True)
+        )
+    data = exp.alias_(directory_relation(paths.join(gen, "data")), "d", table=True)
+    parts = exp.alias_(directory_relation(paths.join(gen, "parts")), "m", table=True)
+    on = exp.EQ(
+        this=exp.column(exp.to_identifier(PARTITION_DIR, quoted=True), table="d"),
+        expression=exp.column(exp.to_identifier(PARTITION_DIR, quoted=True), table="m"),
+    )
+    cols = [cast("m" if n in partition_columns else "d", n) for n in spark_types]
+    return exp.select(*cols).from_(data).join(parts, on=on)
+
+
+class Catalog:
+    """Catalog lookups and DDL for one session."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def properties(self, schema: str, name: str) -> Optional[dict]:
+        """The object's table properties, or None when no table or view has that name."""
+        if not self.exists(schema, name):  # asked first: a failed lookup logs a page of JSON
+            return None
+        try:
+            rows = self.conn.rows(f"SHOW TBLPROPERTIES {quote(schema, name)}")
+        except Exception as err:  # noqa: BLE001 - Spark reports a missing object as an AnalysisException
+            if "TABLE_OR_VIEW_NOT_FOUND" in str(err) or "SCHEMA_NOT_FOUND" in str(err):
+                return None
+            raise
+        return {r[0]: r[1] for r in rows}
+
+    def table_type(self, schema: str, name: str) -> Optional[str]:
+        return self.conn.table_type(quote(schema, name))
+
+    def exists(self, schema: str, name: str) -> bool:
+        try:
+            return self.conn.table_exists(quote(schema, name))
+        except Exception:  # noqa: BLE001
+            return False
+
+    def role(self, schema: str, name: str) -> tuple[bool, Optional[str]]:
+        """(exists, the role this project gave it or None when it is not ours).
+
+        Only the role property proves ownership: what a view reads says nothing about who made
+        it (a user's view may read a source's files, or files at a path that starts alike)."""
+        props = self.properties(schema, name)
+        if props is None:
+            return False, None
+        return True, props.get(ROLE_PROPERTY)
+
+    def publish_view(
+        self,
+        schema: str,
+        name: str,
+        query: exp.Expr,
+        role: str,
+        model: str,
+        take_over: bool = False,
+        published_before: bool = False,
+    ) -> bool:
+        """Create or alter the view `schema.name` to `query`. Returns False (nothing done) when
+        the name belongs to an object this project did not create and `take_over` is off for a
+        source; raises NameTaken for the stream table's own name in that case.
+
+        `published_before`: this catalog's marker says an earlier refresh published the view.
+        With `take_over` (the caller owns the name) the view is then altered at once, without
+        asking the catalog who owns it first: a view of someone else's would be taken over
+        anyway, and anything else makes ALTER VIEW fail and takes the long way."""
+        from python_helpers.dvm.sqlgen import render
+
+        text = render(query)
+        key = (self.conn.key, schema.lower(), name.lower())
+        with _DDL_LOCK:
+            known = _PUBLISHED.get(key)
+            if known == text:
+                return True
+            if known is not None or (published_before and take_over and len(text) <= MAX_VIEW_TEXT):
+                # This process made the view, or an earlier refresh did and the caller owns the
+                # name: swap the text (ALTER VIEW is one atomic catalog update; CREATE OR REPLACE
+                # is a drop and a create that a reader can fall into).
+                try:
+                    self.conn.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
+                    _PUBLISHED[key] = text
+                    return True
+                except Exception:  # noqa: BLE001 - dropped or replaced meanwhile: the long way below
+                    _PUBLISHED.pop(key, None)
+            if len(text) > MAX_VIEW_TEXT:
+                raise StreamTableError(
+                    model,
+                    f"the view {schema}.{name} would need {len(text)} characters of text, "
+                    f"more than the metastore keeps ({MAX_VIEW_TEXT})",
+                    "keep the table on storage where hard links can be made, or compact it (OPTIMIZE) to fewer files",
+                )
+            exists, owner = self.role(schema, name)
+            if not exists:
+                self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
+                self.conn.execute(
+                    f"CREATE VIEW {quote(schema, name)} "
+                    f"TBLPROPERTIES ({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)}) AS {text}"
+                )
+            elif owner is not None:
+                self.conn.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
+            elif role == SOURCE:
+                return False
+            elif take_over and self.table_type(schema, name) == "VIEW":
+                self.conn.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
+                self._mark(schema, name, role)
+            else:
+                kind = (self.table_type(schema, name) or "object").lower()
+                raise NameTaken(
+                    model,
+                    f"{schema}.{name} is a {kind} that dbt-spark-stream did not create; it is left as it is",
+                    "drop or rename it, or give the stream table another name",
+                )
+            _PUBLISHED[key] = text
+            return True
+
+    def check_name(self, schema: str, name: str, model: str, take_over: bool = False) -> None:
+        """Refuse, before anything is written, a name that belongs to an object of someone else's
+        (publish_view would refuse it after the storage commit)."""
+        if known(self.conn, schema, name):
+            return
+        exists, owner = self.role(schema, name)
+        if not exists or owner is not None:
+            return
+        kind = self.table_type(schema, name)
+        if take_over and kind == "VIEW":
+            return
+        raise NameTaken(
+            model,
+            f"{schema}.{name} is a {(kind or 'object').lower()} that dbt-spark-stream did not "
+            "create; it is left as it is, and nothing was written",
+            "drop or rename it, or give the stream table another name",
+        )
+
+    def _mark(self, schema: str, name: str, role: str) -> None:
+        self.conn.execute(
+            f"ALTER VIEW {quote(schema, name)} SET TBLPROPERTIES ({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)})"
+        )
+
+
+def catalog_key(conn: Connection) -> str:
+    """A short name of the metastore the session publishes to: views live per catalog, the
+    stored result and its generations per storage, and several catalogs may share a storage."""
+    import hashlib
+
+    parts = []
+    for key in (
+        "spark.sql.catalogImplementation",
+        "spark.hadoop.hive.metastore.uris",
+        "spark.hadoop.javax.jdo.option.ConnectionURL",
+    ):
+        try:
+            parts.append(str(conn.conf(key, "")))
+        except Exception:  # noqa: BLE001
+            parts.append("")
+    return hashlib.md5("|".join(parts).encode()).hexdigest()[:12]
+
+
+def known(conn: Connection, schema: str, name: str) -> bool:
+    """Did this process publish the view `schema.name` in the engine's session?"""
+    with _DDL_LOCK:
+        return (conn.key, schema.lower(), name.lower()) in _PUBLISHED
+
+
+def forget(conn: Connection) -> None:
+    """Forget what this process believes it published in the engine's session (a view was found
+    missing)."""
+    with _DDL_LOCK:
+        for key in [k for k in _PUBLISHED if k[0] == conn.key]:
+            del _PUBLISHED[key]
+
+
+def files_query(root: str, files: list, spark_types: dict, partition_columns: list, partitions: list) -> exp.Expression:
+    """The rows of a version named file by file (where no generation directory can be made):
+    one branch per partition value, the values as literals."""
+    if not partition_columns:
+        cols = [
+            exp.alias_(
+                exp.Cast(this=exp.column(exp.to_identifier(n, quoted=True)), to=exp.DataType.build(t)), n, quoted=True
+            )
+            for n, t in spark_types.items()
+        ]
+        return exp.select(*cols).from_(files_relation(root, files, spark_types))
+    groups: dict = {}
+    for f, values in zip(files, partitions):
+        groups.setdefault(values, []).append(f)
+    branches = []
+    for values, group in sorted(groups.items(), key=lambda kv: repr(kv[0])):
+        value_of = dict(values)
+        cols = []
+        for n, t in spark_types.items():
+            if n in partition_columns:
+                v = value_of.get(n)
+                lit = exp.Null() if v is None else exp.Literal.string(v)
+                cols.append(exp.alias_(exp.Cast(this=lit, to=exp.DataType.build(t)), n, quoted=True))
+            else:
+                cols.append(
+                    exp.alias_(
+                        exp.Cast(this=exp.column(exp.to_identifier(n, quoted=True)), to=exp.DataType.build(t)),
+                        n,
+                        quoted=True,
+                    )
+                )
+        data_types = {n: t for n, t in spark_types.items() if n not in partition_columns}
+        branches.append(exp.select(*cols).from_(files_relation(root, group, data_types)))
+    out: exp.Expression = branches[0]
+    for b in branches[1:]:
+        out = exp.Union(this=out, expression=b, distinct=False)
+    return out

@@ -1,0 +1,149 @@
+"""The one interface between a refresh and Spark.
+
+The refresh logic (planning, change reading, delta SQL, publishing) asks Spark for a handful of
+things only, all listed here: run a statement, read a result's rows or Arrow table, analyse a
+query's output columns without running it, bind a temporary view (over Arrow rows held by the
+client, over parquet files of a Delta version, over a query), read settings and the catalog,
+and classify a function. Each connection kind is one binding of this class:
+`spark.SparkConnection` serves an in-process SparkSession and a Spark Connect session (the
+DataFrame API, and for the in-process one its JVM); nothing outside a binding touches a
+SparkSession, its JVM or its SparkContext.
+
+Temporary views carry names unique to the refresh (`binding.Bindings`), because dbt runs
+models on several threads against one session.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    """A column of a query's output as Spark's analysis gives it."""
+
+    name: str
+    type: str  # Spark's simpleString, e.g. `decimal(18,2)`, `array<int>`
+    nullable: bool = True
+
+
+@dataclass(frozen=True)
+class FunctionKind:
+    """What a function call is, for the operator tree (runtime/refresh/functions.py)."""
+
+    aggregate: bool
+    deterministic: bool
+    pandas: bool = False  # a pandas UDAF: Spark computes it only beside other pandas UDAFs
+    unclassified: bool = False  # over SQL alone a user function cannot be told apart
+
+
+class Connection(Protocol):
+    """What a refresh asks of Spark."""
+
+    kind: str  # "session" (in-process), "connect"
+
+    @property
+    def key(self) -> int:
+        """Identifies the Spark session behind the connection (caches of published views, analysed
+        snapshots and companion views are per session)."""
+
+    # Statements and results.
+    def execute(self, sql: str) -> None:
+        """Run a statement for its effect (DDL)."""
+
+    def rows(self, sql: str) -> list[tuple]:
+        """A (small) result's rows."""
+
+    def arrow(self, sql: str, names: Optional[list[str]] = None) -> pa.Table:
+        """A result as an Arrow table, in the dbt process (its columns renamed to `names`,
+        positionally: a query's own names may repeat)."""
+
+    def output_columns(self, sql: str) -> list[OutputColumn]:
+        """The query's output columns from analysis alone (no job)."""
+
+    # Temporary views over what the refresh binds.
+    def view_of_arrow(self, name: str, data: pa.Table, one_partition: bool = False) -> None:
+        """Rows the client holds (a small change read by the client)."""
+
+    def view_of_files(
+        self,
+        name: str,
+        files: list[str],
+        schema: pa.Schema,
+        base_path: Optional[str] = None,
+        columns: Optional[list[str]] = None,
+        cache_key: Optional[tuple] = None,
+    ) -> None:
+        """Parquet files (paths as Spark reads them: Hadoop globs escaped) under `schema`;
+        `base_path` finds hive-style partition values in directory names; `columns` projects;
+        `cache_key` names an immutable set of files whose scan may be reused across refreshes."""
+
+    def view_of_query(self, name: str, sql: str, one_partition: bool = False, materialize: bool = False) -> None:
+        """A query; `materialize` computes it once now (read several times later)."""
+
+    def drop_view(self, name: str) -> None:
+        """Drop a temporary view (no error when it is gone)."""
+
+    # Catalog and settings.
+    def table_exists(self, name: str) -> bool: ...
+
+    def table_type(self, name: str) -> Optional[str]:
+        """`VIEW`, `MANAGED`, `EXTERNAL` ... or None when there is no such object."""
+
+    def conf(self, key: str, default: Optional[str] = None) -> Optional[str]: ...
+
+    def setting(self, key: str) -> Optional[str]:
+        """A setting's effective value: the session's own, else Spark's default (None: a key
+        this Spark does not know and nobody set). Every binding answers alike, so values
+        recorded over one connection compare with those read over another."""
+
+    def set_conf(self, key: str, value: Optional[str]) -> None:
+        """Set a session setting (None: unset it, back to the default)."""
+
+    def explicit_confs(self) -> dict:
+        """The settings set explicitly on the session (empty when the server does not list them)."""
+
+    # What only some connections can tell.
+    def classify_function(self, name: str, arity: int) -> Optional[FunctionKind]:
+        """None when Spark does not know the function."""
+
+    def ui_url(self) -> Optional[str]:
+        """The Spark UI whose REST API reports jobs (runtime/connections/metrics.py), when this side knows it."""
+
+    def add_tag(self, tag: str) -> bool:
+        """Tag the jobs this thread starts (False when the connection cannot)."""
+
+    def remove_tag(self, tag: str) -> None: ...
+
+    # A session of the refresh's own.
+    def private(self) -> "Connection":
+        """A connection on a session of its own with this one's settings, temporary views and
+        functions (a clone): settings set on it (a Delta commit's metadata) are not seen by
+        statements of dbt's other threads. `release()` ends it."""
+
+    def release(self) -> None:
+        """End what `private()` opened (nothing for a connection that is not a clone)."""
+
+
+_CONNECTIONS: dict[int, tuple[Any, Connection]] = {}
+_LOCK = threading.Lock()
+
+
+def as_connection(spark_or_connection: Any) -> Connection:
+    """The connection of a Spark session (one per session, so caches keyed by it hold), or the
+    connection itself. Public entry points take either; everything inside takes a Connection."""
+    if hasattr(spark_or_connection, "view_of_files"):
+        return spark_or_connection
+    with _LOCK:
+        known = _CONNECTIONS.get(id(spark_or_connection))
+        if known is not None and known[0] is spark_or_connection:
+            return known[1]
+        from python_helpers.runtime.connections.spark import SparkConnection
+
+        conn = SparkConnection(spark_or_connection)
+        _CONNECTIONS[id(spark_or_connection)] = (spark_or_connection, conn)
+        return conn

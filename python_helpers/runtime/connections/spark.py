@@ -1,0 +1,264 @@
+"""The connection binding for a SparkSession: in-process (pyspark classic) or Spark Connect.
+
+Both speak the DataFrame API; the in-process session also has a JVM, which classifies
+user-defined functions exactly (an aggregate, a pandas UDAF, a deterministic one) where SQL alone
+cannot tell. This is the only module of the runtime that touches a SparkSession.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Optional
+
+import pyarrow as pa
+
+from python_helpers.runtime.connections.base import FunctionKind, OutputColumn
+
+# (session, cache key, columns) -> DataFrame. A version of a Delta table never changes, so its
+# scan (file listing included) is built once per process: the old snapshot of one refresh is
+# the new snapshot of the previous one, and models share their sources.
+_SCANS: "OrderedDict" = OrderedDict()
+_SCANS_KEPT = 64
+_SCANS_LOCK = threading.Lock()  # dbt runs models on several threads in one process
+
+# Base classes of aggregate functions, for functions the registry cannot build untyped (Hive).
+_AGGREGATE_CLASSES = (
+    "org.apache.spark.sql.catalyst.expressions.aggregate.AggregateFunction",
+    "org.apache.hadoop.hive.ql.udf.generic.GenericUDAFResolver",
+    "org.apache.hadoop.hive.ql.exec.UDAF",
+    "org.apache.spark.sql.expressions.UserDefinedAggregateFunction",
+)
+
+
+class SparkConnection:
+    def __init__(self, spark: Any, cloned: bool = False):
+        self.spark = spark
+        self._jvm = getattr(spark, "_jvm", None)  # None for Spark Connect: no JVM on this side
+        self.kind = "session" if self._jvm is not None else "connect"
+        self._cloned = cloned
+
+    def private(self) -> "SparkConnection":
+        if self._jvm is None:
+            return SparkConnection(self.spark.cloneSession(), cloned=True)  # Spark Connect 4.1
+        from pyspark.sql import SparkSession
+
+        # The JVM session's clone (settings, temporary views and functions copied); wrapping it
+        # leaves the process's default and active sessions as they are.
+        clone = SparkSession(self.spark.sparkContext, jsparkSession=self.spark._jsparkSession.cloneSession())
+        return SparkConnection(clone, cloned=True)
+
+    def release(self) -> None:
+        if self._cloned and self._jvm is None:
+            try:
+                self.spark.client.release_session()
+                self.spark.client.close()
+            except Exception:  # noqa: BLE001 - the server ends idle sessions itself
+                pass
+
+    @property
+    def key(self) -> int:
+        return id(self.spark)
+
+    # Statements and results.
+    def execute(self, sql: str) -> None:
+        self.spark.sql(sql)
+
+    def rows(self, sql: str) -> list[tuple]:
+        return [tuple(r) for r in self.spark.sql(sql).collect()]
+
+    def arrow(self, sql: str, names: Optional[list[str]] = None) -> pa.Table:
+        frame = self.spark.sql(sql)
+        return (frame.toDF(*names) if names is not None else frame).toArrow()
+
+    def output_columns(self, sql: str) -> list[OutputColumn]:
+        fields = self.spark.sql(sql).schema.fields
+        return [OutputColumn(f.name, f.dataType.simpleString(), bool(f.nullable)) for f in fields]
+
+    # Temporary views.
+    def view_of_arrow(self, name: str, data: pa.Table, one_partition: bool = False) -> None:
+        from python_helpers.runtime.spark_types import spark_schema
+
+        schema = spark_schema(data.schema)
+        frame = self.spark.createDataFrame(data, schema=schema) if data.num_rows else self._empty(data.schema)
+        self._register(frame.coalesce(1) if one_partition else frame, name)
+
+    def view_of_files(
+        self,
+        name: str,
+        files: list[str],
+        schema: pa.Schema,
+        base_path: Optional[str] = None,
+        columns: Optional[list[str]] = None,
+        cache_key: Optional[tuple] = None,
+    ) -> None:
+        key = (self.key, cache_key, tuple(columns) if columns is not None else None)
+        frame = None
+        if cache_key is not None:
+            with _SCANS_LOCK:
+                frame = _SCANS.get(key)
+                if frame is not None:
+                    _SCANS.move_to_end(key)
+        if frame is None:
+            frame = self._files_frame(files, schema, base_path, columns)
+            if cache_key is not None:
+                with _SCANS_LOCK:
+                    _SCANS[key] = frame
+                    while len(_SCANS) > _SCANS_KEPT:
+                        _SCANS.popitem(last=False)
+        self._register(frame, name)
+
+    def _files_frame(self, files: list, schema: pa.Schema, base_path: Optional[str], columns: Optional[list]):
+        from python_helpers.runtime.spark_types import spark_schema
+
+        if not files:
+            frame = self._empty(schema)
+        else:
+            reader = self.spark.read.schema(spark_schema(schema))
+            if base_path is not None:
+                # Partition values live in the directory names (hive style), found from the root.
+                reader = reader.option("basePath", base_path)
+            frame = reader.parquet(*files)
+        if columns is not None:
+            frame = frame.select(*["`" + c.replace("`", "``") + "`" for c in columns])
+        return frame
+
+    def view_of_query(self, name: str, sql: str, one_partition: bool = False, materialize: bool = False) -> None:
+        frame = self.spark.sql(sql)
+        if one_partition:
+            frame = frame.coalesce(1)
+        if materialize:
+            frame = frame.localCheckpoint(eager=True)
+        self._register(frame, name)
+
+    def drop_view(self, name: str) -> None:
+        try:
+            self.spark.catalog.dropTempView(name)
+        except Exception:  # noqa: BLE001 - best effort cleanup
+            pass
+
+    def _empty(self, schema: pa.Schema):
+        from python_helpers.runtime.spark_types import spark_schema
+
+        return self.spark.createDataFrame([], spark_schema(schema))
+
+    def _register(self, frame, name: str) -> None:
+        frame.createOrReplaceTempView(name)
+
+    # Catalog and settings.
+    def table_exists(self, name: str) -> bool:
+        return bool(self.spark.catalog.tableExists(name))
+
+    def table_type(self, name: str) -> Optional[str]:
+        try:
+            return self.spark.catalog.getTable(name).tableType
+        except Exception:  # noqa: BLE001 - no such object
+            return None
+
+    def conf(self, key: str, default: Optional[str] = None) -> Optional[str]:
+        value = self.spark.conf.get(key, default)
+        return None if value is None else str(value)
+
+    def setting(self, key: str) -> Optional[str]:
+        try:
+            value = self.spark.conf.get(key)  # no default given: Spark's own default when unset
+        except Exception:  # noqa: BLE001 - a key without a default that nobody set
+            return None
+        return None if value is None else str(value)
+
+    def set_conf(self, key: str, value: Optional[str]) -> None:
+        if value is None:
+            self.spark.conf.unset(key)
+        else:
+            self.spark.conf.set(key, value)
+
+    def explicit_confs(self) -> dict:
+        explicit = self.spark.conf.getAll
+        explicit = explicit() if callable(explicit) else explicit
+        return dict(explicit or {})
+
+    # What only some connections can tell.
+    def classify_function(self, name: str, arity: int) -> Optional[FunctionKind]:
+        from python_helpers.runtime.refresh.functions import classify_by_sql
+
+        if self._jvm is None:
+            return classify_by_sql(self, name)
+        return _classify_in_jvm(self.spark, self._jvm, name, arity)
+
+    def ui_url(self) -> Optional[str]:
+        if self._jvm is None:
+            return None  # a Connect client cannot see the server's UI address
+        try:
+            return (self.spark.sparkContext.uiWebUrl or "").rstrip("/") or None
+        except Exception:  # noqa: BLE001
+            return None
+
+    def add_tag(self, tag: str) -> bool:
+        try:
+            self.spark.addTag(tag)
+            return True
+        except Exception:  # noqa: BLE001 - no job tags in this Spark
+            return False
+
+    def remove_tag(self, tag: str) -> None:
+        try:
+            self.spark.removeTag(tag)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _classify_in_jvm(spark, jvm, name: str, arity: int) -> Optional[FunctionKind]:
+    """Build the call once in the session's function registry over NULL arguments (no job, no
+    data): the built expression says whether it is an aggregate and whether it is deterministic.
+    A Hive function, which needs typed arguments to be built, is classified by its class."""
+    database, _, func = name.rpartition(".")
+    ident = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier.apply(func, jvm.scala.Option.apply(database or None))
+    try:
+        registry = spark._jsparkSession.sessionState().functionRegistry()
+        literal = getattr(jvm.org.apache.spark.sql.catalyst.expressions, "Literal$").__getattr__("MODULE$")
+        null = literal.create(None, jvm.org.apache.spark.sql.types.DataTypes.NullType)
+        args = jvm.java.util.ArrayList()
+        for _ in range(arity):
+            args.add(null)
+        built = registry.lookupFunction(ident, jvm.scala.jdk.javaapi.CollectionConverters.asScala(args).toSeq())
+        cls = built.getClass().getName()
+        return FunctionKind(
+            aggregate=_is_aggregate_class(jvm, cls),
+            deterministic=bool(built.deterministic()),
+            pandas=cls.endswith(".PythonUDAF"),
+        )
+    except Exception:  # noqa: BLE001 - not buildable over untyped NULLs (Hive), or not in the registry
+        pass
+    try:
+        info = spark._jsparkSession.sessionState().catalog().lookupFunctionInfo(ident)
+        return FunctionKind(
+            aggregate=_is_aggregate_class(jvm, info.getClassName()),
+            deterministic=_hive_deterministic(jvm, info.getClassName()),
+        )
+    except Exception:  # noqa: BLE001 - Spark does not know it: its analysis reports that later
+        return None
+
+
+def _hive_deterministic(jvm, class_name: str) -> bool:
+    """A Hive function's @UDFType(deterministic=...) (deterministic when not annotated)."""
+    try:
+        annotation = jvm.java.lang.Class.forName(class_name).getAnnotation(
+            jvm.java.lang.Class.forName("org.apache.hadoop.hive.ql.udf.UDFType")
+        )
+        return True if annotation is None else bool(annotation.deterministic())
+    except Exception:  # noqa: BLE001 - not a Hive class, or Hive is not on the classpath
+        return True
+
+
+def _is_aggregate_class(jvm, class_name: str) -> bool:
+    try:
+        cls = jvm.java.lang.Class.forName(class_name)
+    except Exception:  # noqa: BLE001
+        return False
+    for base in _AGGREGATE_CLASSES:
+        try:
+            if jvm.java.lang.Class.forName(base).isAssignableFrom(cls):
+                return True
+        except Exception:  # noqa: BLE001 - that library is not on the classpath
+            continue
+    return False

@@ -1,0 +1,169 @@
+"""The one interface between a refresh and Delta Lake.
+
+A refresh talks to Spark through a connection (runtime/connections/) and to Delta through a
+Delta engine built on that connection. Everything the refresh does with Delta is listed here:
+pin a source's version and read what it is (id, schema, change feed, features); bind the
+relations the delta SQL reads (the change between two versions, a snapshot, a snapshot
+restricted to keys); read the stored result's metadata (offsets, fingerprint, analysis); write
+a full result, MERGE the change of the result, or move the offsets alone, each in one commit
+that carries the offsets; keep the stored result tidy; and publish what readers see.
+
+Two implementations: `embedded` (runtime/delta/embedded/: the `deltalake` package in the dbt
+process, Spark reading the parquet files of pinned versions, catalog views over generation
+directories) and `spark` (runtime/delta/spark/: Delta Lake SQL inside Spark, the stored result
+a Delta table in the catalog). `choose.py` picks one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
+
+import pyarrow as pa
+from sqlglot import exp
+
+from python_helpers.runtime.connections.base import Connection
+
+if TYPE_CHECKING:
+    from python_helpers.dvm.sqlgen import Context
+
+Log = Callable[[str, str], None]
+
+# The table property that turns on a Delta table's change data feed.
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+
+
+class ConcurrentCommit(Exception):
+    """Another writer committed to the stored result after the version this refresh read."""
+
+
+@dataclass
+class TableState:
+    """A Delta table pinned at one version."""
+
+    path: str  # where it is: a storage location (or, for the spark engine, a catalog name)
+    version: int
+    table_id: str
+    cdf_enabled: bool
+    arrow_schema: pa.Schema
+    partition_columns: list
+    unreadable_features: list  # table features this engine cannot read correctly
+
+
+@dataclass
+class Merged:
+    """What applying a change to the stored result did (rows of the stored table)."""
+
+    rows: int  # merge rows computed (0: the change cancelled out)
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+
+
+class Bindings(Protocol):
+    """The relations one refresh's SQL reads, bound for this engine (names unique to the refresh,
+    dropped by close). Counters for the result: change_counts, files_read, files_skipped,
+    page_filtered."""
+
+    change_counts: dict
+    files_read: int
+    files_skipped: int
+    page_filtered: int
+
+    def count_changes(self) -> dict:
+        """relation -> change rows of every moved source, before reading them (raises
+        ChangesUnavailable when the consumed versions can no longer be read)."""
+
+    def load_changes(self) -> set:
+        """Bind every moved source's change; the relations whose changes do not cancel out."""
+
+    def context(self, changed: set) -> "Context":
+        """The DVM's view of the bound relations."""
+
+    def snapshot(self, relation: str, version: str) -> exp.Table:
+        """A source at its `old` or `new` pinned version."""
+
+    def stored(self, target: str, version: int) -> tuple[exp.Table, dict]:
+        """The stored result at `version` as a relation, and its columns' Spark types."""
+
+    def read_bytes(self) -> dict:
+        """bound relation name -> bytes of data it reads (the read estimate of `auto`)."""
+
+    def full_read_bytes(self) -> Optional[int]:
+        """Bytes a rebuild reads: every source once at its new version (None: unknown)."""
+
+    def scan_settings(self) -> Any:
+        """A context manager: the session settings the bound reads need while a query runs."""
+
+    def close(self) -> None: ...
+
+
+class DeltaEngine(Protocol):
+    """How a refresh reads and writes Delta (see the module's text)."""
+
+    name: str  # "embedded" | "spark"
+    conn: Connection
+
+    def close(self) -> None:
+        """End what the engine opened for the refresh (a session of its own)."""
+
+    # Where things are.
+    def stored_location(self, schema: str, identifier: str) -> str:
+        """Where a stream table's stored result lives."""
+
+    def source_location(self, relation: str, overrides: dict) -> str:
+        """Where the source `schema.table` is: the dbt source's `delta_path`, else the managed path."""
+
+    def is_delta(self, location: str) -> bool: ...
+
+    def stream_tables(self, schema: str) -> list:
+        """Names of the stream tables whose stored results live in `schema`."""
+
+    # Sources.
+    def table_state(self, location: str, version: Optional[int] = None) -> Optional[TableState]:
+        """The Delta table at `location` pinned at `version` (its newest when None); None when
+        there is no Delta table."""
+
+    def commit_digest(self, location: str, version: int) -> Optional[str]:
+        """A digest of the commit of `version` (None when the log no longer holds it): another
+        digest at the same version means the log was replaced."""
+
+    def row_count(self, location: str, version: int) -> Optional[int]:
+        """Rows of the table at `version` from its statistics (None: not known without a scan)."""
+
+    # One refresh's reads.
+    def bindings(self, pinned: dict, old_versions: dict, columns: dict, model: str) -> Bindings: ...
+
+    # The stored result.
+    def read_metadata(self, target: str) -> Optional[dict]:
+        """The newest refresh commit's metadata (storage.py's fields: offsets, fingerprint, ...),
+        with `read_version` and `foreign_commits`; None when there is no stored result."""
+
+    def stored_version(self, target: str) -> Optional[int]: ...
+
+    def write_full(
+        self, target: str, sql: str, names: list, metadata: dict, read_version: Optional[int], phases: Any
+    ) -> int:
+        """Replace the stored result by the rows of `sql` (columns renamed to `names`) in one
+        commit with `metadata`; rows written. Raises ConcurrentCommit when another commit landed
+        since `read_version` (None: the refresh found no stored result). `phases` times the
+        parts (compute, write)."""
+
+    def merge(
+        self, target: str, sql: Optional[str], columns: list, metadata: dict, read_version: int, phases: Any
+    ) -> Merged:
+        """Apply the merge rows of `sql` (row id, action 'U' / 'D', `columns`) to the stored
+        result in one commit with `metadata`; with no `sql` (the change cancelled out) the commit
+        moves the offsets alone. Raises ConcurrentCommit as write_full does. `phases` times the
+        parts (delta, merge)."""
+
+    def tidy(self, target: str, retention_hours: float, log: Log, model: str) -> bool:
+        """Compaction and vacuum when due; never fails a refresh (logs instead). Whether it did."""
+
+    # What readers see.
+    def publish(self, request: Any, plan: Any, target: str, view_sql: Callable, log: Log) -> None:
+        """The model's name (and, where needed, each source's name) readable in the catalog at the
+        versions this refresh committed."""
+
+    def up_to_date(self, request: Any, plan: Any, target: str) -> bool:
+        """Does what readers see show the newest stored version and the pinned sources?"""

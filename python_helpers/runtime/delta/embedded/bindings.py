@@ -1,0 +1,378 @@
+"""Bind the DVM's abstract relations to temporary views of the connection for one refresh.
+
+Every name carries the refresh's unique id, because dbt runs models on several threads against
+one session; all of them are dropped when the refresh ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from typing import Optional
+
+from sqlglot import exp
+
+from python_helpers.dvm.sqlgen import Context, render, sub
+from python_helpers.errors import ChangesUnavailable
+from python_helpers.runtime import paths
+from python_helpers.runtime.connections.base import Connection
+from python_helpers.runtime.delta.embedded import change_feed
+from python_helpers.runtime.delta.embedded import log as delta_log
+from python_helpers.runtime.delta.embedded import tables as delta_tables
+from python_helpers.runtime.refresh import scan_settings
+from python_helpers.runtime.spark_types import spark_type_strings
+
+# Up to this many change rows (all sources together) the delta side of a join is broadcast.
+SMALL_DELTA_ROWS = 200_000
+# Distinct join keys of a change beyond which file statistics are not consulted (each key is
+# looked up in every file's [min, max]; with this many keys most files would stay anyway).
+MAX_KEYS = 100_000
+# A change with more keys than that (or too large to fetch them) is summed up as at most this
+# many [min, max] ranges of its keys, one per slice of its key span: new and expiring business
+# keys form a few runs, and the files between them are still skipped.
+KEY_RANGES = 1024
+# Up to this many distinct keys, a key-restricted read also filters rows by them (`IN`), and
+# Parquet skips the pages whose column index holds none (runtime/refresh/scan_settings.py). Spark hands Parquet
+# an `IN` list as a chain of ORs: a few thousand keys overflow an executor thread's stack.
+PAGE_FILTER_KEYS = 512
+
+
+class Bindings:
+    def __init__(self, conn: Connection, pinned: dict, old_versions: dict, columns: dict, model: str = "?"):
+        self.conn = conn
+        self.model = model
+        self.pinned = pinned  # relation -> PinnedSource (state at v_new)
+        self.old = old_versions  # relation -> v_old (None on a full build)
+        self.columns = columns  # relation -> columns the query reads (None: all)
+        self.id = uuid.uuid4().hex[:12]
+        self.views: list[str] = []
+        self.views_by_key: dict = {}  # "s<i>_old|new|chg" -> registered temp view
+        self.change_counts: dict = {}  # relation -> change rows (exact once consolidated, else estimated)
+        self.change_files: dict = {}  # relation -> delta_log.ChangeFiles of the versions consumed
+        self.change_arrow: dict = {}  # relation -> its change rows, when read in the driver
+        self.change_columns: dict = {}  # relation -> the columns of its change view
+        self.files_read = 0  # files of snapshots narrowed by statistics (read / skipped)
+        self.files_skipped = 0
+        self.page_filtered = 0  # key-restricted reads that also filter rows by the keys
+        self.consolidated: set = set()  # relations whose change rows are consolidated already
+        self._index = {r: i for i, r in enumerate(sorted(pinned))}
+        self._keys: dict = {}  # (relation, column) -> distinct values of the column in its change
+        self._ranges: dict = {}  # (relation, column) -> [min, max] ranges covering its change
+        self.view_bytes: dict = {}  # bound snapshot view -> bytes of the data files it covers (read_bytes)
+
+    def view_name(self, suffix: str) -> str:
+        """A temporary view name of this refresh (dropped by close)."""
+        name = f"__dvm_{self.id}_{suffix}"
+        self.views.append(name)
+        return name
+
+    def bind_files(self, suffix: str, files: list, schema) -> exp.Table:
+        """A view over data files of a Delta table (paths as Spark reads them)."""
+        name = self.view_name(suffix)
+        self.conn.view_of_files(name, files, schema)
+        return exp.to_table(name)
+
+    def stored(self, target: str, version: int) -> tuple[exp.Table, dict]:
+        """The stored result at `version` (its live files) and its columns' Spark types."""
+        stored = delta_tables.table_at(target, version)
+        schema = delta_tables.arrow_schema(stored)
+        files = delta_tables.file_paths(stored, target)
+        relation = self.bind_files("store", [paths.glob_escaped(f) for f in files], schema)
+        self.view_bytes[relation.name] = delta_tables.bytes_of_files(delta_tables.add_actions(stored), [])
+        return relation, spark_type_strings(schema)
+
+    def read_bytes(self) -> dict:
+        return dict(self.view_bytes)
+
+    def full_read_bytes(self) -> Optional[int]:
+        total = 0
+        for src in self.pinned.values():
+            table = delta_tables.open_table(src.path, src.state.version)
+            if table is not None:
+                total += delta_tables.bytes_of_files(delta_tables.add_actions(table), [])
+        return total
+
+    def snapshot(self, relation: str, version: str) -> exp.Table:
+        src = self.pinned[relation]
+        number = src.state.version if version == "new" else self.old[relation]
+        key = f"s{self._index[relation]}_{version}"
+        if key not in self.views_by_key:
+            if version == "old":
+                self._check_readable(relation, number)
+            name = self.view_name(key)
+            delta_tables.bind_snapshot(self.conn, name, src.state, number, self.columns.get(relation))
+            self.views_by_key[key] = exp.to_table(name)
+            table = delta_tables.open_table(src.path, number)
+            if table is not None:
+                self.view_bytes[self.views_by_key[key].name] = delta_tables.bytes_of_files(
+                    delta_tables.add_actions(table), []
+                )
+        return self.views_by_key[key].copy()
+
+    def _check_readable(self, relation: str, version: int) -> None:
+        """The old snapshot is read lazily by Spark; find vacuumed files or an expired log now,
+        so the refresh can fall back to a full one instead of failing half way."""
+        path = self.pinned[relation].path
+        try:
+            table = delta_tables.table_at(path, version)
+        except Exception as err:  # noqa: BLE001 - delta-rs raises several kinds for a lost version
+            raise ChangesUnavailable(
+                self.model,
+                f"version {version} of source {relation} can no longer be read "
+                f"(log expired: {type(err).__name__}: "
+                f"{str(err).splitlines()[0][:200]})",
+            ) from None
+        missing = [f for f in delta_tables.file_paths(table, path) if not paths.is_uri(f) and not os.path.exists(f)]
+        if missing:
+            raise ChangesUnavailable(
+                self.model,
+                f"version {version} of source {relation} can no longer be read "
+                f"(vacuumed; first missing file: {missing[0]})",
+            )
+
+    def changes(self, relation: str) -> exp.Table:
+        key = f"s{self._index[relation]}_chg"
+        return self.views_by_key[key].copy()
+
+    def count_changes(self) -> dict:
+        """Count the change of every source that moved from the Delta log, before reading any
+        of it; returns relation -> change rows (counted where the log has statistics,
+        estimated from file sizes elsewhere). Raises ChangesUnavailable when the versions
+        consumed can no longer be read (log cleaned up, files vacuumed, feed turned off)."""
+        for relation, src in self.pinned.items():
+            v_old = self.old.get(relation)
+            if v_old is None or v_old >= src.state.version:
+                continue
+            try:
+                files = delta_log.change_files(src.path, v_old + 1, src.state.version)
+            except delta_log.CommitMissing as err:
+                raise ChangesUnavailable(
+                    self.model,
+                    f"the Delta log of source {relation} no longer holds the "
+                    f"commits since version {v_old} (cleaned up: {err})",
+                ) from None
+            missing = change_feed.missing_files(files.files)
+            if missing:
+                raise ChangesUnavailable(
+                    self.model,
+                    f"change files of source {relation} since version {v_old} "
+                    f"were vacuumed (first missing: {missing[0]})",
+                )
+            self.change_files[relation] = files
+            exact = change_feed.exact_rows(files.files)
+            if exact is None:
+                _, per_row = change_feed.table_stats(delta_tables.open_table(src.path, src.state.version))
+                exact = files.estimated_rows(per_row)
+            self.change_counts[relation] = exact
+        return dict(self.change_counts)
+
+    def load_changes(self) -> set:
+        """Read the change of every source that moved (count_changes first); returns the
+        relations whose changes do not cancel out (a source whose changes all cancel is
+        treated as unchanged)."""
+        changed = set()
+        for relation, files in self.change_files.items():
+            src = self.pinned[relation]
+            key = f"s{self._index[relation]}_chg"
+            name = self.view_name(key)
+            changes = change_feed.read_changes(
+                self.conn,
+                name,
+                src.state.arrow_schema,
+                src.state.partition_columns,
+                src.path,
+                files.files,
+                self.columns.get(relation) or [f.name for f in src.state.arrow_schema],
+                self.change_counts[relation],
+                # One partition for a small change: an aggregate or a join over it then needs no
+                # shuffle (a single partition satisfies any clustering), a Spark stage less.
+                one_partition_up_to=SMALL_DELTA_ROWS,
+            )
+            self.change_counts[relation] = changes.rows
+            self.change_columns[relation] = changes.columns
+            self.views += changes.file_views
+            if changes.arrow is not None:
+                self.change_arrow[relation] = changes.arrow
+            if changes.consolidated and changes.rows == 0:
+                continue
+            if changes.consolidated:
+                self.consolidated.add(relation)
+            self.views_by_key[key] = exp.to_table(name)
+            changed.add(relation)
+        return changed
+
+    def context(self, changed: set) -> Context:
+        return Context(
+            changes=self.changes,
+            snapshot=self.snapshot,
+            changed=set(changed),
+            consolidated=set(self.consolidated) & set(changed),
+            small_delta=sum(self.change_counts.values()) <= SMALL_DELTA_ROWS,
+            materialize=self.materialize,
+            keyed_snapshot=self.keyed_snapshot,
+        )
+
+    def keyed_snapshot(self, relation: str, version: str, column: str, changed_relation: str, changed_column: str):
+        """`relation` at `version`, only the files whose statistics of `column` can hold a value
+        that `changed_relation`'s change has in `changed_column` (Delta keeps min and max per file
+        and column; data laid out by key, as a fact table by its business key usually is, leaves
+        few files to read), and for a change of few keys only the rows holding one of them (the
+        caller selects from it on the equality `column = changed_column`, which no other row
+        meets). None when that rules out nothing or cannot be decided."""
+        if relation not in self.pinned or changed_relation not in self.pinned:
+            return None  # (a recursion's working table is no source)
+        keys = self._change_keys(changed_relation, changed_column)
+        ranges = None if keys is not None else self._change_ranges(changed_relation, changed_column)
+        if keys is None and ranges is None:
+            return None
+        src = self.pinned[relation]
+        number = src.state.version if version == "new" else self.old.get(relation)
+        if number is None:
+            return None
+        if version == "old":
+            self._check_readable(relation, number)
+        table = delta_tables.table_at(src.path, number)
+        if keys is not None:
+            files = delta_tables.files_meeting_keys(table, src.path, column, keys)
+        else:
+            files = delta_tables.files_meeting_ranges(table, src.path, column, ranges or [])
+        every = delta_tables.file_paths(table, src.path)
+        row_filter = key_filter(column, keys, delta_tables.arrow_schema(table)) if keys is not None else None
+        narrowed = files is not None and len(files) < len(every)
+        if not narrowed and row_filter is None:
+            return None
+        kept = files if files is not None and narrowed else every
+        self.files_read += len(kept)
+        self.files_skipped += len(every) - len(kept)
+        name = self.view_name(f"s{self._index[relation]}_{version}_k{len(self.views)}")
+        delta_tables.bind_files(self.conn, name, src.state, table, kept, self.columns.get(relation))
+        view = exp.to_table(name)
+        # (with a row filter, an upper bound: Parquet skips pages too)
+        self.view_bytes[view.name] = delta_tables.bytes_of_files(delta_tables.add_actions(table), every, kept)
+        if row_filter is None:
+            return view
+        self.page_filtered += 1
+        return sub(exp.select(exp.Star()).from_(view).where(row_filter), f"{name}_rows")
+
+    def scan_settings(self):
+        """The session settings the bound reads need while a query over them runs: Parquet
+        receives the key lists of key-restricted reads (runtime/refresh/scan_settings.py)."""
+        if not self.page_filtered:
+            return contextlib.nullcontext()
+        return scan_settings.at_least(self.conn, scan_settings.IN_FILTER_THRESHOLD, PAGE_FILTER_KEYS)
+
+    def _change_keys(self, relation: str, column: str):
+        """The distinct values of `column` in `relation`'s change (an Arrow array), or None when
+        there are too many for statistics to rule out files. A change read in the driver has
+        them at hand; a larger one read by Spark costs one small job for its distinct keys."""
+        import pyarrow.compute as pc
+
+        if (relation, column) in self._keys:
+            return self._keys[(relation, column)]
+        keys = None
+        data = self.change_arrow.get(relation)
+        if data is not None:
+            if column in data.column_names:
+                keys = pc.unique(data.column(column))
+        elif (
+            self.change_counts.get(relation, 0) <= SMALL_DELTA_ROWS
+            and f"s{self._index[relation]}_chg" in self.views_by_key
+        ):
+            view = self.views_by_key[f"s{self._index[relation]}_chg"]
+            if column in self.change_columns.get(relation, []):
+                query = exp.select(exp.column(column, quoted=True)).distinct().from_(view.copy()).limit(MAX_KEYS + 1)
+                found = self.conn.arrow(render(query))
+                keys = found.column(0) if found.num_rows <= MAX_KEYS else None
+        self._keys[(relation, column)] = keys
+        return keys
+
+    def _change_ranges(self, relation: str, column: str):
+        """[min, max] ranges covering every non-null value of `column` in `relation`'s change as
+        Spark holds it (one small job), for a change whose distinct keys were not fetched; None
+        for a change not in Spark or a column that is not an integer or a date."""
+        import pyarrow as pa
+
+        if (relation, column) in self._ranges:
+            return self._ranges[(relation, column)]
+        ranges = None
+        view = self.views_by_key.get(f"s{self._index[relation]}_chg")
+        schema = self.pinned[relation].state.arrow_schema
+        if view is not None and column in self.change_columns.get(relation, []) and column in schema.names:
+            kind = schema.field(column).type
+            if pa.types.is_integer(kind) or pa.types.is_date(kind):
+                found = self.conn.arrow(render(key_ranges_query(view, column, pa.types.is_date(kind))))
+                ranges = list(zip(found.column(0).to_pylist(), found.column(1).to_pylist()))
+        self._ranges[(relation, column)] = ranges
+        return ranges
+
+    def materialize(self, query: exp.Expr) -> exp.Expr:
+        """Compute a (small) intermediate once, now, and serve it as a temp view: the SQL that
+        reads it several times then does not recompute it (Spark would, for each reference)."""
+        name = self.view_name(f"m{len(self.views)}")
+        self.conn.view_of_query(name, render(query), materialize=True)
+        return exp.select("*").from_(exp.to_table(name))
+
+    def close(self) -> None:
+        for name in self.views:
+            self.conn.drop_view(name)
+        self.views.clear()
+
+
+def key_filter(column: str, keys, schema) -> Optional[exp.Expr]:
+    """`column IN (keys)` for at most PAGE_FILTER_KEYS distinct non-null integer or date keys
+    and an integer or date `column` of `schema` (Arrow) alike; FALSE when every key is NULL (an
+    equality matches no row then); None otherwise (more keys, or types whose `=` and `IN`
+    could compare differently)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column not in schema.names:
+        return None
+    kind, key_kind = schema.field(column).type, keys.type
+    integers = pa.types.is_integer(kind) and pa.types.is_integer(key_kind)
+    dates = pa.types.is_date32(kind) and pa.types.is_date32(key_kind)
+    if not (integers or dates):
+        return None
+    values = sorted(set(pc.drop_null(keys).to_pylist()))
+    if len(values) > PAGE_FILTER_KEYS:
+        return None
+    if not values:
+        return exp.false()
+    literals: list[exp.Expr]
+    if integers:
+        literals = [exp.Literal.number(v) for v in values]
+    else:
+        literals = [exp.Cast(this=exp.Literal.string(v.isoformat()), to=exp.DataType.build("date")) for v in values]
+    return exp.In(this=exp.column(exp.to_identifier(column, quoted=True)), expressions=literals)
+
+
+def key_ranges_query(change: exp.Table, column: str, is_date: bool) -> exp.Select:
+    """At most KEY_RANGES rows (lo, hi) covering the non-null values of `column` in `change`:
+    the key span cut into equal slices, each slice's own min and max (empty slices give no row,
+    so runs of keys far apart stay apart)."""
+
+    def key(table: str = "") -> exp.Expr:
+        return exp.column(exp.to_identifier(column, quoted=True), table=table or None)
+
+    def number(table: str = "") -> exp.Expr:
+        if is_date:
+            return exp.Anonymous(this="unix_date", expressions=[key(table)])
+        return exp.Cast(this=key(table), to=exp.DataType.build("double"))
+
+    bounds = exp.select(exp.alias_(exp.Min(this=number()), "lo"), exp.alias_(exp.Max(this=number()), "hi")).from_(
+        change.copy()
+    )
+    lo, hi = exp.column("lo", table="b"), exp.column("hi", table="b")
+    span = exp.Paren(this=exp.Add(this=exp.Sub(this=hi, expression=lo.copy()), expression=exp.Literal.number(1)))
+    offset = exp.Paren(this=exp.Sub(this=number("c"), expression=lo.copy()))
+    slice_of = exp.Floor(
+        this=exp.Div(this=exp.Mul(this=offset, expression=exp.Literal.number(KEY_RANGES)), expression=span)
+    )
+    return (
+        exp.select(exp.alias_(exp.Min(this=key("c")), "lo"), exp.alias_(exp.Max(this=key("c")), "hi"))
+        .from_(exp.alias_(change.copy(), "c", table=True))
+        .join(exp.alias_(exp.Subquery(this=bounds), "b", table=True), join_type="cross")
+        .where(exp.Not(this=exp.Is(this=key("c"), expression=exp.Null())))
+        .group_by(slice_of)
+    )

@@ -1,0 +1,115 @@
+"""The embedded Delta engine: the `deltalake` package (delta-rs) in the dbt process reads the
+logs and commits, Spark reads the parquet files of pinned versions and computes, and readers
+see catalog views over generation directories (Spark here has no Delta Lake).
+
+The modules beside this one hold the work: tables.py (opening tables, file lists, statistics),
+log.py (commit files), change_feed.py (reading a change), bindings.py (the relations of a
+refresh), storage.py (the stored result's commits), publishing.py with generations.py (the
+views), housekeeping.py (vacuum).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from python_helpers.runtime import paths
+from python_helpers.runtime.connections.base import Connection
+from python_helpers.runtime.delta import base, locations
+from python_helpers.runtime.delta.base import Log, Merged, TableState
+from python_helpers.runtime.delta.embedded import change_feed, housekeeping, log, publishing, storage, tables
+from python_helpers.runtime.delta.embedded.bindings import Bindings
+from python_helpers.runtime.refresh import steps
+
+
+class EmbeddedDelta:
+    name = "embedded"
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def close(self) -> None:
+        pass  # the connection is dbt's
+
+    # Where things are.
+    def stored_location(self, schema: str, identifier: str) -> str:
+        return locations.storage_path(self.conn, schema, identifier)
+
+    def source_location(self, relation: str, overrides: dict) -> str:
+        return locations.source_path(self.conn, relation, overrides)
+
+    def is_delta(self, location: str) -> bool:
+        return tables.is_delta_table(location)
+
+    def stream_tables(self, schema: str) -> list:
+        return paths.list_directories(paths.join(locations.schema_dir(self.conn, schema), locations.STORAGE_DIR))
+
+    # Sources.
+    def table_state(self, location: str, version: Optional[int] = None) -> Optional[TableState]:
+        table = tables.open_table(location, version)
+        return tables.state_of(table, location) if table is not None else None
+
+    def commit_digest(self, location: str, version: int) -> Optional[str]:
+        return log.commit_digest(location, version)
+
+    def row_count(self, location: str, version: int) -> Optional[int]:
+        rows, _ = change_feed.table_stats(tables.table_at(location, version))
+        return rows
+
+    # One refresh's reads.
+    def bindings(self, pinned: dict, old_versions: dict, columns: dict, model: str) -> base.Bindings:
+        return Bindings(self.conn, pinned, old_versions, columns, model)
+
+    # The stored result.
+    def read_metadata(self, target: str) -> Optional[dict]:
+        return storage.read_metadata(target)
+
+    def stored_version(self, target: str) -> Optional[int]:
+        table = tables.open_table(target)
+        return table.version() if table is not None else None
+
+    def write_full(
+        self, target: str, sql: str, names: list, metadata: dict, read_version: Optional[int], phases: Any
+    ) -> int:
+        with phases("compute"):
+            data = self.conn.arrow(sql, names=names)
+        steps.reached("computed")
+        with phases("write"):
+            storage.write_full(target, data, metadata, read_version)
+        return data.num_rows
+
+    def merge(
+        self, target: str, sql: Optional[str], columns: list, metadata: dict, read_version: int, phases: Any
+    ) -> Merged:
+        from python_helpers.dvm.stored_result import ACTION, ROW_ID
+
+        with phases("delta"):
+            data = self.conn.arrow(sql) if sql is not None else None
+        steps.reached("delta_computed")
+        with phases("merge"):
+            steps.reached("merging")
+            if data is None or not data.num_rows:
+                storage.commit_offsets_only(target, metadata, read_version)
+                merged = Merged(0)
+            else:
+                done = storage.merge_rows(target, data, columns, ROW_ID, ACTION, metadata, read_version) or {}
+                # What the MERGE did to the stored rows (one per group, or per distinct row with
+                # its multiplicity): delta-rs counts them as it applies them.
+                merged = Merged(
+                    data.num_rows,
+                    *(int(done.get(f"num_target_rows_{what}", 0)) for what in ("inserted", "updated", "deleted")),
+                )
+            steps.reached("committed")
+            # Before publishing, so the views show the compacted version.
+            if storage.maybe_compact(target):
+                steps.reached("compacted")
+            return merged
+
+    def tidy(self, target: str, retention_hours: float, log: Log, model: str) -> bool:
+        return housekeeping.tidy(target, retention_hours, log, model)
+
+    # What readers see.
+    def publish(self, request: Any, plan: Any, target: str, view_sql: Callable, log: Log) -> None:
+        publishing.publish(self.conn, request, plan, target, view_sql, log)
+
+    def up_to_date(self, request: Any, plan: Any, target: str) -> bool:
+        return publishing.up_to_date(self.conn, request, plan, target)

@@ -1,0 +1,242 @@
+"""Publishing a refresh: the catalog views over the stored result and over each source.
+
+Order, and what a crash at each step leaves:
+1. the generation directory of the version is made (an unused directory; removed later);
+2. the view is altered to read it (one catalog update: readers see the old or the new text);
+3. the marker records what the view shows.
+A refresh that finds its sources unchanged still compares the markers with the newest versions,
+so a crash anywhere after the storage commit is repaired by the next run, whatever the
+sources did meanwhile. Views never move back to an older version than their marker records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Callable, Optional
+
+import pyarrow as pa
+from sqlglot import exp
+
+from python_helpers.runtime import paths
+from python_helpers.runtime.catalog import comments as view_comments
+from python_helpers.runtime.catalog import views as catalog_views
+from python_helpers.runtime.catalog.views import Catalog
+from python_helpers.runtime.connections.base import Connection, as_connection
+from python_helpers.runtime.delta import locations
+from python_helpers.runtime.delta.embedded import generations as published_files
+from python_helpers.runtime.delta.embedded import tables as delta_tables
+from python_helpers.runtime.refresh import steps
+from python_helpers.runtime.refresh.view_inlining import is_stored_table
+from python_helpers.runtime.spark_types import spark_type_strings
+
+Log = Callable[[str, str], None]
+
+
+def _schema_hash(spark_types: dict) -> str:
+    return hashlib.md5(json.dumps(spark_types, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _newer(marker: Optional[dict], table_id: str, version: int) -> bool:
+    """The marker already shows `version` of this table, or a later one."""
+    return marker is not None and marker.get("table_id") == table_id and marker.get("version", -1) >= version
+
+
+def _version_files(table, table_path: str) -> tuple[list, list]:
+    """(files, partition values per file) of a Delta version, as the log lists them."""
+    actions = delta_tables.add_actions(table)
+    files = delta_tables.file_paths(table, table_path)
+    columns = [c for c in actions.column_names if c.startswith("partition.")]
+    if not columns:
+        return files, [() for _ in files]
+    values = [actions.column(c).to_pylist() for c in columns]
+    names = [c[len("partition.") :] for c in columns]
+    partitions = [
+        tuple(sorted((n, None if v is None else _log_string(v)) for n, v in zip(names, row))) for row in zip(*values)
+    ]
+    return files, partitions
+
+
+def _log_string(value) -> str:
+    """A partition value as the log writes it (delta-rs hands back typed values)."""
+    import datetime
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime.datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    return str(value)
+
+
+def stream_table_marker(spark, target: str) -> Optional[dict]:
+    return published_files.read_marker(
+        published_files.stream_root(target), catalog_views.catalog_key(as_connection(spark))
+    )
+
+
+def publish_stream_table(
+    conn: Connection,
+    schema: str,
+    name: str,
+    model: str,
+    target: str,
+    view_sql: Callable,
+    take_over: bool = False,
+    retention_seconds: Optional[float] = None,
+    docs: Optional[dict] = None,
+) -> None:
+    """Point the view `schema.name` at the newest version of the stored result (with the column
+    comments of `docs`, dbt's persisted descriptions: runtime/catalog/comments.py)."""
+    stored = delta_tables.table_at(target)
+    arrow = delta_tables.arrow_schema(stored)
+    types = spark_type_strings(arrow)
+    version, table_id = stored.version(), str(stored.metadata().id)
+    root = published_files.stream_root(target)
+    catalog = catalog_views.catalog_key(conn)
+    marker = published_files.read_marker(root, catalog)
+    if _newer(marker, table_id, version + 1):
+        return  # a later refresh published a newer version already
+    files = delta_tables.file_paths(stored, target)
+    gen = published_files.link_generation(root, table_id, version, files) if files else None
+    steps.reached("stream_generation_linked")
+    relation: exp.Expr
+    if gen is not None:
+        relation = catalog_views.directory_relation(gen)
+    else:
+        relation = catalog_views.files_relation(target, files, types)
+    query = view_comments.with_column_docs(conn, schema, name, view_sql(relation, types), docs)
+    Catalog(conn).publish_view(
+        schema,
+        name,
+        query,
+        catalog_views.STREAM_TABLE,
+        model,
+        take_over=take_over,
+        published_before=marker is not None and not marker.get("skipped"),
+    )
+    steps.reached("stream_view_altered")
+    published_files.write_marker(
+        root,
+        {
+            "table_id": table_id,
+            "version": version,
+            "schema": _schema_hash(types),
+            "generation": paths.basename(gen) if gen else None,
+        },
+        catalog,
+    )
+    published_files.prune(root, retention_seconds=retention_seconds)
+
+
+def source_schema_dir(conn: Connection, relation: str) -> str:
+    return locations.schema_dir(conn, relation.split(".")[-2])
+
+
+def publish_source(
+    conn: Connection, relation: str, src, model: str, log: Log, retention_seconds: Optional[float] = None
+) -> None:
+    """The view `schema.table` over a source at its pinned version (never moved back)."""
+    schema, name = relation.split(".")[-2:]
+    root = published_files.source_root(source_schema_dir(conn, relation), name)
+    catalog = catalog_views.catalog_key(conn)
+    marker = published_files.read_marker(root, catalog)
+    state = src.state
+    if _newer(marker, state.table_id, state.version) and (
+        catalog_views.known(conn, schema, name) or Catalog(conn).exists(schema, name)
+    ):
+        return  # shown already, or a newer version is: a source view never moves back
+    table = delta_tables.table_at(src.path, state.version)
+    files, partitions = _version_files(table, src.path)
+    types = src.spark_types
+    parts = list(state.partition_columns)
+    query: exp.Expr
+    if not files:
+        cols = [
+            exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True) for n, t in types.items()
+        ]
+        query = exp.select(*cols).where(exp.false())
+        gen = None
+    else:
+        data_schema = pa.schema([f for f in state.arrow_schema if f.name not in parts])
+        part_schema = pa.schema([state.arrow_schema.field(p) for p in parts])
+        gen = published_files.link_generation(
+            root, state.table_id, state.version, files, partitions if parts else None, data_schema, part_schema
+        )
+        if gen is not None:
+            query = catalog_views.generation_query(gen, types, parts)
+        else:
+            query = catalog_views.files_query(src.path, files, types, parts, partitions)
+    steps.reached("source_generation_linked")
+    published = Catalog(conn).publish_view(schema, name, query, catalog_views.SOURCE, model)
+    steps.reached("source_view_altered")
+    if not published:
+        # Said once per table (a warning), then at info level while the marker remembers it.
+        seen = marker is not None and marker.get("skipped") and marker.get("table_id") == state.table_id
+        log(
+            "info" if seen else "warn",
+            f"{model}: {relation} is a catalog object dbt-spark-stream did not create; it is left as it "
+            f"is, so other models and queries reading {relation} read that object, not the Delta table at "
+            f"{src.path} that this stream table reads (drop or rename it to have the source published there)",
+        )
+        published_files.write_marker(
+            root, {"table_id": state.table_id, "version": state.version, "skipped": True}, catalog
+        )
+        return
+    published_files.write_marker(
+        root,
+        {"table_id": state.table_id, "version": state.version, "generation": paths.basename(gen) if gen else None},
+        catalog,
+    )
+    published_files.prune(root, retention_seconds=retention_seconds)
+
+
+def publish(
+    conn: Connection,
+    request,
+    plan,
+    target: str,
+    view_sql: Callable,
+    log: Log,
+    retention_seconds: Optional[float] = None,
+) -> None:
+    for relation, src in plan.pinned.items():
+        if not is_stored_table(relation):  # an upstream stream table's stored table has its own view
+            publish_source(conn, relation, src, request.model, log, retention_seconds)
+    publish_stream_table(
+        conn,
+        request.schema,
+        request.identifier,
+        request.model,
+        target,
+        view_sql,
+        take_over=request.take_over_relation,
+        retention_seconds=retention_seconds,
+        docs=request.docs,
+    )
+
+
+def up_to_date(conn: Connection, request, plan, target: str) -> bool:
+    """Do the views show the newest stored version and the pinned source versions?
+    (A crash after the storage commit leaves them behind; then the refresh publishes again.)"""
+    stored = delta_tables.open_table(target)
+    if stored is None:
+        return False
+    if not _newer(stream_table_marker(conn, target), str(stored.metadata().id), stored.version()):
+        return False
+    catalog = Catalog(conn)
+    key = catalog_views.catalog_key(conn)
+    for relation, src in plan.pinned.items():
+        if is_stored_table(relation):
+            continue
+        schema, name = relation.split(".")[-2:]
+        marker = published_files.read_marker(published_files.source_root(source_schema_dir(conn, relation), name), key)
+        if marker is None or not _newer(marker, src.state.table_id, src.state.version):
+            return False
+        if not marker.get("skipped") and not catalog.exists(schema, name):
+            catalog_views.forget(conn)
+            return False
+    if not catalog.exists(request.schema, request.identifier):
+        catalog_views.forget(conn)
+        return False
+    # Column descriptions changed (or were never published): publish the view again.
+    return view_comments.columns_current(conn, request.schema, request.identifier, request.docs)

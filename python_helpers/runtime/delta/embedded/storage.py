@@ -1,0 +1,164 @@
+"""The stored result of a stream table in the embedded engine: a Delta table written by delta-rs
+whose commits carry the refresh metadata (runtime/delta/metadata.py) as custom commit metadata."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
+
+from python_helpers.runtime import paths
+from python_helpers.runtime.delta import metadata as metadata_format
+from python_helpers.runtime.delta.base import ConcurrentCommit
+from python_helpers.runtime.delta.embedded.tables import CDF_PROPERTY, arrow_schema, open_table
+from python_helpers.runtime.spark_types import normalize_schema
+
+COMPACT_AFTER_FILES = 48  # fewer, larger files for the MERGE; compaction commits carry no offsets
+
+
+def read_metadata(path: str) -> Optional[dict]:
+    """Metadata of the newest refresh commit, with `read_version`: the storage version it is valid
+    for. The refresh reads the stored rows and MERGEs at exactly that version, so a refresh that
+    commits in between makes this one's commit fail instead of applying a change twice.
+
+    Commits without metadata after it are skipped when they keep the rows (compaction, vacuum:
+    ROWS_KEPT_BY); any other is listed under `foreign_commits` ({version, operation}, oldest
+    first): the stored rows are no longer what the refresh committed."""
+    table = open_table(path)
+    if table is None:
+        return None
+    pinned = table.version()
+    for limit in (32, None):  # the newest commits nearly always hold it; the whole log is slow
+        commits = table.history(limit)
+        found = metadata_format.newest_refresh(
+            (
+                (c.get("version", -1), c.get("timestamp"), c.get("operation"), c.get(metadata_format.METADATA_KEY))
+                for c in commits
+            ),
+            pinned,
+        )
+        if found is not None or (limit is not None and len(commits) < limit):
+            return found
+    return None
+
+
+def _commit(metadata: dict, read_version: Optional[int]) -> CommitProperties:
+    sequence = 0 if read_version is None else read_version + 1
+    return CommitProperties(
+        custom_metadata={metadata_format.METADATA_KEY: metadata_format.encode(metadata)},
+        app_transactions=[Transaction(app_id=metadata_format.APP_ID, version=sequence)],
+    )
+
+
+def _concurrent(err: Exception) -> ConcurrentCommit:
+    return ConcurrentCommit(str(err).splitlines()[0][:300])
+
+
+def write_full(path: str, data: pa.Table, metadata: dict, read_version: Optional[int]) -> int:
+    """Replace the stored result (schema included) in one commit; returns the new version.
+
+    `read_version`: the stored version the refresh read (None: it found no table); a commit by
+    anyone else since makes this one fail with ConcurrentCommit, nothing written."""
+    data = data.cast(normalize_schema(data.schema))
+    location = paths.for_delta_rs(path)
+    if read_version is None:
+        if open_table(path) is not None:
+            raise ConcurrentCommit("another refresh created the stored result meanwhile")
+        try:
+            write_deltalake(
+                location,
+                data,
+                mode="error",
+                configuration={CDF_PROPERTY: "true"},
+                commit_properties=_commit(metadata, None),
+            )
+        except (CommitFailedError, DeltaError) as err:
+            if open_table(path) is not None:
+                raise _concurrent(err) from None
+            raise
+    else:
+        try:
+            write_deltalake(
+                DeltaTable(location, version=read_version),
+                data,
+                mode="overwrite",
+                schema_mode="overwrite",
+                configuration={CDF_PROPERTY: "true"},
+                commit_properties=_commit(metadata, read_version),
+            )
+        except CommitFailedError as err:
+            raise _concurrent(err) from None
+    return DeltaTable(location).version()
+
+
+def merge_rows(
+    path: str, rows: pa.Table, columns: list, row_id: str, action: str, metadata: dict, read_version: int
+) -> dict:
+    """Apply upserts ('U') and deletes ('D') keyed by `row_id` in one commit with the offsets.
+
+    The MERGE runs against the version the refresh read (`read_version`); if another writer
+    committed in between, the commit fails (ConcurrentCommit) and nothing is applied.
+    """
+    table = DeltaTable(paths.for_delta_rs(path), version=read_version)
+    rows = _like_target(rows, table)
+    quoted = {c: _quoted(c) for c in columns + [row_id, action]}
+    updates = {quoted[c]: f"s.{quoted[c]}" for c in columns}
+    merger = table.merge(
+        source=rows,
+        predicate=f"t.{quoted[row_id]} = s.{quoted[row_id]}",
+        source_alias="s",
+        target_alias="t",
+        commit_properties=_commit(metadata, read_version),
+    )
+    merger = (
+        merger.when_matched_delete(predicate=f"s.{quoted[action]} = 'D'")
+        .when_matched_update(updates=updates, predicate=f"s.{quoted[action]} = 'U'")
+        .when_not_matched_insert(updates=updates, predicate=f"s.{quoted[action]} = 'U'")
+    )
+    try:
+        return merger.execute()
+    except CommitFailedError as err:
+        raise _concurrent(err) from None
+
+
+def _quoted(name: str) -> str:
+    """A column name in delta-rs' SQL (DataFusion): double quotes, doubled inside."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _like_target(rows: pa.Table, table: DeltaTable) -> pa.Table:
+    """Cast the MERGE source to the stored table's exact types, nested nullability included:
+    delta-rs' MERGE panics when, e.g., a list's element nullability differs between the two."""
+    target = arrow_schema(table)
+    rows = rows.cast(normalize_schema(rows.schema))
+    fields = [target.field(n) if n in target.names else rows.schema.field(n) for n in rows.column_names]
+    rows = rows.cast(pa.schema(fields))
+    # take() rebuilds every buffer: Spark's Arrow output can hold an empty child array without
+    # an offsets buffer, on which delta-rs' MERGE panics as well.
+    return rows.take(pa.array(range(rows.num_rows), type=pa.int64()))
+
+
+def commit_offsets_only(path: str, metadata: dict, read_version: int) -> None:
+    """Advance the offsets when the change touched no stored row: an empty commit that still
+    conflicts with any other refresh commit since `read_version` (its application transaction)."""
+    table = DeltaTable(paths.for_delta_rs(path), version=read_version)
+    empty = arrow_schema(table).empty_table()
+    try:
+        write_deltalake(table, empty, mode="append", commit_properties=_commit(metadata, read_version))
+    except CommitFailedError as err:
+        raise _concurrent(err) from None
+
+
+def maybe_compact(path: str) -> bool:
+    """Compact the stored result when it has many files (a commit without offsets). A conflict
+    with a concurrent refresh only postpones it."""
+    table = DeltaTable(paths.for_delta_rs(path))
+    if len(table.file_uris()) <= COMPACT_AFTER_FILES:
+        return False
+    try:
+        table.optimize.compact()
+    except CommitFailedError:
+        return False
+    return True

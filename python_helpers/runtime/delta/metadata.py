@@ -1,0 +1,66 @@
+"""What a refresh commit records beside the rows, for both engines.
+
+The offsets (source versions consumed), the query fingerprint, the layout, the settings and
+Spark's analysis travel as metadata of the same Delta commit that changes the stored rows, so a
+refresh is applied exactly once: a crash before that commit leaves old rows and old offsets;
+after it, new and new. The embedded engine writes it as the commit's custom metadata under
+METADATA_KEY, the spark engine as the commit's `userMetadata`; both are the same JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable, Optional
+
+METADATA_KEY = "dbt_spark_stream"
+# 2: offsets, settings and the schema of the read columns in every commit; commits that
+# conflict with each other (an application transaction in each).
+FORMAT_VERSION = 2
+# Every refresh commit carries a Delta application transaction of this id. Two commits that both
+# carry one conflict in Delta's optimistic concurrency check, whatever else they do, so no
+# refresh commit (not even one that only moves the offsets) can slip in after another refresh
+# read the same version.
+APP_ID = "dbt_spark_stream"
+# Commits without refresh metadata that leave the stored rows as they are: our own compaction
+# and vacuum, and table maintenance anyone may run. Any other commit after the last refresh
+# changed rows the refresh does not know of (a DELETE, an UPDATE, a RESTORE by hand).
+ROWS_KEPT_BY = frozenset(
+    {
+        "OPTIMIZE",
+        "VACUUM START",
+        "VACUUM END",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "REORG",
+        "ADD CONSTRAINT",
+        "DROP CONSTRAINT",
+        "UPGRADE PROTOCOL",
+        "CHANGE COLUMN",
+    }
+)
+
+
+def encode(metadata: dict) -> str:
+    return json.dumps(metadata, sort_keys=True)
+
+
+def newest_refresh(commits: Iterable[tuple], read_version: int) -> Optional[dict]:
+    """From commits newest first as (version, timestamp ms, operation, refresh metadata or None):
+    the newest refresh's metadata with `storage_version`, `committed_at_ms`, `read_version` (the
+    storage version the refresh reads and commits against) and `foreign_commits` (the commits
+    after it that changed rows: {version, operation}, oldest first). None when no commit of the
+    ones given carries refresh metadata."""
+    foreign: list[dict] = []
+    for version, timestamp, operation, raw in commits:
+        if version > read_version:
+            continue
+        if raw:
+            meta = json.loads(raw)
+            meta["storage_version"] = version
+            meta["committed_at_ms"] = timestamp
+            meta["read_version"] = read_version
+            meta["foreign_commits"] = foreign[::-1]
+            return meta
+        if str(operation or "?").upper() not in ROWS_KEPT_BY:
+            foreign.append({"version": version, "operation": str(operation or "?")})
+    return None

@@ -1,0 +1,105 @@
+"""One attempt at a refresh: what it knows before any data is read (the plan, the stored
+result's metadata, the session's settings), and what every mode does with it: the metadata it
+commits with the rows, the stored layout, publishing the views.
+
+A refresh that loses a commit race starts a new attempt (run.py); nothing here outlives one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Optional
+
+from python_helpers.dvm.stored_result import MaintainedResult, StoredResult, plan_stored_result
+from python_helpers.runtime.connections.base import Connection
+from python_helpers.runtime.delta import metadata as metadata_format
+from python_helpers.runtime.delta.base import DeltaEngine
+from python_helpers.runtime.refresh import steps
+from python_helpers.runtime.refresh.planning import Plan
+from python_helpers.runtime.refresh.requests import Log, RefreshRequest
+from python_helpers.runtime.refresh.timing import Phases
+
+
+class FullIsCheaper(Exception):
+    """The differential refresh gives way to a full one, for the reason given: the change is
+    large enough that recomputing costs less (`auto`), or a delta recursion hit Spark's limit."""
+
+
+@dataclass
+class Attempt:
+    delta: DeltaEngine  # Delta, through the engine the profile chose (runtime/delta/choose.py)
+    request: RefreshRequest
+    plan: Plan
+    target: str  # the stored result's Delta path
+    meta: Optional[dict]  # the stored result's metadata as the last refresh committed it
+    print_fp: str  # fingerprint of the definition the stored result is built from
+    session: dict  # the Spark settings results depend on (runtime/refresh/settings.py)
+    schema_now: dict  # the source columns read, with their types (decide.read_schema)
+    phases: Phases
+    log: Log
+    counters: dict = field(default_factory=dict)  # reported in the result (adapter_response)
+
+    @property
+    def model(self) -> str:
+        return self.request.model
+
+    @property
+    def conn(self) -> Connection:
+        """Spark, through the connection's binding (runtime/connections/)."""
+        return self.delta.conn
+
+    def metadata(self, mode: str, result: Optional[StoredResult]) -> dict:
+        """What the storage commit records beside the rows (offsets first of all)."""
+        previous = self.meta or {}
+        meta = {
+            "format": metadata_format.FORMAT_VERSION,
+            "model": self.model,
+            "fingerprint": self.print_fp,
+            "mode": mode,
+            "layout": result.kind if result is not None else "recompute",
+            "offsets": {
+                r: {
+                    "version": s.state.version,
+                    "table_id": s.state.table_id,
+                    "path": s.path,
+                    # the commit consumed, so the next refresh can tell a replaced log from a newer one
+                    "commit": self.delta.commit_digest(s.path, s.state.version),
+                }
+                for r, s in self.plan.pinned.items()
+            },
+            "settings": self.session,
+            "read_schema": self.schema_now,
+            # differential refreshes since the last full one (float_recompute_every counts them)
+            "differential_since_full": previous.get("differential_since_full", 0) + 1 if mode == "differential" else 0,
+        }
+        if isinstance(result, MaintainedResult) and self.plan.tree is not None:
+            # What Spark's analyser said of the query, for the source schemas it saw: the stored
+            # state was laid out by it, and the next refresh reuses it instead of asking again.
+            meta["analysis"] = {
+                "sources": schema_key(self.plan),
+                "names": list(result.output_names),
+                "arg_types": dict(result.arg_types),
+            }
+        return meta
+
+    def stored_result_from_meta(self) -> MaintainedResult:
+        """The stored layout as the last refresh recorded it (no Spark analysis)."""
+        assert self.plan.tree is not None, "only a maintained result records its analysis"
+        cached = (self.meta or {}).get("analysis") or {}
+        result = plan_stored_result(self.model, self.plan.tree, cached["names"], self.plan.top_k)
+        result.arg_types = dict(cached.get("arg_types") or {})
+        return result
+
+    def publish(self, result: StoredResult) -> None:
+        steps.reached("publishing")
+        self.delta.publish(self.request, self.plan, self.target, result.view_sql, self.log)
+        steps.reached("published")
+        self.delta.tidy(self.target, self.request.retention_hours, self.log, self.model)
+
+
+def schema_key(plan: Plan) -> str:
+    """A digest of the source schemas the plan read (the analysis is reused while it holds)."""
+    schemas = {r: s.spark_types for r, s in sorted(plan.pinned.items())}
+    return hashlib.md5(json.dumps(schemas, sort_keys=True).encode()).hexdigest()

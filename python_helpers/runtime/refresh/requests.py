@@ -1,0 +1,80 @@
+"""What a refresh is asked and what it answers: plain data, importable without Spark or the refresh engine.
+
+The dbt adapter builds a RefreshRequest per model and reports the RefreshResult; `api.py` is the
+call between them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+# The engine's progress and reasons: log(level, text), level "info", "warn" or "fallback" (a full
+# refresh the user did not ask for).
+Log = Callable[[str, str], None]
+
+REFRESH_MODES = ("auto", "differential", "full")
+ENGINES = ("auto", "embedded", "spark")
+DEFAULT_AUTO_FULL_THRESHOLD = 0.2
+
+
+@dataclass
+class RefreshRequest:
+    """One refresh of one stream table.
+
+    `sql` is the model's compiled SELECT; its table references are `schema.table` names of
+    Delta sources. `sources` maps a lower-case `schema.table` name to an explicit Delta path
+    (dbt source `meta: {delta_path: ...}`); names not in it are found at Spark's managed-table
+    path `<spark.sql.warehouse.dir>/<schema>.db/<table>`.
+    """
+
+    model: str
+    schema: str
+    identifier: str
+    sql: str
+    refresh_mode: str = "auto"
+    full_refresh: bool = False
+    sources: dict = field(default_factory=dict)
+    engine: str = "auto"  # the Delta engine: auto | embedded | spark (the profile's `engine`)
+    # Config that shapes the stored result; a change of it forces a full rebuild.
+    shaping_config: dict = field(default_factory=dict)
+    # `auto` refreshes in full when the changed rows of a source exceed this fraction of its rows
+    # (a full refresh is then cheaper: the change-rate sweep in the README's Performance section). 0 disables.
+    auto_full_threshold: float = DEFAULT_AUTO_FULL_THRESHOLD
+    # Recompute in full after this many differential refreshes when the result holds algebraic
+    # aggregates over floating point (SUM/AVG/VAR of DOUBLE), so rounding drift cannot pile up.
+    # 0 (the default) never does.
+    float_recompute_every: int = 0
+    # Old versions of the stored result are vacuumed once older than this (hours; Delta's default).
+    retention_hours: float = 168.0
+    # The caller owns the name `schema.identifier` (dbt does, for a model's relation): a view of
+    # that name that this project did not create is taken over instead of refused.
+    take_over_relation: bool = False
+    # dbt's persisted docs: {"relation": the view's comment or None, "columns": {name: comment}}.
+    docs: dict = field(default_factory=dict)
+    # An enforced dbt contract: [(column name, data type), ...] the query's output must match.
+    contract: Optional[list] = None
+
+
+@dataclass
+class RefreshResult:
+    model: str
+    mode: str  # "full" | "differential"
+    rows_changed: int  # rows of the stored result inserted + updated + deleted
+    seconds: float
+    reason: Optional[str] = None  # why this refresh ran in full (None for differential)
+    skipped: bool = False  # differential with no source change: nothing read, nothing written
+    source_versions: dict = field(default_factory=dict)  # relation -> version refreshed to
+    phases: dict = field(default_factory=dict)  # phase -> seconds (plan, changes, delta, merge, publish, ...)
+    # What the refresh read: change_rows per source, files_read / files_skipped of snapshots
+    # narrowed by the Delta log's statistics.
+    counters: dict = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        text = f"{self.mode} refresh, {self.rows_changed} rows changed in {self.seconds:.2f}s"
+        if self.skipped:
+            text = f"{self.mode} refresh, no source changed ({self.seconds:.2f}s)"
+        if self.reason:
+            text += f" ({self.reason})"
+        return text

@@ -1,0 +1,65 @@
+"""Session settings a refresh raises while its delta query runs, and puts back afterwards.
+
+Only settings that change how Spark reads, never what a query returns (runtime/refresh/settings.py lists
+those), belong here. They are set on the session dbt's threads share, so the first refresh to
+raise a setting records the session's own value and the last one to finish restores it; a
+refresh in between sees the raised value, which costs it nothing.
+
+`spark.sql.parquet.pushdown.inFilterThreshold` (default 10): an `IN` list longer than this
+reaches the Parquet reader only as its [min, max]. A key-restricted read of a join input
+(binding.Bindings.keyed_snapshot) lists up to PAGE_FILTER_KEYS keys, and Parquet can then skip
+every page whose column index holds none of them: a few hundred scattered keys read a few
+hundred pages of a table instead of all of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from python_helpers.runtime.connections.base import Connection
+
+IN_FILTER_THRESHOLD = "spark.sql.parquet.pushdown.inFilterThreshold"
+
+_LOCK = threading.Lock()
+
+
+@dataclass
+class _Held:
+    own: Optional[str]  # the session's value before the first refresh raised it (None: unset)
+    raised: bool  # False when the session's value was high enough already
+    refreshes: int = 0  # refreshes inside the block now
+
+
+_HELD: dict[tuple, _Held] = {}  # (session, setting) -> _Held
+
+
+@contextlib.contextmanager
+def at_least(conn: Connection, key: str, value: int) -> Iterator[None]:
+    """While the block runs, the integer setting `key` is at least `value` (callers pass one
+    fixed value per setting)."""
+    slot = (conn.key, key)
+    with _LOCK:
+        held = _HELD.get(slot)
+        if held is None:
+            own = conn.conf(key, None)
+            try:
+                high_enough = own is not None and int(own) >= value
+            except ValueError:
+                high_enough = False
+            if not high_enough:
+                conn.set_conf(key, str(value))
+            held = _HELD[slot] = _Held(own, raised=not high_enough)
+        held.refreshes += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            held = _HELD[slot]
+            held.refreshes -= 1
+            if held.refreshes == 0:
+                del _HELD[slot]
+                if held.raised:
+                    conn.set_conf(key, held.own)  # None: unset, back to Spark's default

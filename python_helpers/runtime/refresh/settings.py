@@ -1,0 +1,61 @@
+"""Session settings that change what a query returns.
+
+The stored result was computed under the session's settings; a differential refresh under
+others would add rows computed one way to rows computed another (a date cut at another time
+zone, an overflow that is NULL under one ANSI mode and an error under the other). The settings
+below are recorded with every refresh, and a change of any of them rebuilds the stream table,
+naming the setting.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from python_helpers.runtime.connections.base import Connection
+
+# Settings read with their effective value (default included).
+RESULT_SETTINGS = (
+    "spark.sql.session.timeZone",
+    "spark.sql.ansi.enabled",
+    "spark.sql.timestampType",
+    "spark.sql.decimalOperations.allowPrecisionLoss",
+    "spark.sql.mapKeyDedupPolicy",
+    "spark.sql.caseSensitive",
+)
+# Every explicitly set setting under these prefixes counts too (legacy switches change semantics).
+RESULT_PREFIXES = ("spark.sql.legacy.",)
+
+
+def result_settings(conn: Connection) -> dict:
+    """{setting: value} of the settings that change query results, as this session has them."""
+    out = {}
+    for key in RESULT_SETTINGS:
+        try:
+            value = conn.setting(key)
+        except Exception:  # noqa: BLE001 - a setting this Spark does not know
+            value = None
+        if value is not None:
+            out[key] = str(value)
+    try:
+        explicit = conn.explicit_confs()
+    except Exception:  # noqa: BLE001 - older Spark / Connect without getAll
+        explicit = {}
+    for key, value in sorted((explicit or {}).items()):
+        if key.startswith(RESULT_PREFIXES):
+            out[key] = str(value)
+    return out
+
+
+def changed_setting(old: Optional[dict], new: dict) -> Optional[str]:
+    """A sentence naming the first setting that differs, or None (None when `old` is unknown)."""
+    if old is None:
+        return None
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            before = old.get(key, "unset")
+            after = new.get(key, "unset")
+            return (
+                f"the session setting {key} changed from {before} to {after} since the last refresh, "
+                "and the stored result was computed under the old value"
+            )
+    return None
