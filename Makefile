@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 # need none.
 STAMP := $(VENV)/.dbt-spark-stream-installed
 
-.PHONY: demo lint test test-fast test-long install clean
+.PHONY: demo demo-spark lint test test-fast test-long install jars clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,25 @@ $(STAMP): setup.py | $(PY)
 
 install: $(STAMP)
 
+# Delta Lake for Spark (engine: spark): the jars a Spark needs, fetched once from Maven Central
+# into the venv; nothing is fetched at run time. 4.4.0 is the release that works with pyspark
+# 4.1.4 (4.1.0 and 4.2.0 are reported to break on Spark 4.1.2 and later).
+DELTA_VERSION := 4.4.0
+JARS := $(VENV)/jars
+DELTA_JAR := $(JARS)/delta-spark_4.1_2.13-$(DELTA_VERSION).jar
+
+$(DELTA_JAR): | $(PY)
+	mvn -q dependency:copy -Dartifact=io.delta:delta-spark_4.1_2.13:$(DELTA_VERSION) -DoutputDirectory=$(JARS)
+	mvn -q dependency:copy -Dartifact=io.delta:delta-storage:$(DELTA_VERSION) -DoutputDirectory=$(JARS)
+
+jars: $(DELTA_JAR)
+
 demo: install
 	$(PY) integration_tests/scripts/demo.py
+
+# The same demo on engine: spark (Delta Lake inside Spark; needs the jars above).
+demo-spark: install jars
+	$(PY) integration_tests/scripts/demo.py --engine spark
 
 # make test runs every test module on two pytest workers (files that share a fixture stay on
 # one: xdist_group), with fewer repetitions than the long run: 1 hypothesis example per
@@ -42,7 +59,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy $(MYPY_PATHS)
 
-test: lint
+test: lint jars
 	$(CI_TIER) $(PY) -m pytest -n 2 --dist loadgroup -m "not slow" --durations=30 $(PYTEST_ARGS)
 
 # No JVM: the unit tests, the SQL of every operator shape, dbt parsing the example project.
@@ -51,7 +68,7 @@ FAST_TESTS := tests/unit tests/dbt/test_dbt_project_parse.py
 test-fast: lint
 	$(PY) -m pytest -q $(FAST_TESTS) $(PYTEST_ARGS)
 
-test-long: lint
+test-long: lint jars
 	$(PY) -m pytest --durations=30 $(PYTEST_ARGS)
 
 clean:

@@ -28,6 +28,8 @@ import shop_data  # noqa: E402  (the example project's data script)
 
 # One dbt project for the module (its fixture): its tests run in order on one pytest worker.
 pytestmark = [pytest.mark.dbt, pytest.mark.xdist_group("dbt_end_to_end")]
+# The tests share one project and run in file order; each ends with the sources' changes
+# refreshed (a `dbt run` last), so the next starts from a caught-up state without a run of its own.
 
 STREAM_TABLES = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
 FULL_ONLY = {"larger_orders"}  # a subquery correlated by a non-equality: auto falls back to full
@@ -117,7 +119,6 @@ def test_refresh_after_source_changes_is_differential_and_correct(project, seed)
 
 
 def test_run_without_source_changes_changes_nothing(project):
-    project.run()  # catch up with anything an earlier test left
     refreshes = project.run()
     _assert_modes(refreshes, "differential")
     for model, info in refreshes.items():
@@ -146,7 +147,6 @@ def test_auto_mode_falls_back_to_full_and_says_why(project):
 def test_a_fallback_to_full_is_a_dbt_warning_that_warn_error_makes_an_error(project, warehouse):
     from deltalake import DeltaTable
 
-    project.run()  # catch up with anything an earlier test left
     stored = DeltaTable(f"{warehouse}/analytics.db/__dvm_stream_tables/larger_orders")
     before = stored.version()
     shop_data.mutate(41)
@@ -168,7 +168,6 @@ def test_a_fallback_to_full_is_a_dbt_warning_that_warn_error_makes_an_error(proj
 
 
 def test_stream_table_status_lists_each_stream_table_and_how_far_its_sources_moved(project):
-    project.run()  # catch up with anything an earlier test left
 
     def status() -> dict:
         result = project.dbt("run-operation", "stream_table_status")
@@ -210,7 +209,6 @@ def test_unknown_refresh_mode_is_a_compilation_error(project):
 
 
 def test_explain_says_what_the_next_refresh_would_do_and_changes_nothing(project):
-    project.run()  # catch up with anything an earlier test left
     shop_data.mutate(31)
     result = project.dbt("run", "--select", "customer_totals larger_orders", "--vars", "{stream_table_explain: true}")
     assert result.success, result.exception

@@ -505,8 +505,7 @@ def test_a_source_of_many_files_is_published_without_a_file_list(env):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     S.create_source(path, [S.row(0, k=0, v=0)])
     table = pa.Table.from_pylist([S.row(i, k=i % 4, v=i % 9) for i in range(1, 901)], schema=S.SCHEMA)
-    for start in range(0, 900, 1):  # one file per row: 900 files
-        write_deltalake(path, table.slice(start, 1), mode="append")
+    S.append_files(path, [table.slice(start, 1) for start in range(900)])  # one file per row: 900 files
     env.paths["many"] = path
     assert len(DeltaTable(path).file_uris()) > 800
     stream = env.stream("many", "SELECT k, COUNT(*) AS n, SUM(v) AS sv FROM {src}.many GROUP BY k")

@@ -28,6 +28,8 @@ from typing import Iterable, Mapping
 import sqlglot
 from sqlglot import exp
 
+from python_helpers.runtime.spark_types import normalize_schema, spark_schema
+
 FLOAT_DIGITS = 9
 REL_TOL = 1e-9
 ABS_TOL = 1e-9
@@ -245,7 +247,14 @@ class SourceReads:
         if known is not None:
             self.spark.catalog.dropTempView(known[1])
         view = f"__oracle_{uuid.uuid4().hex[:12]}"
-        self.spark.createDataFrame(table.to_pyarrow_table()).createOrReplaceTempView(view)
+        data = table.to_pyarrow_table()
+        # Spark Connect cannot infer a schema from no rows: give it the table's.
+        frame = (
+            self.spark.createDataFrame(data)
+            if data.num_rows
+            else self.spark.createDataFrame([], spark_schema(normalize_schema(data.schema)))
+        )
+        frame.createOrReplaceTempView(view)
         self._views[path] = (key, view)
         return view
 

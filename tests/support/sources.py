@@ -63,6 +63,28 @@ def create_source(path: str, rows, cdf: bool = True, schema: pa.Schema = SCHEMA)
     return path
 
 
+def append_files(path: str, tables: list) -> None:
+    """Append each pyarrow table as a parquet file of its own, all in one Delta commit (a table of
+    many files without a commit per file)."""
+    import json
+    import time
+    import uuid
+
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+    from deltalake.transaction import AddAction, RemoveAction
+
+    table = DeltaTable(path)
+    actions: list[AddAction | RemoveAction] = []
+    for data in tables:
+        name = f"part-{uuid.uuid4().hex}.parquet"
+        pq.write_table(data, os.path.join(path, name))
+        stats = json.dumps({"numRecords": data.num_rows})
+        size = os.path.getsize(os.path.join(path, name))
+        actions.append(AddAction(name, size, {}, int(time.time() * 1000), True, stats))
+    table.create_write_transaction(actions, mode="append", schema=tables[0].schema)
+
+
 def read_rows(path: str) -> list:
     from deltalake import DeltaTable
 

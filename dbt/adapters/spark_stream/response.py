@@ -24,6 +24,7 @@ class StreamTableResponse(AdapterResponse):
     phases: Dict[str, float] = field(default_factory=dict)  # seconds per phase of the refresh
     # change_rows (all sources), files_read / files_skipped by statistics, spark_jobs, rows_read
     counters: Dict[str, int] = field(default_factory=dict)
+    engine: Optional[str] = None  # the Delta engine that ran the refresh: embedded | spark
 
     @classmethod
     def from_result(cls, result) -> "StreamTableResponse":
@@ -40,6 +41,7 @@ class StreamTableResponse(AdapterResponse):
             source_versions={str(k): int(v) for k, v in (result.source_versions or {}).items()},
             phases={str(k): round(float(v), 4) for k, v in (getattr(result, "phases", None) or {}).items()},
             counters=_flat_counters(getattr(result, "counters", None) or {}),
+            engine=getattr(result, "engine", None),
         )
 
 

@@ -128,8 +128,22 @@ class SparkConnection:
         if one_partition:
             frame = frame.coalesce(1)
         if materialize:
-            frame = frame.localCheckpoint(eager=True)
+            frame = self._own(frame.localCheckpoint(eager=True))
         self._register(frame, name)
+
+    def _own(self, frame):
+        """A checkpointed frame bound to this session. Spark Connect's client (4.1) binds the
+        result of a checkpoint to the process's active session, which for a cloned session is
+        another server session: the view would be created there, over a relation it lacks."""
+        if self._jvm is not None or frame.sparkSession is self.spark:
+            return frame
+        from pyspark.sql.connect import plan
+        from pyspark.sql.connect.dataframe import DataFrame
+
+        cached = frame._plan
+        owned = DataFrame(plan=plan.CachedRemoteRelation(cached._relation_id, self.spark), session=self.spark)
+        cached._relation_id = None  # released by `owned`, in the session that holds it
+        return owned
 
     def drop_view(self, name: str) -> None:
         try:

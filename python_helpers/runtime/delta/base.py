@@ -48,6 +48,8 @@ class TableState:
     arrow_schema: pa.Schema
     partition_columns: list
     unreadable_features: list  # table features this engine cannot read correctly
+    # Spark's type of each column when the engine asked Spark (else derived from arrow_schema).
+    spark_types: Optional[dict] = None
 
 
 @dataclass

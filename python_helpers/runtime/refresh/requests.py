@@ -69,6 +69,7 @@ class RefreshResult:
     # What the refresh read: change_rows per source, files_read / files_skipped of snapshots
     # narrowed by the Delta log's statistics.
     counters: dict = field(default_factory=dict)
+    engine: str = "embedded"  # the Delta engine that ran it (runtime/delta/choose.py)
 
     @property
     def message(self) -> str:

@@ -50,7 +50,8 @@ MIN_RETENTION_HOURS = 1.0
 
 
 def _default_log(level: str, text: str) -> None:
-    print(f"[dbt-spark-stream] {level}: {text}", file=sys.stderr)
+    if level != "debug":
+        print(f"[dbt-spark-stream] {level}: {text}", file=sys.stderr)
 
 
 def run_refresh(conn: Connection, request: RefreshRequest, log: Optional[Log] = None) -> RefreshResult:
@@ -59,6 +60,7 @@ def run_refresh(conn: Connection, request: RefreshRequest, log: Optional[Log] = 
     _validate(request)
     require_persistent_catalog(conn, request.model)
     delta = delta_engine(conn, request.engine, request.model)
+    log("debug", f"{request.model}: the {delta.name} Delta engine refreshes it (profile engine: {request.engine})")
     try:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
@@ -103,6 +105,7 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
             source_versions={r: s.state.version for r, s in plan.pinned.items()},
             phases=dict(phases.seconds),
             counters=dict(attempt.counters),
+            engine=delta.name,
         )
 
     if (

@@ -22,6 +22,8 @@ class PinnedSource:
 
     @property
     def spark_types(self) -> dict:
+        if self.state.spark_types is not None:
+            return dict(self.state.spark_types)
         return spark_type_strings(self.state.arrow_schema)
 
 

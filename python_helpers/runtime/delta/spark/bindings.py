@@ -1,0 +1,227 @@
+"""The relations of one refresh, bound for the spark engine: Delta Lake SQL reads them.
+
+A source's change is `table_changes_by_path(path, v_old + 1, v_new)` with weights; a snapshot
+is `delta.`path` VERSION AS OF n`; the stored result the same at the version the refresh read.
+Delta skips files by their statistics itself, so a key-restricted read is the snapshot filtered
+by the change's keys (`key IN (...)`, few keys): Delta prunes the files and Parquet the pages.
+Every name carries the refresh's id; all are dropped at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from typing import Optional
+
+from sqlglot import exp
+
+from python_helpers.dvm.sqlgen import Context, render, sub
+from python_helpers.dvm.tree import WEIGHT
+from python_helpers.errors import ChangesUnavailable
+from python_helpers.runtime.connections.base import Connection
+from python_helpers.runtime.delta.spark import sql as delta_sql
+from python_helpers.runtime.refresh import scan_settings
+
+# Up to this many change rows (all sources together) the delta side of a join is broadcast.
+SMALL_DELTA_ROWS = 200_000
+# Up to this many distinct keys, a key-restricted read filters the other input by them (`IN`):
+# Delta skips the files whose statistics hold none, Parquet the pages (scan_settings.py).
+PAGE_FILTER_KEYS = 512
+_CHANGE_TYPE = "_change_type"
+
+
+def _weight() -> exp.Expr:
+    change = exp.column(_CHANGE_TYPE)
+    return exp.Cast(
+        this=exp.Case(
+            ifs=[
+                exp.If(this=change.isin("insert", "update_postimage"), true=exp.Literal.number(1)),
+                exp.If(this=change.isin("delete", "update_preimage"), true=exp.Literal.number(-1)),
+            ],
+            default=exp.Literal.number(0),
+        ),
+        to=exp.DataType.build("bigint"),
+    )
+
+
+def unavailable(text: str) -> bool:
+    """Does Spark's error say a consumed version or its change files can no longer be read?"""
+    marks = (
+        "DELTA_CHANGE_DATA_FILE_NOT_FOUND",
+        "DELTA_FILE_NOT_FOUND",
+        "FileNotFoundException",
+        "VersionNotFoundException",
+        "DELTA_VERSION_NOT_FOUND",
+        "DELTA_MISSING_CHANGE_DATA",
+        "DELTA_CHANGE_TABLE_FEED_DISABLED",
+        "DELTA_CHANGE_DATA_FEED_DISABLED",
+        "DELTA_TIMESTAMP_GREATER_THAN_COMMIT",
+        "cannot time travel",
+    )
+    return any(m.lower() in text.lower() for m in marks)
+
+
+class SparkBindings:
+    def __init__(self, conn: Connection, pinned: dict, old_versions: dict, columns: dict, model: str = "?"):
+        self.conn = conn
+        self.model = model
+        self.pinned = pinned  # relation -> PinnedSource (state at v_new)
+        self.old = old_versions  # relation -> v_old (None on a full build)
+        self.columns = columns  # relation -> columns the query reads (None: all)
+        self.id = uuid.uuid4().hex[:12]
+        self.views: list[str] = []
+        self.views_by_key: dict = {}
+        self.change_counts: dict = {}
+        self.files_read = 0  # (Delta prunes files itself; counted by Spark's metrics)
+        self.files_skipped = 0
+        self.page_filtered = 0  # key-restricted reads filtered by the change's keys
+        self._index = {r: i for i, r in enumerate(sorted(pinned))}
+        self._keys: dict = {}
+
+    def view_name(self, suffix: str) -> str:
+        name = f"__dvm_{self.id}_{suffix}"
+        self.views.append(name)
+        return name
+
+    def _columns(self, relation: str) -> list:
+        src = self.pinned[relation]
+        return list(self.columns.get(relation) or [f.name for f in src.state.arrow_schema])
+
+    def _select(self, relation: str, source: str) -> str:
+        cols = ", ".join(exp.column(c, quoted=True).sql("spark") for c in self._columns(relation))
+        return f"SELECT {cols} FROM {source}"
+
+    def snapshot(self, relation: str, version: str) -> exp.Table:
+        src = self.pinned[relation]
+        number = src.state.version if version == "new" else self.old[relation]
+        key = f"s{self._index[relation]}_{version}"
+        if key not in self.views_by_key:
+            name = self.view_name(key)
+            self.conn.view_of_query(name, self._select(relation, delta_sql.at_version(src.path, number)))
+            self.views_by_key[key] = exp.to_table(name)
+        return self.views_by_key[key].copy()
+
+    def changes(self, relation: str) -> exp.Table:
+        return self.views_by_key[f"s{self._index[relation]}_chg"].copy()
+
+    def count_changes(self) -> dict:
+        """The change rows of every moved source (one Spark job each: Delta reads the change
+        files); ChangesUnavailable when the consumed versions can no longer be read."""
+        for relation, src in self.pinned.items():
+            v_old = self.old.get(relation)
+            if v_old is None or v_old >= src.state.version:
+                continue
+            feed = delta_sql.changes(src.path, v_old + 1, src.state.version)
+            try:
+                self.change_counts[relation] = int(self.conn.rows(f"SELECT count(*) FROM {feed}")[0][0])
+            except Exception as err:  # noqa: BLE001 - Spark's error class says what is missing
+                if unavailable(str(err)):
+                    raise ChangesUnavailable(
+                        self.model,
+                        f"the changes of source {relation} since version {v_old} can no longer be read "
+                        f"({str(err).splitlines()[0][:200]})",
+                    ) from None
+                if "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA" in str(err):
+                    # A column renamed or dropped on a column-mapping table: Delta reads no change
+                    # across it (the old files' columns would be matched by their new names).
+                    raise ChangesUnavailable(
+                        self.model,
+                        f"source {relation}'s schema changed between versions {v_old} and "
+                        f"{src.state.version} (a column renamed or dropped): Delta's change feed "
+                        "cannot be read across it",
+                    ) from None
+                raise
+        return dict(self.change_counts)
+
+    def load_changes(self) -> set:
+        changed = set()
+        for relation, rows in self.change_counts.items():
+            if not rows:
+                continue
+            src = self.pinned[relation]
+            cols = ", ".join(exp.column(c, quoted=True).sql("spark") for c in self._columns(relation))
+            feed = delta_sql.changes(src.path, self.old[relation] + 1, src.state.version)
+            query = f"SELECT {cols}, {_weight().sql('spark')} AS {WEIGHT} FROM {feed}"
+            name = self.view_name(f"s{self._index[relation]}_chg")
+            # One partition for a small change: an aggregate or a join over it needs no shuffle.
+            self.conn.view_of_query(name, query, one_partition=rows <= SMALL_DELTA_ROWS)
+            self.views_by_key[f"s{self._index[relation]}_chg"] = exp.to_table(name)
+            changed.add(relation)
+        return changed
+
+    def context(self, changed: set) -> Context:
+        return Context(
+            changes=self.changes,
+            snapshot=self.snapshot,
+            changed=set(changed),
+            consolidated=set(),
+            small_delta=sum(self.change_counts.values()) <= SMALL_DELTA_ROWS,
+            materialize=self.materialize,
+            keyed_snapshot=self.keyed_snapshot,
+        )
+
+    def keyed_snapshot(self, relation: str, version: str, column: str, changed_relation: str, changed_column: str):
+        """`relation` at `version` filtered by the keys `changed_relation`'s change has in
+        `changed_column`, when they are few; None otherwise (the plain snapshot: Delta's own
+        data skipping still prunes by the join)."""
+        if relation not in self.pinned or changed_relation not in self.pinned:
+            return None
+        keys = self._change_keys(changed_relation, changed_column)
+        if keys is None:
+            return None
+        snapshot = self.snapshot(relation, version)
+        self.page_filtered += 1
+        column_ref = exp.column(exp.to_identifier(column, quoted=True))
+        condition = exp.In(this=column_ref, query=exp.Subquery(this=exp.select("*").from_(keys)))
+        name = f"{snapshot.name}_k{len(self.views)}"
+        return sub(exp.select(exp.Star()).from_(snapshot).where(condition), name)
+
+    def _change_keys(self, relation: str, column: str) -> Optional[exp.Expr]:
+        """A relation of the distinct non-null keys of `relation`'s change in `column`, when there
+        are at most PAGE_FILTER_KEYS of them (materialized: read by every restricted read)."""
+        if (relation, column) in self._keys:
+            return self._keys[(relation, column)]
+        found = None
+        view = self.views_by_key.get(f"s{self._index[relation]}_chg")
+        if view is not None and column in self._columns(relation):
+            key = exp.column(exp.to_identifier(column, quoted=True))
+            query = (
+                exp.select(key)
+                .distinct()
+                .from_(view.copy())
+                .where(exp.Not(this=exp.Is(this=key.copy(), expression=exp.Null())))
+                .limit(PAGE_FILTER_KEYS + 1)
+            )
+            name = self.view_name(f"keys{len(self.views)}")
+            self.conn.view_of_query(name, render(query), materialize=True)
+            count = int(self.conn.rows(f"SELECT count(*) FROM {name}")[0][0])
+            if count <= PAGE_FILTER_KEYS:
+                found = exp.to_table(name)
+        self._keys[(relation, column)] = found
+        return found
+
+    def stored(self, target: str, version: int) -> tuple[exp.Table, dict]:
+        name = self.view_name("store")
+        self.conn.view_of_query(name, f"SELECT * FROM {delta_sql.at_version(target, version)}")
+        return exp.to_table(name), {c.name: c.type for c in self.conn.output_columns(f"SELECT * FROM {name}")}
+
+    def read_bytes(self) -> dict:
+        return {}
+
+    def full_read_bytes(self) -> Optional[int]:
+        return None  # the read estimate of `auto` needs file-level statistics: not asked of Spark here
+
+    def scan_settings(self):
+        if not self.page_filtered:
+            return contextlib.nullcontext()
+        return scan_settings.at_least(self.conn, scan_settings.IN_FILTER_THRESHOLD, PAGE_FILTER_KEYS)
+
+    def materialize(self, query: exp.Expr) -> exp.Expr:
+        name = self.view_name(f"m{len(self.views)}")
+        self.conn.view_of_query(name, render(query), materialize=True)
+        return exp.select("*").from_(exp.to_table(name))
+
+    def close(self) -> None:
+        for name in self.views:
+            self.conn.drop_view(name)
+        self.views.clear()

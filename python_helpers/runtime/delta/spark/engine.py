@@ -1,0 +1,325 @@
+"""The spark Delta engine: Delta Lake SQL inside Spark, for a Spark with Delta Lake loaded.
+
+Everything goes through SQL on the refresh's own session (a clone of dbt's: Connection.private),
+so it works over an in-process session, Spark Connect and a Thrift server alike, and nothing of
+a result passes through the dbt process:
+* sources are read with `table_changes_by_path` and `VERSION AS OF` (deletion vectors, column
+  mapping and row tracking are Delta's business then);
+* the stored result is a Delta table (change feed and deletion vectors on) registered in the
+  catalog as `<schema>.__dvm_stored__<model>`; the model's name is a plain view over it that
+  shows the model's columns (the stored rows carry bookkeeping columns: row id, counts,
+  aggregate state) and needs no change when the table moves on;
+* a full refresh is `CREATE OR REPLACE TABLE ... AS SELECT`, a differential one a single `MERGE
+  INTO`, both written by the executors;
+* each commit carries the refresh metadata as its `userMetadata` and an application
+  transaction (`txnAppId`/`txnVersion`) in the same commit: Delta's optimistic concurrency
+  makes a rival refresh's commit fail, and the session settings behind both are the refresh's
+  own (a cloned session), never seen by dbt's other threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import uuid
+from typing import Any, Callable, Iterator, Optional
+
+import pyarrow as pa
+
+from python_helpers.runtime.catalog import comments as view_comments
+from python_helpers.runtime.catalog import views as catalog_views
+from python_helpers.runtime.catalog.views import Catalog, quote
+from python_helpers.runtime.connections.base import Connection
+from python_helpers.runtime.delta import base, locations
+from python_helpers.runtime.delta import metadata as metadata_format
+from python_helpers.runtime.delta.base import ConcurrentCommit, Log, Merged, TableState
+from python_helpers.runtime.delta.spark import sql as delta_sql
+from python_helpers.runtime.delta.spark.bindings import SparkBindings
+from python_helpers.runtime.refresh import steps
+from python_helpers.runtime.spark_types import arrow_type
+
+STORED_PREFIX = "__dvm_stored__"  # the stored result's catalog name: <schema>.__dvm_stored__<model>
+VACUUM_EVERY = 20  # commits between two vacuums of a stored result
+COMPACT_AFTER_FILES = 48  # OPTIMIZE the stored result once it has more files than this
+_CONCURRENT = ("Concurrent", "DELTA_CONCURRENT", "ProtocolChangedException", "MetadataChangedException")
+
+
+class SparkDelta:
+    name = "spark"
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def close(self) -> None:
+        self.conn.release()
+
+    # Where things are.
+    def stored_location(self, schema: str, identifier: str) -> str:
+        return locations.storage_path(self.conn, schema, identifier)
+
+    def source_location(self, relation: str, overrides: dict) -> str:
+        return locations.source_path(self.conn, relation, overrides)
+
+    def _detail(self, location: str) -> Optional[dict]:
+        try:
+            rows = self.conn.rows(delta_sql.detail(location))
+        except Exception:  # noqa: BLE001 - not a Delta table (or nothing there)
+            return None
+        if not rows:
+            return None
+        names = [c.name for c in self.conn.output_columns(delta_sql.detail(location))]
+        detail = dict(zip(names, rows[0]))
+        return detail if str(detail.get("format", "delta")).lower() == "delta" else None
+
+    def is_delta(self, location: str) -> bool:
+        return self._detail(location) is not None
+
+    def stream_tables(self, schema: str) -> list:
+        rows = self.conn.rows(f"SHOW TABLES IN {quote(schema)} LIKE '{STORED_PREFIX}*'")
+        return sorted(str(r[1])[len(STORED_PREFIX) :] for r in rows if str(r[1]).startswith(STORED_PREFIX))
+
+    # Sources.
+    def _history(self, location: str, limit: Optional[int]) -> list[dict]:
+        query = delta_sql.history(location, limit)
+        names = [c.name for c in self.conn.output_columns(query)]
+        return [dict(zip(names, r)) for r in self.conn.rows(query)]
+
+    def table_state(self, location: str, version: Optional[int] = None) -> Optional[TableState]:
+        detail = self._detail(location)
+        if detail is None:
+            return None
+        if version is None:
+            version = int(self._history(location, 1)[0]["version"])
+        columns = self.conn.output_columns(f"SELECT * FROM {delta_sql.at_version(location, version)}")
+        schema = pa.schema([pa.field(c.name, arrow_type(c.type), c.nullable) for c in columns])
+        properties = detail.get("properties") or {}
+        return TableState(
+            path=location,
+            version=int(version),
+            table_id=str(detail.get("id")),
+            cdf_enabled=str(properties.get(base.CDF_PROPERTY, "false")).lower() == "true",
+            arrow_schema=schema,
+            partition_columns=list(detail.get("partitionColumns") or []),
+            unreadable_features=[],
+            spark_types={c.name: c.type for c in columns},
+        )
+
+    def commit_digest(self, location: str, version: int) -> Optional[str]:
+        history = self._history(location, None)
+        commit = next((c for c in history if int(c["version"]) == int(version)), None)
+        if commit is None:
+            return None
+        what = [commit.get("timestamp"), commit.get("operation"), commit.get("operationParameters")]
+        return hashlib.md5(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+
+    def row_count(self, location: str, version: int) -> Optional[int]:
+        # Delta answers a bare count(*) from the log's statistics (no scan).
+        return int(self.conn.rows(f"SELECT count(*) FROM {delta_sql.at_version(location, version)}")[0][0])
+
+    # One refresh's reads.
+    def bindings(self, pinned: dict, old_versions: dict, columns: dict, model: str) -> base.Bindings:
+        return SparkBindings(self.conn, pinned, old_versions, columns, model)
+
+    # The stored result.
+    def read_metadata(self, target: str) -> Optional[dict]:
+        if self._detail(target) is None:
+            return None
+        for limit in (32, None):  # the newest commits nearly always hold it
+            history = self._history(target, limit)
+            if not history:
+                return None
+            read_version = max(int(c["version"]) for c in history)
+            found = metadata_format.newest_refresh(
+                (
+                    (
+                        int(c["version"]),
+                        _millis(c.get("timestamp")),
+                        c.get("operation"),
+                        _ours(c.get("userMetadata")),
+                    )
+                    for c in sorted(history, key=lambda c: -int(c["version"]))
+                ),
+                read_version,
+            )
+            if found is not None or limit is None or len(history) < limit:
+                return found
+        return None
+
+    def stored_version(self, target: str) -> Optional[int]:
+        if self._detail(target) is None:
+            return None
+        return int(self._history(target, 1)[0]["version"])
+
+    @contextlib.contextmanager
+    def _committing(self, target: str, metadata: dict, read_version: Optional[int]) -> Iterator[str]:
+        """Run a commit of `metadata` against `read_version`: the session's commit settings
+        around it, and afterwards proof that the newest commit is this one (Delta skips a write
+        whose application transaction is not newer than the one it holds: a rival was first)."""
+        token = uuid.uuid4().hex
+        text = metadata_format.encode({**metadata, "commit_token": token})
+        settings = {
+            delta_sql.USER_METADATA: text,
+            delta_sql.TXN_APP_ID: metadata_format.APP_ID,
+            delta_sql.TXN_VERSION: str(0 if read_version is None else read_version + 1),
+        }
+        for key, value in settings.items():
+            self.conn.set_conf(key, value)
+        try:
+            yield token
+        except Exception as err:  # noqa: BLE001 - a lost race is ConcurrentCommit, the rest as it is
+            if any(mark in str(err) for mark in _CONCURRENT):
+                raise ConcurrentCommit(str(err).splitlines()[0][:300]) from None
+            raise
+        finally:
+            for key in settings:
+                self.conn.set_conf(key, None)
+        newest = self._history(target, 1)[0]
+        if (_ours(newest.get("userMetadata")) or "").find(token) < 0:
+            raise ConcurrentCommit(f"version {newest['version']} was committed by another writer first")
+
+    def write_full(
+        self, target: str, sql: str, names: list, metadata: dict, read_version: Optional[int], phases: Any
+    ) -> int:
+        if read_version is None and self._detail(target) is not None:
+            raise ConcurrentCommit("another refresh created the stored result meanwhile")
+        with phases("write"):
+            steps.reached("computed")
+            with self._committing(target, metadata, read_version):
+                self.conn.execute(delta_sql.replace_table(target, sql, names))
+        metrics = self._history(target, 1)[0].get("operationMetrics") or {}
+        return int(metrics.get("numOutputRows", 0) or 0)
+
+    def merge(
+        self, target: str, sql: Optional[str], columns: list, metadata: dict, read_version: int, phases: Any
+    ) -> Merged:
+        from python_helpers.dvm.stored_result import ACTION, ROW_ID
+
+        with phases("merge"):
+            steps.reached("merging")
+            with self._committing(target, metadata, read_version):
+                if sql is None:
+                    self.conn.execute(delta_sql.empty_append(target))
+                else:
+                    self.conn.execute(delta_sql.merge(target, sql, columns, ROW_ID, ACTION))
+            steps.reached("committed")
+        if sql is None:
+            return Merged(0)
+        metrics = self._history(target, 1)[0].get("operationMetrics") or {}
+        counts = {
+            what: int(metrics.get(f"numTargetRows{what.title()}", 0) or 0)
+            for what in ("inserted", "updated", "deleted")
+        }
+        return Merged(
+            int(metrics.get("numSourceRows", 0) or 0), counts["inserted"], counts["updated"], counts["deleted"]
+        )
+
+    def tidy(self, target: str, retention_hours: float, log: Log, model: str) -> bool:
+        try:
+            history = self._history(target, VACUUM_EVERY)
+            if len(history) < VACUUM_EVERY or any(str(c.get("operation", "")).startswith("VACUUM") for c in history):
+                return False
+            steps.reached("vacuuming")
+            detail = self._detail(target) or {}
+            if int(detail.get("numFiles") or 0) > COMPACT_AFTER_FILES:
+                self.conn.execute(f"OPTIMIZE {delta_sql.by_path(target)}")
+            self.conn.set_conf(delta_sql.RETENTION_CHECK, "false")  # our own table, our retention
+            try:
+                self.conn.execute(f"VACUUM {delta_sql.by_path(target)} RETAIN {float(retention_hours)} HOURS")
+            finally:
+                self.conn.set_conf(delta_sql.RETENTION_CHECK, None)
+        except Exception as err:  # noqa: BLE001 - tidying is retried by a later refresh
+            log(
+                "warn",
+                f"{model}: tidying the stored result failed ({str(err).splitlines()[0][:200]}); tried again later",
+            )
+            return False
+        steps.reached("vacuumed")
+        return True
+
+    # What readers see.
+    def publish(self, request: Any, plan: Any, target: str, view_sql: Callable, log: Log) -> None:
+        from sqlglot import exp
+
+        schema, identifier = request.schema, request.identifier
+        self.conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {quote(schema, STORED_PREFIX + identifier.lower())} USING delta "
+            f"LOCATION {delta_sql.string(target)}"
+        )
+        columns = self.conn.output_columns(f"SELECT * FROM {quote(schema, STORED_PREFIX + identifier.lower())}")
+        types = {c.name: c.type for c in columns}
+        relation = exp.table_(STORED_PREFIX + identifier.lower(), db=schema, quoted=True)
+        query = view_comments.with_column_docs(self.conn, schema, identifier, view_sql(relation, types), request.docs)
+        steps.reached("stream_view_altered")
+        Catalog(self.conn).publish_view(
+            schema, identifier, query, catalog_views.STREAM_TABLE, request.model, take_over=request.take_over_relation
+        )
+        for relation_name, src in plan.pinned.items():
+            if relation_name.split(".")[-1].startswith(STORED_PREFIX):
+                continue  # an upstream stream table's stored table has its own view
+            self._publish_source(relation_name, src, request.model, log)
+
+    def _publish_source(self, relation: str, src: Any, model: str, log: Log) -> None:
+        """The source readable by its name: a view over the Delta table at its path (the newest
+        version), unless the name is the Delta table itself or someone else's object."""
+        from sqlglot import exp
+
+        schema, name = relation.split(".")[-2:]
+        kind = self.conn.table_type(quote(schema, name))
+        if kind in ("MANAGED", "EXTERNAL"):
+            detail = self._detail_of_name(schema, name)
+            if detail is not None and _same_place(str(detail.get("location") or ""), src.path):
+                return  # the catalog table is the source itself
+        query = exp.select(exp.Star()).from_(
+            exp.Table(this=exp.to_identifier(src.path, quoted=True), db=exp.to_identifier("delta"))
+        )
+        if not Catalog(self.conn).publish_view(schema, name, query, catalog_views.SOURCE, model):
+            log(
+                "info",
+                f"{model}: {relation} is a catalog object dbt-spark-stream did not create; it is left as it is, so "
+                f"other models and queries reading {relation} read that object, not the Delta table at {src.path}",
+            )
+
+    def _detail_of_name(self, schema: str, name: str) -> Optional[dict]:
+        query = f"DESCRIBE DETAIL {quote(schema, name)}"
+        try:
+            rows = self.conn.rows(query)
+            names = [c.name for c in self.conn.output_columns(query)]
+        except Exception:  # noqa: BLE001 - not a Delta table
+            return None
+        return dict(zip(names, rows[0])) if rows else None
+
+    def up_to_date(self, request: Any, plan: Any, target: str) -> bool:
+        catalog = Catalog(self.conn)
+        if not catalog.exists(request.schema, request.identifier):
+            return False
+        for relation in plan.pinned:
+            schema, name = relation.split(".")[-2:]
+            if not name.startswith(STORED_PREFIX) and not catalog.exists(schema, name):
+                return False
+        return view_comments.columns_current(self.conn, request.schema, request.identifier, request.docs)
+
+
+def _ours(user_metadata: Any) -> Optional[str]:
+    """The commit's userMetadata when it is a refresh's (our JSON), else None."""
+    if not user_metadata:
+        return None
+    text = str(user_metadata)
+    try:
+        return text if isinstance(json.loads(text), dict) and "offsets" in json.loads(text) else None
+    except ValueError:
+        return None
+
+
+def _millis(timestamp: Any) -> Optional[int]:
+    if timestamp is None:
+        return None
+    if hasattr(timestamp, "timestamp"):
+        return int(timestamp.timestamp() * 1000)
+    return None
+
+
+def _same_place(a: str, b: str) -> bool:
+    from python_helpers.runtime import paths
+
+    return paths.normalize(a).rstrip("/") == paths.normalize(b).rstrip("/")

@@ -1,0 +1,85 @@
+"""The Delta Lake SQL the spark engine sends, built as text around sqlglot-rendered queries.
+
+Delta's statements (DESCRIBE HISTORY, table_changes_by_path, MERGE, VACUUM) name a table by its
+path: delta.`<path>`. Paths are quoted as identifiers (back-quotes doubled) and as string
+literals (backslashes and quotes escaped) where a function takes them.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from python_helpers.runtime.catalog.views import quote
+
+# Commit metadata and idempotent writes (Delta's session settings, read at commit time).
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+# A vacuum shorter than Delta's 7 days is refused unless this check is off (our own tables only).
+RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+# The stored result: a change feed (stream tables over stream tables read it) and deletion
+# vectors (a MERGE marks the rows it removes instead of rewriting their files).
+STORED_PROPERTIES = {
+    "delta.enableChangeDataFeed": "true",
+    "delta.enableDeletionVectors": "true",
+}
+
+
+def string(value: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def by_path(path: str) -> str:
+    """The Delta table at `path`: delta.`<path>`."""
+    return "delta." + quote(path)
+
+
+def at_version(path: str, version: int) -> str:
+    return f"{by_path(path)} VERSION AS OF {int(version)}"
+
+
+def history(path: str, limit: Optional[int] = None) -> str:
+    return f"DESCRIBE HISTORY {by_path(path)}" + (f" LIMIT {int(limit)}" if limit else "")
+
+
+def detail(path: str) -> str:
+    return f"DESCRIBE DETAIL {by_path(path)}"
+
+
+def changes(path: str, start: int, end: int) -> str:
+    """The change data feed of versions start..end (inclusive) as a FROM item."""
+    return f"table_changes_by_path({string(path)}, {int(start)}, {int(end)})"
+
+
+def properties(props: dict) -> str:
+    return ", ".join(f"{string(k)} = {string(v)}" for k, v in props.items())
+
+
+def replace_table(path: str, query: str, names: list) -> str:
+    """Replace the table at `path` (created when missing) by `query`'s rows, its columns named
+    `names` positionally (a query's own names may repeat)."""
+    aliases = ", ".join(quote(n) for n in names)
+    return (
+        f"CREATE OR REPLACE TABLE {by_path(path)} USING delta TBLPROPERTIES ({properties(STORED_PROPERTIES)}) "
+        f"AS SELECT * FROM ({query}) AS __dvm_rows({aliases})"
+    )
+
+
+def merge(path: str, query: str, columns: list, row_id: str, action: str) -> str:
+    """Upserts ('U') and deletes ('D') keyed by `row_id` from `query` into the table at `path`."""
+    sets = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns)
+    names = ", ".join(quote(c) for c in columns)
+    values = ", ".join(f"s.{quote(c)}" for c in columns)
+    rid, act = quote(row_id), quote(action)
+    return (
+        f"MERGE INTO {by_path(path)} AS t USING ({query}) AS s ON t.{rid} = s.{rid} "
+        f"WHEN MATCHED AND s.{act} = 'D' THEN DELETE "
+        f"WHEN MATCHED AND s.{act} = 'U' THEN UPDATE SET {sets} "
+        f"WHEN NOT MATCHED AND s.{act} = 'U' THEN INSERT ({names}) VALUES ({values})"
+    )
+
+
+def empty_append(path: str) -> str:
+    """A commit that adds no rows: the offsets move, nothing else."""
+    return f"INSERT INTO {by_path(path)} SELECT * FROM {by_path(path)} WHERE false"

@@ -1,0 +1,212 @@
+"""engine: spark against Spark with Delta Lake: what this engine does itself (reading changes
+with table_changes_by_path and snapshots with VERSION AS OF, writing the stored result with
+CREATE OR REPLACE TABLE and MERGE INTO, the commit metadata and its conflicts, publishing) is
+checked against the oracle; what is engine-independent (the delta rules) runs on the embedded
+engine in tests/spark.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from python_helpers.errors import InvalidConfig
+from python_helpers.runtime.api import refresh_stream_table
+from tests.support import sources as S
+from tests.support.harness import run_cycles
+from tests.support.shapes import INITIAL, SHAPES, SMOKE_BATCHES
+
+pytestmark = pytest.mark.spark
+
+# One shape per way the engine's reads and writes are used: a group's stored row updated and
+# deleted (aggregate), distinct rows with multiplicities (bag), old and new snapshots of a join's
+# other input narrowed by keys (join), a key-restricted recompute with materialized keys (outer
+# join over a derived delta), a window's partitions recomputed.
+SHAPE_NAMES = ("agg_minmax", "project_bag", "join_agg", "left_then_inner", "window_partitioned")
+AGG = "SELECT k, COUNT(*) AS n, SUM(v) AS sv FROM {src}.t1 GROUP BY k"
+
+
+def _sources(env, tables=("t1", "t2", "t3")):
+    for t in tables:
+        env.source(t, INITIAL[t])
+
+
+def _describe_detail(spark, name: str) -> dict:
+    return spark.sql(f"DESCRIBE DETAIL {name}").collect()[0].asDict()
+
+
+def test_shapes_through_refresh_cycles_equal_their_recompute(delta_env):
+    _sources(delta_env)
+    streams = [delta_env.stream(s.name, s.sql, engine="spark") for s in SHAPES if s.name in SHAPE_NAMES]
+    assert len(streams) == len(SHAPE_NAMES)
+    run_cycles(delta_env, streams, SMOKE_BATCHES)
+    for stream in streams:
+        assert {r.engine for r in stream.results} == {"spark"}, stream.identifier
+        assert [r.mode for r in stream.results] == ["full"] + ["differential"] * len(SMOKE_BATCHES)
+    # The stored result is a Delta table in the catalog with a change feed and deletion vectors;
+    # the model's name is a plain view over it (the stored rows carry bookkeeping columns).
+    spark, target = delta_env.spark, delta_env.target
+    detail = _describe_detail(spark, f"{target}.__dvm_stored__agg_minmax")
+    assert detail["format"] == "delta"
+    assert detail["properties"].get("delta.enableChangeDataFeed") == "true"
+    assert detail["properties"].get("delta.enableDeletionVectors") == "true"
+    assert spark.catalog.getTable(f"{target}.agg_minmax").tableType == "VIEW"
+    text = spark.sql(f"SHOW CREATE TABLE {target}.agg_minmax").collect()[0][0]
+    assert "__dvm_stored__agg_minmax" in text and "parquet." not in text.lower()
+    # Each refresh commit carries its metadata: the newest names the source versions consumed.
+    history = spark.sql(f"DESCRIBE HISTORY {target}.__dvm_stored__agg_minmax LIMIT 1").collect()[0]
+    assert '"offsets"' in history.userMetadata and history.operation in ("MERGE", "WRITE")
+
+
+def test_sources_with_deletion_vectors_and_column_mapping(delta_env):
+    """Sources the embedded engine refuses: Spark reads them itself."""
+    spark = delta_env.spark
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {delta_env.src}")
+    path = delta_env.source_path("t1")
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` (id BIGINT, k INT, g STRING, v INT, x DOUBLE, d DECIMAL(12,2), dt DATE) "
+        "USING delta TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true', 'delta.enableDeletionVectors' = 'true', "
+        "'delta.columnMapping.mode' = 'name')"
+    )
+    spark.sql(
+        f"INSERT INTO delta.`{path}` VALUES (1, 0, 'a', 3, 1.5, 2.50, DATE'2024-01-01'), "
+        "(2, 0, 'b', -1, 0.5, 1.00, NULL), (3, 1, 'a', 4, NULL, 0.10, DATE'2024-01-03'), (4, 2, NULL, NULL, 2.0, NULL, NULL)"
+    )
+    delta_env.paths["t1"] = path
+    stream = delta_env.stream("dv_source", AGG, engine="spark")
+    stream.refresh(expect="full")
+    _check_by_spark(delta_env, stream, path)
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 2")  # a deletion vector
+    spark.sql(f"UPDATE delta.`{path}` SET v = v + 10, k = 1 WHERE id = 1")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (5, 2, 'c', 7, 1.0, 3.00, DATE'2024-01-05')")
+    stream.refresh(expect="differential")
+    _check_by_spark(delta_env, stream, path)
+    # A column the query does not read renamed (column mapping: names only) after a change: Delta
+    # reads no change across it, so the refresh is full, saying why; then differential again.
+    spark.sql(f"UPDATE delta.`{path}` SET v = v - 1 WHERE id = 3")
+    spark.sql(f"ALTER TABLE delta.`{path}` RENAME COLUMN g TO grp")
+    result = stream.refresh(expect="full")
+    assert "schema changed" in (result.reason or ""), result.reason
+    _check_by_spark(delta_env, stream, path)
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 4")
+    stream.refresh(expect="differential")
+    _check_by_spark(delta_env, stream, path)
+
+
+def _check_by_spark(env, stream, path: str) -> None:
+    """The oracle for a source the deltalake package cannot read (deletion vectors): the query
+    recomputed by Spark on the source as it is now."""
+    from tests.support.oracle import compare_rows
+
+    got = env.spark.table(stream.view).collect()
+    want = env.spark.sql(stream.sql.replace(f"{env.src}.t1", f"delta.`{path}`")).collect()
+    comparison = compare_rows(got, want)
+    assert comparison.ok, comparison.describe()
+
+
+def test_a_refresh_racing_another_starts_over_and_nothing_is_applied_twice(delta_env, monkeypatch):
+    """Two refreshes of one stream table read the same stored version (held together at the
+    step after planning) and both commit: Delta's conflict check makes one start over."""
+    from python_helpers.runtime.refresh import steps
+
+    _sources(delta_env, ("t1",))
+    stream = delta_env.stream("raced", AGG, engine="spark")
+    stream.refresh(expect="full")
+    delta_env.apply([S.Insert("t1", [S.row(100, k=1, v=5), S.row(101, k=9, v=1)]), S.DeleteRows("t1", [0])])
+    together = threading.Barrier(2, timeout=120)
+    arrivals = iter(range(1000))
+    reached = steps.reached
+
+    def hold(name):
+        if name == "planned" and next(arrivals) < 2:  # the first attempt of each: held together
+            together.wait()
+        reached(name)
+
+    monkeypatch.setattr(steps, "reached", hold)
+    said: list = []
+    results: list = []
+    errors: list = []
+
+    def refresh():
+        try:
+            results.append(refresh_stream_table(delta_env.spark, stream.request(), log=lambda lvl, t: said.append(t)))
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=refresh) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 2, errors
+    assert any("starting over" in t for t in said), said
+    stream.check()
+
+
+def test_rows_changed_by_hand_in_the_stored_table_are_rebuilt(delta_env):
+    _sources(delta_env, ("t1",))
+    stream = delta_env.stream("by_hand", AGG, engine="spark")
+    stream.refresh(expect="full")
+    delta_env.spark.sql(f"DELETE FROM {delta_env.target}.__dvm_stored__by_hand WHERE k = 1")
+    delta_env.apply([S.Insert("t1", [S.row(100, k=2, v=5)])])
+    result = stream.refresh(expect="full")
+    assert "changed outside dbt-spark-stream" in result.reason and "DELETE" in result.reason
+    stream.check()
+    delta_env.apply([S.Insert("t1", [S.row(101, k=2, v=1)])])
+    stream.refresh(expect="differential")
+    stream.check()
+
+
+def test_a_vacuumed_change_is_rebuilt_and_says_why(delta_env):
+    _sources(delta_env, ("t1",))
+    stream = delta_env.stream("vacuumed_src", AGG, engine="spark")
+    stream.refresh(expect="full")
+    path = delta_env.paths["t1"]
+    delta_env.apply([S.DeleteRows("t1", [0, 1]), S.Insert("t1", [S.row(100, k=1, v=5)])])
+    spark = delta_env.spark
+    spark.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
+    try:
+        spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
+    finally:
+        spark.sql("RESET spark.databricks.delta.retentionDurationCheck.enabled")
+    result = stream.refresh(expect="full")
+    assert "can no longer be read" in result.reason, result.reason
+    stream.check()
+
+
+def test_auto_picks_the_spark_engine_where_spark_has_delta_lake(delta_env):
+    _sources(delta_env, ("t1",))
+    stream = delta_env.stream("auto_engine", AGG, engine="auto")
+    assert stream.refresh(expect="full").engine == "spark"
+    delta_env.apply([S.Insert("t1", [S.row(100, k=1, v=5)])])
+    assert stream.refresh(expect="differential").engine == "spark"
+    stream.check()
+
+
+def test_a_stream_table_over_a_stream_table_reads_its_change_feed(delta_env):
+    _sources(delta_env, ("t1",))
+    upstream = delta_env.stream("upstream", AGG, engine="spark")
+    upstream.refresh(expect="full")
+    downstream = delta_env.stream(
+        "downstream",
+        f"SELECT n, COUNT(*) AS groups FROM {delta_env.target}.upstream GROUP BY n",
+        oracle_sql="SELECT n, COUNT(*) AS groups FROM (" + AGG + ") GROUP BY n",
+        engine="spark",
+    )
+    downstream.refresh(expect="full")
+    downstream.check()
+    delta_env.apply([S.Insert("t1", [S.row(100, k=1, v=5), S.row(101, k=7, v=2)]), S.DeleteRows("t1", [2])])
+    upstream.refresh(expect="differential")
+    downstream.refresh(expect="differential")
+    downstream.check()
+
+
+def test_the_spark_engine_needs_delta_lake_in_spark(env):
+    """The pytest process's own Spark has no Delta Lake: engine: spark says what to do."""
+    env.source("t1", INITIAL["t1"])
+    stream = env.stream("no_delta_lake", AGG, engine="spark")
+    with pytest.raises(InvalidConfig) as info:
+        stream.refresh()
+    text = str(info.value)
+    assert stream.model in text and "Delta Lake" in text and "engine: embedded" in text
