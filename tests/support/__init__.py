@@ -10,9 +10,14 @@
 Environment knobs:
   DVM_HYPOTHESIS_EXAMPLES        examples per property test (defaults 3-4; make test: 1)
   DVM_HYPOTHESIS_SLOW_EXAMPLES   examples for the `slow` tests (default 40; make test leaves them out)
-  DVM_DRILL_KILL_POINTS, DVM_DRILL_SEED, DVM_DRILL_RACE_ROUNDS   tests/drills (make test: 4, random, 4)
-  DVM_CLUSTER_REFRESH_ROUNDS, DVM_CLUSTER_KILL_METHODS           tests/cluster (make test: 1, connect,thrift_sql)
+  DVM_SHAPES=name,name           tests/spark smoke runs: only these shapes
+  DVM_DRILL_ROTATION, DVM_DRILL_DAY   tests/drills kill points: those with index % ROTATION == DAY % ROTATION
+                                 (default 1: all; make test: 2); DAY defaults to today's date ordinal
+  DVM_DRILL_RACE_ROUNDS          tests/drills race rounds (default 8; make test: 4)
+  DVM_CLUSTER_REFRESH_ROUNDS, DVM_CLUSTER_KILL_METHODS           tests/cluster (default 2, all three; make test: 1, connect,thrift_sql)
+  DVM_TPCH_SF, DVM_TPCH_CYCLES   tests/tpch scale factor and cycles (default 0.01, 1)
   DVM_HYPOTHESIS_SHRINK=1        let hypothesis shrink a failure (slow: every step re-runs Spark)
   DVM_SPARK_LOG_LEVEL            Spark log level (default ERROR)
   DVM_SPARK_DRIVER_MEMORY        driver memory (default 2g)
+  DBT_SPARK_STREAM_DELTA_JARS    directory of Delta Lake's jars for tests/spark_engine (default .venv/jars: make jars)
 """

@@ -50,6 +50,16 @@ class SparkDelta:
 
     def __init__(self, conn: Connection):
         self.conn = conn
+        # DESCRIBE DETAIL / HISTORY answer with fixed columns: asked for once (a round trip each).
+        self._names: dict[str, list] = {}
+        self._newest: Optional[dict] = None  # the commit this refresh made (its metrics, version)
+        self._wrote_full = False  # a full write may change the columns the views show
+
+    def _records(self, kind: str, query: str) -> list[dict]:
+        rows = self.conn.rows(query)
+        if kind not in self._names:
+            self._names[kind] = [c.name for c in self.conn.output_columns(query)]
+        return [dict(zip(self._names[kind], r)) for r in rows]
 
     def close(self) -> None:
         self.conn.release()
@@ -63,13 +73,12 @@ class SparkDelta:
 
     def _detail(self, location: str) -> Optional[dict]:
         try:
-            rows = self.conn.rows(delta_sql.detail(location))
+            records = self._records("detail", delta_sql.detail(location))
         except Exception:  # noqa: BLE001 - not a Delta table (or nothing there)
             return None
-        if not rows:
+        if not records:
             return None
-        names = [c.name for c in self.conn.output_columns(delta_sql.detail(location))]
-        detail = dict(zip(names, rows[0]))
+        detail = records[0]
         return detail if str(detail.get("format", "delta")).lower() == "delta" else None
 
     def is_delta(self, location: str) -> bool:
@@ -81,9 +90,7 @@ class SparkDelta:
 
     # Sources.
     def _history(self, location: str, limit: Optional[int]) -> list[dict]:
-        query = delta_sql.history(location, limit)
-        names = [c.name for c in self.conn.output_columns(query)]
-        return [dict(zip(names, r)) for r in self.conn.rows(query)]
+        return self._records("history", delta_sql.history(location, limit))
 
     def table_state(self, location: str, version: Optional[int] = None) -> Optional[TableState]:
         detail = self._detail(location)
@@ -177,6 +184,7 @@ class SparkDelta:
         newest = self._history(target, 1)[0]
         if (_ours(newest.get("userMetadata")) or "").find(token) < 0:
             raise ConcurrentCommit(f"version {newest['version']} was committed by another writer first")
+        self._newest = newest
 
     def write_full(
         self, target: str, sql: str, names: list, metadata: dict, read_version: Optional[int], phases: Any
@@ -187,7 +195,8 @@ class SparkDelta:
             steps.reached("computed")
             with self._committing(target, metadata, read_version):
                 self.conn.execute(delta_sql.replace_table(target, sql, names))
-        metrics = self._history(target, 1)[0].get("operationMetrics") or {}
+        self._wrote_full = True
+        metrics = (self._newest or {}).get("operationMetrics") or {}
         return int(metrics.get("numOutputRows", 0) or 0)
 
     def merge(
@@ -205,7 +214,7 @@ class SparkDelta:
             steps.reached("committed")
         if sql is None:
             return Merged(0)
-        metrics = self._history(target, 1)[0].get("operationMetrics") or {}
+        metrics = (self._newest or {}).get("operationMetrics") or {}
         counts = {
             what: int(metrics.get(f"numTargetRows{what.title()}", 0) or 0)
             for what in ("inserted", "updated", "deleted")
@@ -216,6 +225,10 @@ class SparkDelta:
 
     def tidy(self, target: str, retention_hours: float, log: Log, model: str) -> bool:
         try:
+            # Every VACUUM_EVERY-th version (known from this refresh's commit: no round trip).
+            version = None if self._newest is None else int(self._newest["version"])
+            if version is not None and version % VACUUM_EVERY != 0:
+                return False
             history = self._history(target, VACUUM_EVERY)
             if len(history) < VACUUM_EVERY or any(str(c.get("operation", "")).startswith("VACUUM") for c in history):
                 return False
@@ -242,13 +255,23 @@ class SparkDelta:
         from sqlglot import exp
 
         schema, identifier = request.schema, request.identifier
+        if not self._wrote_full and self.up_to_date(request, plan, target):
+            return  # a MERGE keeps the columns: the views over the table and the sources stand
+        stored = STORED_PREFIX + identifier.lower()
         self.conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {quote(schema, STORED_PREFIX + identifier.lower())} USING delta "
-            f"LOCATION {delta_sql.string(target)}"
+            f"CREATE TABLE IF NOT EXISTS {quote(schema, stored)} USING delta LOCATION {delta_sql.string(target)}"
         )
-        columns = self.conn.output_columns(f"SELECT * FROM {quote(schema, STORED_PREFIX + identifier.lower())}")
+        detail = self._detail_of_name(schema, stored)
+        if detail is None or not _same_place(str(detail.get("location") or ""), target):
+            raise catalog_views.NameTaken(
+                request.model,
+                f"{schema}.{stored} is a catalog object that is not this stream table's stored result "
+                f"(the Delta table at {target})",
+                f"drop or rename {schema}.{stored}: dbt-spark-stream keeps the stream table's rows under that name",
+            )
+        columns = self.conn.output_columns(f"SELECT * FROM {quote(schema, stored)}")
         types = {c.name: c.type for c in columns}
-        relation = exp.table_(STORED_PREFIX + identifier.lower(), db=schema, quoted=True)
+        relation = exp.table_(stored, db=schema, quoted=True)
         query = view_comments.with_column_docs(self.conn, schema, identifier, view_sql(relation, types), request.docs)
         steps.reached("stream_view_altered")
         Catalog(self.conn).publish_view(
@@ -281,17 +304,17 @@ class SparkDelta:
             )
 
     def _detail_of_name(self, schema: str, name: str) -> Optional[dict]:
-        query = f"DESCRIBE DETAIL {quote(schema, name)}"
         try:
-            rows = self.conn.rows(query)
-            names = [c.name for c in self.conn.output_columns(query)]
+            records = self._records("detail", f"DESCRIBE DETAIL {quote(schema, name)}")
         except Exception:  # noqa: BLE001 - not a Delta table
             return None
-        return dict(zip(names, rows[0])) if rows else None
+        return records[0] if records else None
 
     def up_to_date(self, request: Any, plan: Any, target: str) -> bool:
         catalog = Catalog(self.conn)
         if not catalog.exists(request.schema, request.identifier):
+            return False
+        if not catalog.exists(request.schema, STORED_PREFIX + request.identifier.lower()):
             return False
         for relation in plan.pinned:
             schema, name = relation.split(".")[-2:]
