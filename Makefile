@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 # need none.
 STAMP := $(VENV)/.dbt-spark-stream-installed
 
-.PHONY: demo demo-spark lint test test-fast test-long install jars clean
+.PHONY: demo lint test test-fast test-long install jars clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,10 +36,6 @@ jars: $(DELTA_JAR)
 
 demo: install
 	$(PY) integration_tests/scripts/demo.py
-
-# The same demo on engine: spark (Delta Lake inside Spark; needs the jars above).
-demo-spark: install jars
-	$(PY) integration_tests/scripts/demo.py --engine spark
 
 # make test runs every test module on two pytest workers (files that share a fixture stay on
 # one: xdist_group), with fewer repetitions than the long run: 1 hypothesis example per

@@ -1,4 +1,4 @@
-"""Delta Lake in Spark for the tests, the benchmarks and `make demo-spark`: the jars `make jars`
+"""Delta Lake in Spark for the spark engine's tests: the jars `make jars`
 fetched into the venv (or DBT_SPARK_STREAM_DELTA_JARS, a directory), and the settings a session
 needs to load them."""
 

@@ -72,7 +72,7 @@ def directory_relation(path: str, escaped: bool = False) -> exp.Table:
 
 
 def generation_query(gen: str, spark_types: dict, partition_columns: list) -> exp.Expr:
-    """The table's rows from a generation directory (published_files.link_generation)."""
+    """The table's rows from a generation directory (generations.link_generation)."""
     from python_helpers.runtime.delta.embedded.generations import PARTITION_DIR
 
     def cast(table: str, name: str) -> exp.Expr:

@@ -6,7 +6,7 @@
   published generations hold links to what they read); a downstream stream table that has not
   refreshed for longer than the retention finds the change it missed vacuumed and rebuilds in
   full, saying so.
-* Published generations and leftovers of killed refreshes: `published_files.prune`, at every
+* Published generations and leftovers of killed refreshes: `generations.prune`, at every
   publish.
 A failure here never fails a refresh whose result is already committed and published: it is
 logged, and the next refresh tries again.
