@@ -278,6 +278,34 @@ def test_a_source_log_that_went_back_is_an_error_and_changes_nothing(env):
     assert after["storage_version"] == before["storage_version"]  # nothing written
 
 
+def test_a_rival_refresh_between_pinning_and_reading_the_stored_state_makes_it_start_over(env, monkeypatch):
+    """A rival refresh commits newer source versions after this one pinned its sources and before
+    it read the stored metadata: a lost race (start over), not a source that went back."""
+    from python_helpers.runtime.refresh import run as refresh_run
+
+    env.source("t1", ROWS)
+    stream = env.stream("overtaken", AGG)
+    stream.refresh(expect="full")
+    env.apply([S.Insert("t1", [S.row(82, k=1, v=4)])])
+    plan_request = refresh_run.plan_request
+    rival_done: list = []
+
+    def plan_then_rival(delta, request):
+        plan = plan_request(delta, request)
+        if not rival_done:
+            rival_done.append(True)
+            env.apply([S.Insert("t1", [S.row(83, k=3, v=5)]), S.DeleteRows("t1", [0])])
+            refresh_stream_table(env.spark, stream.request())  # commits the newer source version
+        return plan
+
+    monkeypatch.setattr(refresh_run, "plan_request", plan_then_rival)
+    said: list = []
+    result = refresh_stream_table(env.spark, stream.request(), log=lambda level, text: said.append(text))
+    assert any("starting over" in t and "newer source versions" in t for t in said), said
+    assert result.skipped  # the rival already consumed everything
+    stream.check()
+
+
 # --- 7. a huge change is counted before anything is read ---------------------------------------------
 
 

@@ -23,7 +23,13 @@ import time
 from typing import Optional
 
 from python_helpers.dvm.tree import describe
-from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh, InvalidConfig, StreamTableError
+from python_helpers.errors import (
+    ChangesUnavailable,
+    ConcurrentRefresh,
+    InvalidConfig,
+    SourceBehind,
+    StreamTableError,
+)
 from python_helpers.runtime.connections.base import Connection, as_connection
 from python_helpers.runtime.connections.metrics import SparkMeter
 from python_helpers.runtime.connections.server_checks import require_persistent_catalog
@@ -88,7 +94,16 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
         print_fp = fingerprint(plan.definition, request.shaping_config, metadata_format.FORMAT_VERSION)
         session = result_settings(delta.conn)
         schema_now = read_schema(plan)
-        decision = decide(request, plan, meta, print_fp, session, schema_now)
+        try:
+            decision = decide(request, plan, meta, print_fp, session, schema_now)
+        except SourceBehind:
+            if _overtaken(delta, plan, meta):
+                raise ConcurrentRefresh(
+                    model,
+                    "another refresh consumed newer source versions while this one planned; nothing was changed",
+                    "run the refresh again",
+                ) from None
+            raise
     steps.reached("planned")
 
     attempt = Attempt(delta, request, plan, target, meta, print_fp, session, schema_now, phases, log)
@@ -129,6 +144,21 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
     # that --warn-error can turn into an error (before anything is written).
     log("fallback" if decision.warn else "info", f"{model}: full refresh ({decision.reason})")
     return result("full", run_full(attempt), reason=decision.reason)
+
+
+def _overtaken(delta: DeltaEngine, plan, meta: Optional[dict]) -> bool:
+    """Did a rival refresh commit newer source versions between this one pinning its sources and
+    reading the stored metadata? Then every source it consumed beyond our pin exists now, in the
+    same table: a lost race (start over), not a log that went back."""
+    offsets = (meta or {}).get("offsets", {})
+    for relation, src in plan.pinned.items():
+        consumed = offsets.get(relation, {}).get("version")
+        if consumed is None or consumed <= src.state.version or src.pinned_by:
+            continue
+        now = delta.table_state(src.path)
+        if now is None or now.table_id != src.state.table_id or now.version < consumed:
+            return False
+    return True
 
 
 def _validate(request: RefreshRequest) -> None:
