@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from urllib.parse import unquote, urlparse
 
 # Hadoop scheme -> the scheme delta-rs (object_store) uses for the same store.
@@ -21,9 +22,13 @@ _DELTA_RS_SCHEMES = {"s3a": "s3", "s3n": "s3"}
 _GLOB_SPECIAL = "\\{}[]*?"
 
 
+# A scheme of two or more letters: `s3a://b/t`, and Hadoop's one-slash forms `hdfs:/t`, `dbfs:/mnt/t`.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+
+
 def is_uri(path: str) -> bool:
     """A remote storage URI (anything with a scheme but `file:`)."""
-    return "://" in path and not path.startswith("file:")
+    return bool(_SCHEME.match(path)) and not path.lower().startswith("file:")
 
 
 def local(path: str) -> str:
@@ -62,7 +67,7 @@ def relative(path: str, root: str) -> str:
 def for_delta_rs(path: str) -> str:
     """The location as delta-rs wants it (`s3a://b/t` -> `s3://b/t`)."""
     path = local(path)
-    if is_uri(path):
+    if is_uri(path) and "://" in path:
         scheme, rest = path.split("://", 1)
         return f"{_DELTA_RS_SCHEMES.get(scheme.lower(), scheme)}://{rest}"
     return path

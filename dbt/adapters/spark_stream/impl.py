@@ -317,7 +317,9 @@ class SparkStreamAdapter(SparkAdapter):
 
     def _resolve_path(self, path: str) -> str:
         """A relative `delta_path` is relative to the dbt project, not to wherever dbt was started."""
-        if "://" in path or os.path.isabs(path):
+        from python_helpers.runtime import paths
+
+        if paths.is_uri(path) or os.path.isabs(path):  # s3a://, hdfs:/, dbfs:/ stay as given
             return path
         root = getattr(self.config, "project_root", None) or os.getcwd()
         return os.path.normpath(os.path.join(root, os.path.expanduser(path)))
