@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from typing import Optional
 
 from sqlglot import exp
@@ -17,6 +16,7 @@ from python_helpers.dvm.sqlgen import Context, render, sub
 from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections.base import Connection
+from python_helpers.runtime.delta.bound_views import PAGE_FILTER_KEYS, BoundViews
 from python_helpers.runtime.delta.embedded import change_feed
 from python_helpers.runtime.delta.embedded import log as delta_log
 from python_helpers.runtime.delta.embedded import tables as delta_tables
@@ -32,40 +32,19 @@ MAX_KEYS = 100_000
 # many [min, max] ranges of its keys, one per slice of its key span: new and expiring business
 # keys form a few runs, and the files between them are still skipped.
 KEY_RANGES = 1024
-# Up to this many distinct keys, a key-restricted read also filters rows by them (`IN`), and
-# Parquet skips the pages whose column index holds none (runtime/refresh/scan_settings.py). Spark hands Parquet
-# an `IN` list as a chain of ORs: a few thousand keys overflow an executor thread's stack.
-PAGE_FILTER_KEYS = 512
 
 
-class Bindings:
+class Bindings(BoundViews):
     def __init__(self, conn: Connection, pinned: dict, old_versions: dict, columns: dict, model: str = "?"):
-        self.conn = conn
-        self.model = model
-        self.pinned = pinned  # relation -> PinnedSource (state at v_new)
-        self.old = old_versions  # relation -> v_old (None on a full build)
-        self.columns = columns  # relation -> columns the query reads (None: all)
-        self.id = uuid.uuid4().hex[:12]
-        self.views: list[str] = []
-        self.views_by_key: dict = {}  # "s<i>_old|new|chg" -> registered temp view
-        self.change_counts: dict = {}  # relation -> change rows (exact once consolidated, else estimated)
+        super().__init__(conn, pinned, old_versions, columns, model)
+        # change_counts: exact once consolidated, else estimated from the log
         self.change_files: dict = {}  # relation -> delta_log.ChangeFiles of the versions consumed
         self.change_arrow: dict = {}  # relation -> its change rows, when read in the driver
         self.change_columns: dict = {}  # relation -> the columns of its change view
-        self.files_read = 0  # files of snapshots narrowed by statistics (read / skipped)
-        self.files_skipped = 0
-        self.page_filtered = 0  # key-restricted reads that also filter rows by the keys
+        # files_read / files_skipped: files of snapshots narrowed by statistics
         self.consolidated: set = set()  # relations whose change rows are consolidated already
-        self._index = {r: i for i, r in enumerate(sorted(pinned))}
-        self._keys: dict = {}  # (relation, column) -> distinct values of the column in its change
         self._ranges: dict = {}  # (relation, column) -> [min, max] ranges covering its change
         self.view_bytes: dict = {}  # bound snapshot view -> bytes of the data files it covers (read_bytes)
-
-    def view_name(self, suffix: str) -> str:
-        """A temporary view name of this refresh (dropped by close)."""
-        name = f"__dvm_{self.id}_{suffix}"
-        self.views.append(name)
-        return name
 
     def bind_files(self, suffix: str, files: list, schema) -> exp.Table:
         """A view over data files of a Delta table (paths as Spark reads them)."""
@@ -130,10 +109,6 @@ class Bindings:
                 f"version {version} of source {relation} can no longer be read "
                 f"(vacuumed; first missing file: {missing[0]})",
             )
-
-    def changes(self, relation: str) -> exp.Table:
-        key = f"s{self._index[relation]}_chg"
-        return self.views_by_key[key].copy()
 
     def count_changes(self) -> dict:
         """Count the change of every source that moved from the Delta log, before reading any
@@ -305,18 +280,6 @@ class Bindings:
                 ranges = list(zip(found.column(0).to_pylist(), found.column(1).to_pylist()))
         self._ranges[(relation, column)] = ranges
         return ranges
-
-    def materialize(self, query: exp.Expr) -> exp.Expr:
-        """Compute a (small) intermediate once, now, and serve it as a temp view: the SQL that
-        reads it several times then does not recompute it (Spark would, for each reference)."""
-        name = self.view_name(f"m{len(self.views)}")
-        self.conn.view_of_query(name, render(query), materialize=True)
-        return exp.select("*").from_(exp.to_table(name))
-
-    def close(self) -> None:
-        for name in self.views:
-            self.conn.drop_view(name)
-        self.views.clear()
 
 
 def key_filter(column: str, keys, schema) -> Optional[exp.Expr]:

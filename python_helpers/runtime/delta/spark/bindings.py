@@ -10,7 +10,6 @@ Every name carries the refresh's id; all are dropped at the end.
 from __future__ import annotations
 
 import contextlib
-import uuid
 from typing import Optional
 
 from sqlglot import exp
@@ -18,15 +17,12 @@ from sqlglot import exp
 from python_helpers.dvm.sqlgen import Context, render, sub
 from python_helpers.dvm.tree import WEIGHT
 from python_helpers.errors import ChangesUnavailable
-from python_helpers.runtime.connections.base import Connection
+from python_helpers.runtime.delta.bound_views import PAGE_FILTER_KEYS, BoundViews
 from python_helpers.runtime.delta.spark import sql as delta_sql
 from python_helpers.runtime.refresh import scan_settings
 
 # Up to this many change rows (all sources together) the delta side of a join is broadcast.
 SMALL_DELTA_ROWS = 200_000
-# Up to this many distinct keys, a key-restricted read filters the other input by them (`IN`):
-# Delta skips the files whose statistics hold none, Parquet the pages (scan_settings.py).
-PAGE_FILTER_KEYS = 512
 _CHANGE_TYPE = "_change_type"
 
 
@@ -61,27 +57,8 @@ def unavailable(text: str) -> bool:
     return any(m.lower() in text.lower() for m in marks)
 
 
-class SparkBindings:
-    def __init__(self, conn: Connection, pinned: dict, old_versions: dict, columns: dict, model: str = "?"):
-        self.conn = conn
-        self.model = model
-        self.pinned = pinned  # relation -> PinnedSource (state at v_new)
-        self.old = old_versions  # relation -> v_old (None on a full build)
-        self.columns = columns  # relation -> columns the query reads (None: all)
-        self.id = uuid.uuid4().hex[:12]
-        self.views: list[str] = []
-        self.views_by_key: dict = {}
-        self.change_counts: dict = {}
-        self.files_read = 0  # (Delta prunes files itself; counted by Spark's metrics)
-        self.files_skipped = 0
-        self.page_filtered = 0  # key-restricted reads filtered by the change's keys
-        self._index = {r: i for i, r in enumerate(sorted(pinned))}
-        self._keys: dict = {}
-
-    def view_name(self, suffix: str) -> str:
-        name = f"__dvm_{self.id}_{suffix}"
-        self.views.append(name)
-        return name
+class SparkBindings(BoundViews):
+    """files_read / files_skipped stay 0: Delta prunes files itself (Spark's metrics count them)."""
 
     def _columns(self, relation: str) -> list:
         src = self.pinned[relation]
@@ -100,9 +77,6 @@ class SparkBindings:
             self.conn.view_of_query(name, self._select(relation, delta_sql.at_version(src.path, number)))
             self.views_by_key[key] = exp.to_table(name)
         return self.views_by_key[key].copy()
-
-    def changes(self, relation: str) -> exp.Table:
-        return self.views_by_key[f"s{self._index[relation]}_chg"].copy()
 
     def count_changes(self) -> dict:
         """The change rows of every moved source (one Spark job each: Delta reads the change
@@ -215,13 +189,3 @@ class SparkBindings:
         if not self.page_filtered:
             return contextlib.nullcontext()
         return scan_settings.at_least(self.conn, scan_settings.IN_FILTER_THRESHOLD, PAGE_FILTER_KEYS)
-
-    def materialize(self, query: exp.Expr) -> exp.Expr:
-        name = self.view_name(f"m{len(self.views)}")
-        self.conn.view_of_query(name, render(query), materialize=True)
-        return exp.select("*").from_(exp.to_table(name))
-
-    def close(self) -> None:
-        for name in self.views:
-            self.conn.drop_view(name)
-        self.views.clear()

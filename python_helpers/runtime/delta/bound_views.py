@@ -1,0 +1,56 @@
+"""What both engines' bindings share: the relations of one refresh as temporary views named by
+the refresh's id (dropped at its end), the change views by source index, materialized
+intermediates."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlglot import exp
+
+from python_helpers.dvm.sqlgen import render
+from python_helpers.runtime.connections.base import Connection
+
+# Up to this many distinct keys, a key-restricted read also filters rows by them (`IN`): files
+# and Parquet pages whose statistics hold none are skipped. Spark hands Parquet an `IN` list as
+# a chain of ORs: a few thousand keys overflow an executor thread's stack.
+PAGE_FILTER_KEYS = 512
+
+
+class BoundViews:
+    def __init__(self, conn: Connection, pinned: dict, old_versions: dict, columns: dict, model: str = "?"):
+        self.conn = conn
+        self.model = model
+        self.pinned = pinned  # relation -> PinnedSource (state at v_new)
+        self.old = old_versions  # relation -> v_old (None on a full build)
+        self.columns = columns  # relation -> columns the query reads (None: all)
+        self.id = uuid.uuid4().hex[:12]
+        self.views: list[str] = []
+        self.views_by_key: dict = {}  # "s<i>_old|new|chg" -> registered temp view
+        self.change_counts: dict = {}  # relation -> change rows
+        self.files_read = 0
+        self.files_skipped = 0
+        self.page_filtered = 0  # key-restricted reads that also filter rows by the keys
+        self._index = {r: i for i, r in enumerate(sorted(pinned))}
+        self._keys: dict = {}  # (relation, column) -> distinct values of the column in its change
+
+    def view_name(self, suffix: str) -> str:
+        """A temporary view name of this refresh (dropped by close)."""
+        name = f"__dvm_{self.id}_{suffix}"
+        self.views.append(name)
+        return name
+
+    def changes(self, relation: str) -> exp.Table:
+        return self.views_by_key[f"s{self._index[relation]}_chg"].copy()
+
+    def materialize(self, query: exp.Expr) -> exp.Expr:
+        """Compute a (small) intermediate once, now, and serve it as a temp view: the SQL that
+        reads it several times then does not recompute it (Spark would, for each reference)."""
+        name = self.view_name(f"m{len(self.views)}")
+        self.conn.view_of_query(name, render(query), materialize=True)
+        return exp.select("*").from_(exp.to_table(name))
+
+    def close(self) -> None:
+        for name in self.views:
+            self.conn.drop_view(name)
+        self.views.clear()
