@@ -8,8 +8,10 @@ stopped only when the whole pytest session ends.
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
+import time
 
 import pytest
 
@@ -26,6 +28,33 @@ def pytest_configure(config):
         "slow: long-running (bigger hypothesis runs); deselect with -m 'not slow'",
     ):
         config.addinivalue_line("markers", line)
+    global _CONFIG
+    _CONFIG = config
+    # The day of the rotation (tests/support/rotation.py), fixed before pytest-xdist starts its
+    # workers: they must collect the same parametrized items, also across midnight.
+    os.environ.setdefault("DVM_DAY", str(datetime.date.today().toordinal()))
+
+
+_CONFIG = None
+_STARTED = time.monotonic()
+# Tests at least this long are named as they end, with the minutes since the run started: CI
+# shows only part of a run's output, and a run stopped at its time limit prints no --durations.
+SLOW_LINE_SECONDS = 20
+
+
+def pytest_runtest_logreport(report):
+    config = _CONFIG
+    if config is None or hasattr(config, "workerinput") or report.duration < SLOW_LINE_SECONDS:
+        return
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is None:
+        return
+    minutes, seconds = divmod(int(time.monotonic() - _STARTED), 60)
+    node = getattr(report, "node", None)
+    worker = f" ({node.gateway.id})" if node is not None else ""
+    terminal.write_line(
+        f"[{minutes:3d}:{seconds:02d}] {report.duration:6.1f} s {report.when:8} {report.nodeid}{worker}"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from python_helpers.testing import run_results
+from tests.support import rotation
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_SRC = ROOT / "integration_tests"
@@ -148,8 +149,13 @@ def test_first_run_builds_every_stream_table(project):
 ROUNDS = int(os.environ.get("DVM_CLUSTER_REFRESH_ROUNDS", "2"))
 
 
+# Methods refreshed and killed: all three in make test-long; make test takes one of each a day,
+# a different one for each (tests/support/rotation.py).
+REFRESH_TARGETS = rotation.todays(TARGETS)
+
+
 @pytest.mark.parametrize("seed", [31, 32][:ROUNDS])
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", REFRESH_TARGETS)
 def test_refresh_is_differential_and_equals_recompute(project, target, seed):
     project.shop_data("mutate", "--seed", f"{seed}{TARGETS.index(target)}")
     refreshes = project.run(target)
@@ -159,11 +165,11 @@ def test_refresh_is_differential_and_equals_recompute(project, target, seed):
 
 
 # `thrift` refreshes through Connect as `connect` does (only dbt's own statements go over
-# Thrift): make test kills the two refresh paths (DVM_CLUSTER_KILL_METHODS), make test-long all three.
-KILL_TARGETS = os.environ.get("DVM_CLUSTER_KILL_METHODS", ",".join(TARGETS)).split(",")
+# Thrift): in rotation, make test kills the two refresh paths in turn.
+KILL_TARGETS = list(TARGETS) if rotation.ROTATION == 1 else rotation.todays(("connect", "thrift_sql"), offset=1)
 
 
-@pytest.mark.parametrize("target", [t for t in TARGETS if t in KILL_TARGETS])
+@pytest.mark.parametrize("target", KILL_TARGETS)
 def test_a_run_killed_mid_refresh_is_repaired_by_the_next_run(project, target):
     project.shop_data("mutate", "--seed", f"33{TARGETS.index(target)}")
     proc = subprocess.Popen(

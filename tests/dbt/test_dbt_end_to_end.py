@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from python_helpers.testing import run_results
+from tests.support import rotation
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_SRC = ROOT / "integration_tests"
@@ -98,7 +99,8 @@ def test_first_run_builds_every_stream_table_in_full(project):
     project.test()
 
 
-@pytest.mark.parametrize("seed", [11, 12, 13])
+# Three rounds of random changes in make test-long, one a day in make test (tests/support/rotation.py).
+@pytest.mark.parametrize("seed", rotation.todays([11, 12, 13]))
 def test_refresh_after_source_changes_is_differential_and_correct(project, seed):
     shop_data.mutate(seed)
     refreshes = project.run()

@@ -14,7 +14,6 @@ The steps are not listed here: a traced refresh reports the sequence the code go
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import subprocess
@@ -22,17 +21,16 @@ import sys
 
 import pytest
 
+from tests.support import rotation
+
 pytestmark = [pytest.mark.drill, pytest.mark.xdist_group("drills")]
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 # Steps whose work takes long enough to be killed in the middle as well.
 INSIDE = {"merging": 0.02, "vacuuming": 0.01}
-# Kill points are taken in rotation: a run kills the points whose index i has
-# i % ROTATION == DAY % ROTATION (DAY: days since 0001-01-01 unless DVM_DRILL_DAY says), so
-# every point runs at least once in ROTATION consecutive days, and a failure names the day to
-# repeat. ROTATION=1 (make test-long) kills every point.
-ROTATION = int(os.environ.get("DVM_DRILL_ROTATION", "1"))
-DAY = int(os.environ.get("DVM_DRILL_DAY", str(datetime.date.today().toordinal())))
+# Kill points are taken in a rotation by the day (tests/support/rotation.py: DVM_ROTATION,
+# DVM_DAY): every point runs at least once in DVM_ROTATION consecutive days, make test-long
+# kills every point.
 # Points also killed with Spark in the killed process (a JVM each): a MERGE in flight and a full
 # result computed but not yet written.
 SESSION_POINTS = [("refresh", "merging+0.02"), ("full", "computed")]
@@ -103,11 +101,6 @@ def _kill_points(steps: list) -> list:
     return points
 
 
-def in_rotation(plan: list) -> list:
-    """The points of `plan` this run kills (all of them when ROTATION is 1)."""
-    return [point for i, point in enumerate(plan) if i % ROTATION == DAY % ROTATION]
-
-
 def test_a_refresh_killed_at_every_step_loses_nothing(server, tmp_path):
     drill = Drill(str(tmp_path), server, "kill")
     proc, _ = drill.run("setup", "refresh", "check")
@@ -123,12 +116,13 @@ def test_a_refresh_killed_at_every_step_loses_nothing(server, tmp_path):
         for mode, steps in (("refresh", differential), ("full", full_only))
         for point in _kill_points(steps)
     ]
-    chosen = [(mode, point, False) for mode, point in in_rotation(plan)]
-    chosen += [(mode, point, True) for mode, point in SESSION_POINTS]
-    where = f"DVM_DRILL_DAY={DAY} DVM_DRILL_ROTATION={ROTATION}"
+    chosen = [(mode, point, False) for mode, point in rotation.todays(plan)]
+    in_session = rotation.todays(SESSION_POINTS)
+    chosen += [(mode, point, True) for mode, point in in_session]
+    where = rotation.where()
     print(
-        f"\nkill drill ({where}): {len(chosen) - len(SESSION_POINTS)} of {len(plan)} points over Spark Connect: "
-        f"{[p[:2] for p in chosen if not p[2]]}; with Spark in the killed process: {SESSION_POINTS}"
+        f"\nkill drill ({where}): {len(chosen) - len(in_session)} of {len(plan)} points over Spark Connect: "
+        f"{[p[:2] for p in chosen if not p[2]]}; with Spark in the killed process: {in_session}"
     )
     killed, seed, checks = [], 10, 0
     for mode, point, session in chosen:

@@ -5,7 +5,8 @@ change batches, each result compared with the query recomputed on the sources.
   and SMOKE_BATCHES: duplicates, key moves, NULLs, MIN/MAX deletes, whole-group deletes,
   emptying and refilling a table), the shapes of a family side by side over one set of sources
   (as a dbt project's models share theirs): one failing shape is reported with the others'
-  results, never hidden by them. DVM_SHAPES=name,name runs only those shapes.
+  results, never hidden by them. DVM_SHAPES=name,name runs only those shapes; otherwise
+  DVM_ROTATION=k runs a k-th of each family's shapes by the day (tests/support/rotation.py).
 - test_family_random_changes: hypothesis draws initial rows and 3 change batches; every shape of
   the family is refreshed over the same sources. DVM_HYPOTHESIS_EXAMPLES sets the example count.
 - NULL-heavy and duplicate-heavy data; a slow variant with many more examples (-m slow).
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support import rotation
 from tests.support import sources as S
 from tests.support import strategies as gen
 from tests.support.harness import StreamEnv, run_cycles
@@ -36,7 +38,9 @@ def _smoke_shapes(family: str) -> list:
     wanted = {n.strip() for n in os.environ.get("DVM_SHAPES", "").split(",") if n.strip()}
     unknown = wanted - {s.name for s in SHAPES}
     assert not unknown, f"DVM_SHAPES names no shape: {sorted(unknown)}"
-    return [s for s in shapes(family) if not wanted or s.name in wanted]
+    if wanted:
+        return [s for s in shapes(family) if s.name in wanted]
+    return rotation.todays(shapes(family))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -47,6 +51,7 @@ def test_shape_smoke(spark, family):
     env = StreamEnv(spark, tag=family[:12])
     _sources(env, ("t1", "t2", "t3"), lambda t: INITIAL[t])  # changes to unread tables too
     streams = [env.stream(shape.name, shape.sql) for shape in chosen]
+    print(f"\n{family}: {[s.name for s in chosen]} of {len(shapes(family))} shapes ({rotation.where()})")
     try:
         run_cycles(env, streams, SMOKE_BATCHES)
     finally:

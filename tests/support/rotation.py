@@ -1,0 +1,36 @@
+"""Repetitions taken in a rotation by the day, so make test fits CI's budget and still covers
+everything over a few days.
+
+With DVM_ROTATION=k a run takes the items whose index i has i % k == DAY % k (DAY: days since
+0001-01-01, or DVM_DAY), so every item runs at least once in any k consecutive days, and a
+failure names the day to repeat: `DVM_DAY=<day> DVM_ROTATION=<k> pytest ...`. k=1 (the default,
+make test-long) takes everything. Used for kill points, smoke shapes of a family, the spark
+engine's shapes and the cluster's connection methods.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Sequence, TypeVar
+
+T = TypeVar("T")
+
+ROTATION = max(1, int(os.environ.get("DVM_ROTATION", "1")))
+DAY = int(os.environ.get("DVM_DAY", str(datetime.date.today().toordinal())))
+
+
+def todays(items: Sequence[T], offset: int = 0) -> list:
+    """Today's share of `items` (never empty when `items` is not: a list shorter than the
+    rotation still runs one item a day, each in turn). `offset` shifts the share, so two lists
+    of the same things (say, methods refreshed and methods killed) take different ones today."""
+    day = DAY + offset
+    chosen = [item for i, item in enumerate(items) if i % ROTATION == day % ROTATION]
+    if not chosen and items:
+        chosen = [items[day % len(items)]]
+    return chosen
+
+
+def where() -> str:
+    """How to repeat today's share."""
+    return f"DVM_DAY={DAY} DVM_ROTATION={ROTATION}"
