@@ -62,6 +62,11 @@ class DbtBench:
     threads: int = 1
     driver_memory: str = "10g"  # a local session's JVM heap (FULL of SF10's joins wants several GiB)
     env: dict = field(default_factory=dict)
+    engine: str = ""  # the profile's `engine` (empty: the default, auto)
+    spark_conf: dict = field(default_factory=dict)  # more settings of a local session (Delta Lake's)
+    # Also write `<q>_table`: the same query as a plain dbt `table` model (what a user would
+    # pick instead), in this file format; "" writes none and keeps the `<q>_full` twins.
+    table_format: str = ""
 
     @property
     def project(self) -> str:
@@ -83,6 +88,13 @@ class DbtBench:
             body = _source_sql(sql)
             with open(os.path.join(models, f"{name}.sql"), "w") as handle:
                 handle.write("{{ config(materialized='stream_table', refresh_mode='auto', tags=['diff']) }}\n" + body)
+            if self.table_format:
+                with open(os.path.join(models, f"{name}_table.sql"), "w") as handle:
+                    handle.write(
+                        f"{{{{ config(materialized='table', file_format='{self.table_format}', tags=['table']) }}}}\n"
+                        + body
+                    )
+                continue
             with open(os.path.join(models, f"{name}_full.sql"), "w") as handle:
                 handle.write("{{ config(materialized='stream_table', refresh_mode='full', tags=['full']) }}\n" + body)
         warehouse = os.path.join(self.work, "warehouse")
@@ -98,6 +110,7 @@ class DbtBench:
             "spark.ui.showConsoleProgress": "false",
             "spark.log.level": "ERROR",
             "spark.sql.session.timeZone": "UTC",
+            **self.spark_conf,
         }
         method, host = ("connect", self.remote) if self.spark_mode == "connect" else ("session", "localhost")
         lines = [
@@ -111,6 +124,8 @@ class DbtBench:
             "      schema: bench",
             f"      threads: {self.threads}",
         ]
+        if self.engine:
+            lines.append(f"      engine: {self.engine}")
         if self.spark_mode == "session":
             lines.append("      server_side_parameters:")
             lines += [f'        {k}: "{v}"' for k, v in params.items()]

@@ -605,3 +605,66 @@ def test_refreshes_on_four_threads_sharing_sources(env):
     for i in range(3):
         env.apply([S.Insert("t1", [S.row(300 + i, k=i, v=i)]), S.UpdateRows("t2", [i], {"v": 10 + i})])
         run_all("differential")
+
+
+def test_eight_threads_that_pinned_different_source_versions_never_move_its_view_back(env, monkeypatch):
+    """dbt's threads refresh models over one source while it changes: each thread pins a newer
+    version. The oldest reads the source view's marker, then waits while the seven newer ones
+    publish; when it goes on, the view must still show the newest version (publishing read the
+    marker, altered the view and wrote the marker with no lock: the oldest moved the view back)."""
+    from python_helpers.runtime.refresh import steps
+
+    env.source("t1", ROWS)
+    streams = [env.stream(f"pin{i}", AGG) for i in range(8)]
+    for stream in streams:
+        stream.refresh(expect="full")
+    go = [threading.Event() for _ in streams]
+    planned = [threading.Event() for _ in streams]
+    oldest_linked, newer_done = threading.Event(), threading.Event()
+    index = {}  # thread name -> stream index
+    reached = steps.reached
+
+    def hook(name: str) -> None:
+        i = index.get(threading.current_thread().name)
+        if i is not None and name == "planned":
+            planned[i].set()
+            assert go[i].wait(60)
+        if i == 0 and name == "source_generation_linked":
+            oldest_linked.set()
+            newer_done.wait(8)  # with the lock the newer ones cannot publish meanwhile: times out
+        reached(name)
+
+    monkeypatch.setattr(steps, "reached", hook)
+    errors: list = []
+
+    def one(i: int) -> None:
+        try:
+            streams[i].refresh(expect="differential")
+        except Exception as err:  # noqa: BLE001
+            errors.append(f"{streams[i].identifier}: {type(err).__name__}: {err}")
+            planned[i].set()
+            oldest_linked.set()
+
+    threads = []
+    for i in range(8):  # each thread pins the version after one more change
+        env.apply([S.Insert("t1", [S.row(400 + i, k=i % 3, v=i)])])
+        thread = threading.Thread(target=one, args=(i,), name=f"pin-{i}")
+        index[thread.name] = i
+        threads.append(thread)
+        thread.start()
+        assert planned[i].wait(120), f"thread {i} did not plan"
+    go[0].set()
+    assert oldest_linked.wait(120)
+    for event in go[1:]:
+        event.set()
+    for thread in threads[1:]:
+        thread.join(300)
+    newer_done.set()
+    threads[0].join(300)
+    assert not errors, errors
+    # The source's view shows its newest version: every row the changes inserted.
+    shown = {r[0] for r in env.spark.sql(f"SELECT id FROM {env.src}.t1").collect()}
+    assert {400 + i for i in range(8)} <= shown, sorted(shown)
+    streams[7].check()  # pinned the newest version
+    streams[0].refresh(expect="differential")  # pinned the oldest: catches up
+    streams[0].check()

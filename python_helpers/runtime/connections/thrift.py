@@ -15,16 +15,14 @@ directories are removed when their view is dropped, and at close.
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 import uuid
 from typing import Any, Callable, Optional
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from python_helpers.runtime import paths
+from python_helpers.runtime.connections import files
 from python_helpers.runtime.connections.base import FunctionKind, OutputColumn
 from python_helpers.runtime.connections.server_checks import required_version, too_old
 
@@ -128,21 +126,12 @@ class ThriftConnection:
             cursor.close()
 
     def arrow(self, sql: str, names: Optional[list[str]] = None) -> pa.Table:
-        # Through a view: it renames positionally (a query's own names may repeat) and keeps a
-        # leading WITH where Spark accepts it (INSERT cannot follow a CTE list).
-        view = f"__dvm_result_{uuid.uuid4().hex[:12]}"
-        listed = f" ({', '.join(_ident(n) for n in names)})" if names is not None else ""
         where = self._scratch_dir("result")
         try:
-            self.execute(f"CREATE OR REPLACE TEMPORARY VIEW {_ident(view)}{listed} AS {sql}")
-            self.execute(
-                f"INSERT OVERWRITE DIRECTORY {_string(paths.for_spark(where, where))} USING parquet "
-                f"SELECT * FROM {_ident(view)}"
-            )
-            data = _read_directory(where)
+            files.write_query(self, sql, names, where)
+            data = files.read_directory(where)
         finally:
-            self.drop_view(view)
-            _remove(where)
+            files.remove(where)
         if data is None:  # Spark writes a file with the schema even for no rows
             raise RuntimeError(f"the Thrift server wrote no result file under {where}")
         return data
@@ -158,7 +147,7 @@ class ThriftConnection:
     # Temporary views.
     def view_of_arrow(self, name: str, data: pa.Table, one_partition: bool = False) -> None:
         where = self._scratch_dir(name)
-        _write_parquet(data, where)
+        files.write_parquet(data, where)
         self._scratch[name] = where
         columns = ", ".join(f"{_ident(f.name)} {t}" for f, t in zip(data.schema, _spark_types(data.schema)))
         self.execute(
@@ -219,7 +208,7 @@ class ThriftConnection:
             pass
         where = self._scratch.pop(name, None)
         if where is not None:
-            _remove(where)
+            files.remove(where)
         for helper in self._helpers.pop(name, []):
             self.drop_view(helper)
 
@@ -280,7 +269,7 @@ class ThriftConnection:
         if self._warehouse is None:
             warehouse = paths.normalize(self.conf("spark.sql.warehouse.dir") or "")
             try:
-                _make_dir(paths.join(warehouse, SCRATCH_DIR))
+                files.make_dir(paths.join(warehouse, SCRATCH_DIR))
             except Exception as err:  # noqa: BLE001 - any storage error means the same to the user
                 raise RuntimeError(
                     f"the dbt process cannot write to the Thrift server's warehouse {warehouse} "
@@ -309,61 +298,3 @@ def _by_directory(files: list[str]) -> dict:
 def _glob_names(group: list[str]) -> list[str]:
     # Inside braces a comma separates alternatives: escape the ones in names (once).
     return [f.rpartition("/")[2].replace("\\,", ",").replace(",", "\\,") for f in group]
-
-
-def _make_dir(where: str) -> None:
-    if paths.is_uri(where):
-        import pyarrow.fs as pafs
-
-        fs, inner = pafs.FileSystem.from_uri(paths.for_delta_rs(where))
-        fs.create_dir(inner, recursive=True)
-    else:
-        os.makedirs(paths.local(where), exist_ok=True)
-
-
-def _write_parquet(data: pa.Table, where: str) -> None:
-    if paths.is_uri(where):
-        import pyarrow.fs as pafs
-
-        fs, inner = pafs.FileSystem.from_uri(paths.for_delta_rs(where))
-        fs.create_dir(inner, recursive=True)
-        pq.write_table(data, f"{inner}/part-0.parquet", filesystem=fs)
-        return
-    local = paths.local(where)
-    os.makedirs(local, exist_ok=True)
-    pq.write_table(data, os.path.join(local, "part-0.parquet"))
-
-
-def _read_directory(where: str) -> Optional[pa.Table]:
-    """The parquet files Spark wrote under `where`, as one table (None when it wrote none)."""
-    import pyarrow.dataset as ds
-
-    if paths.is_uri(where):
-        import pyarrow.fs as pafs
-
-        fs, inner = pafs.FileSystem.from_uri(paths.for_delta_rs(where))
-        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
-        files = sorted(i.path for i in infos if i.path.endswith(".parquet"))
-        if not files:
-            return None
-        return ds.dataset(files, format="parquet", filesystem=fs).to_table()
-    local = paths.local(where)
-    files = sorted(
-        os.path.join(local, n) for n in os.listdir(local) if n.endswith(".parquet") and not n.startswith((".", "_"))
-    )
-    if not files:
-        return None
-    return pa.concat_tables([pq.read_table(f) for f in files])
-
-
-def _remove(where: str) -> None:
-    if paths.is_uri(where):
-        try:
-            import pyarrow.fs as pafs
-
-            fs, inner = pafs.FileSystem.from_uri(paths.for_delta_rs(where))
-            fs.delete_dir(inner)
-        except Exception:  # noqa: BLE001 - scratch left behind is removed with the next tidy
-            pass
-        return
-    shutil.rmtree(paths.local(where), ignore_errors=True)

@@ -16,7 +16,15 @@ from python_helpers.runtime import paths
 from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta import base, locations
 from python_helpers.runtime.delta.base import Log, Merged, TableState
-from python_helpers.runtime.delta.embedded import change_feed, housekeeping, log, publishing, storage, tables
+from python_helpers.runtime.delta.embedded import (
+    change_feed,
+    executor_writes,
+    housekeeping,
+    log,
+    publishing,
+    storage,
+    tables,
+)
 from python_helpers.runtime.delta.embedded.bindings import Bindings
 from python_helpers.runtime.refresh import steps
 
@@ -70,12 +78,8 @@ class EmbeddedDelta:
     def write_full(
         self, target: str, sql: str, names: list, metadata: dict, read_version: Optional[int], phases: Any
     ) -> int:
-        with phases("compute"):
-            data = self.conn.arrow(sql, names=names)
-        steps.reached("computed")
-        with phases("write"):
-            storage.write_full(target, data, metadata, read_version)
-        return data.num_rows
+        # Written by the executors, committed by delta-rs: no row passes through this process.
+        return executor_writes.write_full(self.conn, target, sql, names, metadata, read_version, phases)
 
     def merge(
         self, target: str, sql: Optional[str], columns: list, metadata: dict, read_version: int, phases: Any

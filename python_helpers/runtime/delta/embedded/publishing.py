@@ -6,14 +6,18 @@ Order, and what a crash at each step leaves:
 3. the marker records what the view shows.
 A refresh that finds its sources unchanged still compares the markers with the newest versions,
 so a crash anywhere after the storage commit is repaired by the next run, whatever the
-sources did meanwhile. Views never move back to an older version than their marker records.
+sources did meanwhile. Views never move back to an older version than their marker records:
+steps 1-3 run under one lock per view in the process (dbt's threads refresh models that share
+a source), so a refresh that pinned an older version reads the marker a newer one wrote.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from typing import Callable, Optional
+import threading
+from typing import Callable, Iterator, Optional
 
 import pyarrow as pa
 from sqlglot import exp
@@ -31,6 +35,19 @@ from python_helpers.runtime.refresh.view_inlining import is_stored_table
 from python_helpers.runtime.spark_types import spark_type_strings
 
 Log = Callable[[str, str], None]
+
+
+_LOCKS: dict = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def _view_lock(root: str, catalog: str) -> Iterator[None]:
+    """Serialize marker read, view update and marker write of one view in this process."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.setdefault((catalog, root), threading.Lock())
+    with lock:
+        yield
 
 
 def _schema_hash(spark_types: dict) -> str:
@@ -87,7 +104,14 @@ def publish_stream_table(
 ) -> None:
     """Point the view `schema.name` at the newest version of the stored result (with the column
     comments of `docs`, dbt's persisted descriptions: runtime/catalog/comments.py)."""
-    stored = delta_tables.table_at(target)
+    root = published_files.stream_root(target)
+    catalog = catalog_views.catalog_key(conn)
+    with _view_lock(root, catalog):
+        _publish_stream_table(conn, schema, name, model, target, view_sql, take_over, retention_seconds, docs)
+
+
+def _publish_stream_table(conn, schema, name, model, target, view_sql, take_over, retention_seconds, docs) -> None:
+    stored = delta_tables.table_at(target)  # read under the lock: the newest version now
     arrow = delta_tables.arrow_schema(stored)
     types = spark_type_strings(arrow)
     version, table_id = stored.version(), str(stored.metadata().id)
@@ -139,6 +163,11 @@ def publish_source(
     schema, name = relation.split(".")[-2:]
     root = published_files.source_root(source_schema_dir(conn, relation), name)
     catalog = catalog_views.catalog_key(conn)
+    with _view_lock(root, catalog):
+        _publish_source(conn, relation, schema, name, root, catalog, src, model, log, retention_seconds)
+
+
+def _publish_source(conn, relation, schema, name, root, catalog, src, model, log, retention_seconds) -> None:
     marker = published_files.read_marker(root, catalog)
     state = src.state
     if _newer(marker, state.table_id, state.version) and (
@@ -199,9 +228,8 @@ def publish(
     log: Log,
     retention_seconds: Optional[float] = None,
 ) -> None:
-    for relation, src in plan.pinned.items():
-        if not is_stored_table(relation):  # an upstream stream table's stored table has its own view
-            publish_source(conn, relation, src, request.model, log, retention_seconds)
+    # The stream table's own view first: a source view that then fails to publish leaves only
+    # that view behind (the next run publishes it again), never the stream table's.
     publish_stream_table(
         conn,
         request.schema,
@@ -213,6 +241,9 @@ def publish(
         retention_seconds=retention_seconds,
         docs=request.docs,
     )
+    for relation, src in plan.pinned.items():
+        if not is_stored_table(relation):  # an upstream stream table's stored table has its own view
+            publish_source(conn, relation, src, request.model, log, retention_seconds)
 
 
 def up_to_date(conn: Connection, request, plan, target: str) -> bool:

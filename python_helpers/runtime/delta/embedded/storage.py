@@ -93,6 +93,45 @@ def write_full(path: str, data: pa.Table, metadata: dict, read_version: Optional
     return DeltaTable(location).version()
 
 
+def commit_files(path: str, schema: pa.Schema, adds: list, metadata: dict, read_version: Optional[int]) -> int:
+    """Replace the stored result (schema included) in one commit by data files already written
+    under `path` (`adds`: deltalake AddActions, paths relative to the table); returns the new
+    version. Conflicts as in write_full: a commit by anyone else since `read_version` makes this
+    one fail with ConcurrentCommit, nothing committed."""
+    from deltalake import Schema
+    from deltalake.transaction import create_table_with_add_actions
+
+    schema = normalize_schema(schema)
+    location = paths.for_delta_rs(path)
+    if read_version is None:
+        if open_table(path) is not None:
+            raise ConcurrentCommit("another refresh created the stored result meanwhile")
+        try:
+            create_table_with_add_actions(
+                location,
+                Schema.from_arrow(schema),
+                adds,
+                mode="error",
+                configuration={CDF_PROPERTY: "true"},
+                commit_properties=_commit(metadata, None),
+            )
+        except (CommitFailedError, DeltaError) as err:
+            if open_table(path) is not None:
+                raise _concurrent(err) from None
+            raise
+    else:
+        try:
+            DeltaTable(location, version=read_version).create_write_transaction(
+                adds,
+                mode="overwrite",
+                schema=Schema.from_arrow(schema),
+                commit_properties=_commit(metadata, read_version),
+            )
+        except CommitFailedError as err:
+            raise _concurrent(err) from None
+    return DeltaTable(location).version()
+
+
 def merge_rows(
     path: str, rows: pa.Table, columns: list, row_id: str, action: str, metadata: dict, read_version: int
 ) -> dict:

@@ -1,0 +1,151 @@
+"""Files the executors write and the dbt process reads: a query's result written as parquet by
+Spark (any connection: it is one SQL statement), listed, read back or removed with pyarrow, on
+a local path or a storage URI.
+
+The Thrift binding reads results back this way; the embedded Delta engine commits such files
+into a stored result without reading their rows (delta/embedded/executor_writes.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from python_helpers.runtime import paths
+
+# Spark writes timestamps as INT96 unless told otherwise; Delta readers and pyarrow read INT96 as
+# nanoseconds, which cannot hold years before 1677 or after 2262. Microseconds hold them all.
+TIMESTAMP_TYPE_KEY = "spark.sql.parquet.outputTimestampType"
+TIMESTAMP_TYPE = "TIMESTAMP_MICROS"
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    path: str  # absolute: a local path or a URI
+    size: int
+    modified_ms: int
+
+
+def _ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def write_query(conn: Any, sql: str, names: Optional[list], where: str) -> None:
+    """The executors write the result of `sql` (its columns renamed to `names`, positionally) as
+    parquet files into the directory `where`, which they replace."""
+    view = f"__dvm_write_{uuid.uuid4().hex[:12]}"
+    listed = f" ({', '.join(_ident(n) for n in names)})" if names is not None else ""
+    before = conn.conf(TIMESTAMP_TYPE_KEY)
+    # Through a view: it renames positionally (a query's own names may repeat) and keeps a
+    # leading WITH where Spark accepts it (INSERT cannot follow a CTE list).
+    conn.execute(f"CREATE OR REPLACE TEMPORARY VIEW {_ident(view)}{listed} AS {sql}")
+    try:
+        if before != TIMESTAMP_TYPE:
+            conn.set_conf(TIMESTAMP_TYPE_KEY, TIMESTAMP_TYPE)
+        conn.execute(
+            f"INSERT OVERWRITE DIRECTORY {_string(paths.for_spark(where, where))} USING parquet "
+            f"SELECT * FROM {_ident(view)}"
+        )
+    finally:
+        if before != TIMESTAMP_TYPE:
+            conn.set_conf(TIMESTAMP_TYPE_KEY, before)
+        conn.drop_view(view)
+
+
+def _filesystem(where: str):
+    import pyarrow.fs as pafs
+
+    return pafs.FileSystem.from_uri(paths.for_delta_rs(where))
+
+
+def _is_data(name: str) -> bool:
+    return name.endswith(".parquet") and not name.startswith((".", "_"))
+
+
+def parquet_files(where: str) -> list:
+    """The parquet data files Spark wrote under `where` (not its _SUCCESS or checksum files),
+    sorted, as WrittenFile."""
+    if paths.is_uri(where):
+        import pyarrow.fs as pafs
+
+        fs, inner = _filesystem(where)
+        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+        base = where.rstrip("/")
+        return sorted(
+            WrittenFile(f"{base}/{paths.basename(i.path)}", int(i.size or 0), int((i.mtime_ns or 0) // 1_000_000))
+            for i in infos
+            if _is_data(paths.basename(i.path))
+        )
+    local = paths.local(where)
+    if not os.path.isdir(local):
+        return []
+    out = []
+    for name in sorted(os.listdir(local)):
+        if _is_data(name):
+            stat = os.stat(os.path.join(local, name))
+            out.append(WrittenFile(os.path.join(local, name), stat.st_size, int(stat.st_mtime * 1000)))
+    return out
+
+
+def footer(file: WrittenFile) -> pq.FileMetaData:
+    """The parquet footer of a file (its schema, row count and statistics; no rows read)."""
+    if paths.is_uri(file.path):
+        fs, inner = _filesystem(file.path)
+        with fs.open_input_file(inner) as handle:
+            return pq.read_metadata(handle)
+    return pq.read_metadata(file.path)
+
+
+def read_directory(where: str) -> Optional[pa.Table]:
+    """The parquet files Spark wrote under `where`, as one table (None when it wrote none)."""
+    import pyarrow.dataset as ds
+
+    files = parquet_files(where)
+    if not files:
+        return None
+    if paths.is_uri(where):
+        fs, _ = _filesystem(where)
+        return ds.dataset([_filesystem(f.path)[1] for f in files], format="parquet", filesystem=fs).to_table()
+    return pa.concat_tables([pq.read_table(f.path) for f in files])
+
+
+def make_dir(where: str) -> None:
+    if paths.is_uri(where):
+        fs, inner = _filesystem(where)
+        fs.create_dir(inner, recursive=True)
+    else:
+        os.makedirs(paths.local(where), exist_ok=True)
+
+
+def write_parquet(data: pa.Table, where: str) -> None:
+    """Rows the client holds, as one parquet file in the directory `where`."""
+    if paths.is_uri(where):
+        fs, inner = _filesystem(where)
+        fs.create_dir(inner, recursive=True)
+        pq.write_table(data, f"{inner}/part-0.parquet", filesystem=fs)
+        return
+    local = paths.local(where)
+    os.makedirs(local, exist_ok=True)
+    pq.write_table(data, os.path.join(local, "part-0.parquet"))
+
+
+def remove(where: str) -> None:
+    """Remove the directory `where` (a failure leaves it for housekeeping)."""
+    if paths.is_uri(where):
+        try:
+            fs, inner = _filesystem(where)
+            fs.delete_dir(inner)
+        except Exception:  # noqa: BLE001 - left behind: removed by the next sweep
+            pass
+        return
+    shutil.rmtree(paths.local(where), ignore_errors=True)
