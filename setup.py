@@ -64,6 +64,8 @@ setup(
             "pytest>=9,<9.2",
             # make test runs the suite on two workers (pytest -n 2 --dist loadgroup).
             "pytest-xdist==3.8.0",
+            # A test that hangs fails with every thread's stack instead of holding CI to its limit.
+            "pytest-timeout==2.4.0",
             "hypothesis",
             "duckdb",
             "duckdb-extension-tpch",

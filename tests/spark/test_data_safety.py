@@ -256,6 +256,21 @@ def test_a_session_time_zone_change_rebuilds_with_the_setting_named(env):
         spark.conf.set("spark.sql.session.timeZone", before)
 
 
+def test_reading_literals_another_way_rebuilds_with_the_setting_named(env):
+    """spark.sql.parser.escapedStringLiterals changes what '\\t' in the model's SQL means."""
+    env.source("t1", ROWS)
+    stream = env.stream("literals", "SELECT k, concat(g, '\\t') AS tagged FROM {src}.t1")
+    spark = env.spark
+    stream.refresh(expect="full")
+    try:
+        spark.conf.set("spark.sql.parser.escapedStringLiterals", "true")
+        result = stream.refresh(expect="full")
+        assert "spark.sql.parser.escapedStringLiterals changed from false to true" in result.reason, result.reason
+        stream.check()
+    finally:
+        spark.conf.unset("spark.sql.parser.escapedStringLiterals")
+
+
 # --- 6. source versions never move backwards --------------------------------------------------------
 
 

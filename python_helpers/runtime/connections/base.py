@@ -107,6 +107,9 @@ class Connection(Protocol):
     def explicit_confs(self) -> dict:
         """The settings set explicitly on the session (empty when the server does not list them)."""
 
+    def spark_version(self) -> str:
+        """The version of the Spark that runs the queries, e.g. `4.1.4`."""
+
     # What only some connections can tell.
     def classify_function(self, name: str, arity: int) -> Optional[FunctionKind]:
         """None when Spark does not know the function."""

@@ -149,3 +149,37 @@ def remove(where: str) -> None:
             pass
         return
     shutil.rmtree(paths.local(where), ignore_errors=True)
+
+
+def remove_older(where: str, seconds: float) -> int:
+    """Remove the entries of the directory `where` last modified more than `seconds` ago;
+    returns how many. Best effort: what cannot be listed or removed stays for the next sweep."""
+    import time
+
+    cutoff = time.time() - seconds
+    removed = 0
+    try:
+        if paths.is_uri(where):
+            import pyarrow.fs as pafs
+
+            fs, inner = _filesystem(where)
+            for info in fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True)):
+                if info.mtime is not None and info.mtime.timestamp() < cutoff:
+                    if info.type == pafs.FileType.Directory:
+                        fs.delete_dir(info.path)
+                    else:
+                        fs.delete_file(info.path)
+                    removed += 1
+            return removed
+        local = paths.local(where)
+        for name in os.listdir(local) if os.path.isdir(local) else []:
+            path = os.path.join(local, name)
+            if os.path.getmtime(path) < cutoff:
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.remove(path)
+                removed += 1
+    except Exception:  # noqa: BLE001 - a sweep never fails a refresh
+        pass
+    return removed

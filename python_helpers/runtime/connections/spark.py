@@ -37,6 +37,7 @@ class SparkConnection:
         self._jvm = getattr(spark, "_jvm", None)  # None for Spark Connect: no JVM on this side
         self.kind = "session" if self._jvm is not None else "connect"
         self._cloned = cloned
+        self._version: Optional[str] = None
 
     def private(self) -> "SparkConnection":
         if self._jvm is None:
@@ -55,6 +56,12 @@ class SparkConnection:
                 self.spark.client.close()
             except Exception:  # noqa: BLE001 - the server ends idle sessions itself
                 pass
+            # Closed here, on this stack; left with no client, the session's __del__ closes
+            # nothing. That close shuts down the release thread pool all Connect sessions of the
+            # process share and waits for it, and the garbage collector may run __del__ inside
+            # another session's gRPC call, whose lock the pool's threads then wait for: a
+            # test run hung there for good.
+            self.spark._client = None
 
     @property
     def key(self) -> int:
@@ -185,6 +192,11 @@ class SparkConnection:
             self.spark.conf.unset(key)
         else:
             self.spark.conf.set(key, value)
+
+    def spark_version(self) -> str:
+        if self._version is None:  # a round trip over Spark Connect: asked once
+            self._version = str(self.spark.version).split()[0]
+        return self._version
 
     def explicit_confs(self) -> dict:
         explicit = self.spark.conf.getAll

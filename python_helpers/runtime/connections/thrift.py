@@ -27,6 +27,7 @@ from python_helpers.runtime.connections.base import FunctionKind, OutputColumn
 from python_helpers.runtime.connections.server_checks import required_version, too_old
 
 SCRATCH_DIR = "__dvm_scratch"
+SCRATCH_MAX_AGE_SECONDS = 24 * 3600
 
 # Thrift operation states (TCLIService's TOperationState): the client waits while a statement is
 # INITIALIZED (0), RUNNING (1) or PENDING (7); FINISHED is 2; ERROR (5) carries errorMessage.
@@ -65,6 +66,7 @@ class ThriftConnection:
         self._warehouse: Optional[str] = None
         self._confs: dict[str, Optional[str]] = {}
         version = str(self.rows("SELECT version()")[0][0]).split()[0]
+        self._version = version
         if too_old(version):
             self.close()
             raise RuntimeError(old_server_message(server_key, version))
@@ -75,6 +77,9 @@ class ThriftConnection:
     @property
     def key(self) -> int:
         return hash(("thrift", self._server_key))
+
+    def spark_version(self) -> str:
+        return self._version
 
     def private(self) -> "ThriftConnection":
         return self  # a Hive session of the refresh's own already (adapter: thrift_refresh.py)
@@ -278,6 +283,8 @@ class ThriftConnection:
                     "same path (or give the client credentials for its storage URI), or use method: connect"
                 ) from None
             self._warehouse = warehouse
+            # What killed refreshes left: a refresh's scratch lives minutes, never a day.
+            files.remove_older(paths.join(warehouse, SCRATCH_DIR), SCRATCH_MAX_AGE_SECONDS)
         return paths.join(self._warehouse, SCRATCH_DIR, f"{uuid.uuid4().hex}-{what[-40:]}")
 
 

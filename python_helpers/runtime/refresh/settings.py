@@ -4,7 +4,11 @@ The stored result was computed under the session's settings; a differential refr
 others would add rows computed one way to rows computed another (a date cut at another time
 zone, an overflow that is NULL under one ANSI mode and an error under the other). The settings
 below are recorded with every refresh, and a change of any of them rebuilds the stream table,
-naming the setting.
+naming the setting. So does a change of Spark's version: an upgrade can change a default
+(a `spark.sql.legacy.*` switch, a function's behaviour) that no session setting records.
+
+Settings added to the list after a stream table's last refresh are not a change: its record
+has none of them, and they are recorded from that refresh on.
 """
 
 from __future__ import annotations
@@ -21,7 +25,19 @@ RESULT_SETTINGS = (
     "spark.sql.decimalOperations.allowPrecisionLoss",
     "spark.sql.mapKeyDedupPolicy",
     "spark.sql.caseSensitive",
+    # Files skipped instead of failing the query: rows silently missing.
+    "spark.sql.files.ignoreMissingFiles",
+    "spark.sql.files.ignoreCorruptFiles",
+    # How literals, strings and old dates are read.
+    "spark.sql.parser.escapedStringLiterals",
+    "spark.sql.session.collation.default",
+    "spark.sql.parquet.binaryAsString",
+    "spark.sql.parquet.datetimeRebaseModeInRead",
+    "spark.sql.parquet.int96RebaseModeInRead",
 )
+SPARK_VERSION = "spark.version"
+# Recorded since format 2's first release: a record without them is from before, not a change.
+ADDED_LATER = frozenset(RESULT_SETTINGS[6:]) | {SPARK_VERSION}
 # Every explicitly set setting under these prefixes counts too (legacy switches change semantics).
 RESULT_PREFIXES = ("spark.sql.legacy.",)
 
@@ -37,6 +53,10 @@ def result_settings(conn: Connection) -> dict:
         if value is not None:
             out[key] = str(value)
     try:
+        out[SPARK_VERSION] = conn.spark_version()
+    except Exception:  # noqa: BLE001 - a server that does not say
+        pass
+    try:
         explicit = conn.explicit_confs()
     except Exception:  # noqa: BLE001 - older Spark / Connect without getAll
         explicit = {}
@@ -50,10 +70,18 @@ def changed_setting(old: Optional[dict], new: dict) -> Optional[str]:
     """A sentence naming the first setting that differs, or None (None when `old` is unknown)."""
     if old is None:
         return None
+    recorded_before = any(key in old for key in ADDED_LATER)
     for key in sorted(set(old) | set(new)):
+        if key in ADDED_LATER and not recorded_before:
+            continue  # the record predates these keys
         if old.get(key) != new.get(key):
             before = old.get(key, "unset")
             after = new.get(key, "unset")
+            if key == SPARK_VERSION:
+                return (
+                    f"Spark's version changed from {before} to {after} since the last refresh, and the "
+                    "stored result was computed by the old one (an upgrade can change defaults and functions)"
+                )
             return (
                 f"the session setting {key} changed from {before} to {after} since the last refresh, "
                 "and the stored result was computed under the old value"

@@ -6,6 +6,8 @@
   published generations hold links to what they read); a downstream stream table that has not
   refreshed for longer than the retention finds the change it missed vacuumed and rebuilds in
   full, saying so.
+* Files of killed writes (a full refresh's `full-<id>/` directory, a MERGE's rewrites) that no
+  commit names: the same vacuum, in full mode, once they are older than the retention.
 * Published generations and leftovers of killed refreshes: `generations.prune`, at every
   publish.
 A failure here never fails a refresh whose result is already committed and published: it is
@@ -35,7 +37,9 @@ def tidy(target: str, retention_hours: float, log: Callable[[str, str], None], m
         return False
     steps.reached("vacuuming")
     try:
-        table.vacuum(retention_hours=int(retention_hours), enforce_retention_duration=False, dry_run=False)
+        # Full mode: also files no commit names (a killed full refresh's directory, a killed
+        # MERGE's rewrites) once older than the retention, which is never under an hour.
+        table.vacuum(retention_hours=int(retention_hours), enforce_retention_duration=False, dry_run=False, full=True)
         table = table_at(target)
         table.create_checkpoint()
         table.cleanup_metadata()
