@@ -19,8 +19,10 @@ import pyarrow.parquet as pq
 
 from python_helpers.runtime import paths
 
-# Spark writes timestamps as INT96 unless told otherwise; Delta readers and pyarrow read INT96 as
-# nanoseconds, which cannot hold years before 1677 or after 2262. Microseconds hold them all.
+# Spark writes timestamps as INT96 unless told otherwise; pyarrow reads INT96 as nanoseconds
+# without a time zone, which cannot hold years before 1677 or after 2262. Microseconds with the
+# time zone hold them all: callers write with this setting (the Thrift binding sets it on its
+# session, the embedded engine's full refresh while it writes: refresh/scan_settings.py).
 TIMESTAMP_TYPE_KEY = "spark.sql.parquet.outputTimestampType"
 TIMESTAMP_TYPE = "TIMESTAMP_MICROS"
 
@@ -45,20 +47,15 @@ def write_query(conn: Any, sql: str, names: Optional[list], where: str) -> None:
     parquet files into the directory `where`, which they replace."""
     view = f"__dvm_write_{uuid.uuid4().hex[:12]}"
     listed = f" ({', '.join(_ident(n) for n in names)})" if names is not None else ""
-    before = conn.conf(TIMESTAMP_TYPE_KEY)
     # Through a view: it renames positionally (a query's own names may repeat) and keeps a
     # leading WITH where Spark accepts it (INSERT cannot follow a CTE list).
     conn.execute(f"CREATE OR REPLACE TEMPORARY VIEW {_ident(view)}{listed} AS {sql}")
     try:
-        if before != TIMESTAMP_TYPE:
-            conn.set_conf(TIMESTAMP_TYPE_KEY, TIMESTAMP_TYPE)
         conn.execute(
             f"INSERT OVERWRITE DIRECTORY {_string(paths.for_spark(where, where))} USING parquet "
             f"SELECT * FROM {_ident(view)}"
         )
     finally:
-        if before != TIMESTAMP_TYPE:
-            conn.set_conf(TIMESTAMP_TYPE_KEY, before)
         conn.drop_view(view)
 
 

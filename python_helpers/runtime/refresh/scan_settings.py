@@ -1,9 +1,15 @@
-"""Session settings a refresh raises while its delta query runs, and puts back afterwards.
+"""Session settings a refresh raises while its delta query runs (or sets while the executors
+write its result), and puts back afterwards.
 
-Only settings that change how Spark reads, never what a query returns (runtime/refresh/settings.py lists
-those), belong here. They are set on the session dbt's threads share, so the first refresh to
-raise a setting records the session's own value and the last one to finish restores it; a
-refresh in between sees the raised value, which costs it nothing.
+Only settings that change how Spark reads or encodes, never what a query returns
+(runtime/refresh/settings.py lists those), belong here. They are set on the session dbt's
+threads share, so the first refresh to raise a setting records the session's own value and the
+last one to finish restores it; a refresh in between sees the raised value, which costs it
+nothing.
+
+`spark.sql.parquet.outputTimestampType` (default INT96): a full refresh of the embedded engine
+commits the parquet files the executors wrote (delta/embedded/executor_writes.py); written as
+INT96, a timestamp reads back as a nanosecond timestamp without time zone.
 
 `spark.sql.parquet.pushdown.inFilterThreshold` (default 10): an `IN` list longer than this
 reaches the Parquet reader only as its [min, max]. A key-restricted read of a join input
@@ -17,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from python_helpers.runtime.connections.base import Connection
 
@@ -40,17 +46,35 @@ _HELD: dict[tuple, _Held] = {}  # (session, setting) -> _Held
 def at_least(conn: Connection, key: str, value: int) -> Iterator[None]:
     """While the block runs, the integer setting `key` is at least `value` (callers pass one
     fixed value per setting)."""
+
+    def enough(own: Optional[str]) -> bool:
+        try:
+            return own is not None and int(own) >= value
+        except ValueError:
+            return False
+
+    with _holding(conn, key, str(value), enough):
+        yield
+
+
+@contextlib.contextmanager
+def exactly(conn: Connection, key: str, value: str) -> Iterator[None]:
+    """While the block runs, the setting `key` is `value` (callers pass one fixed value per
+    setting)."""
+    with _holding(conn, key, value, lambda own: own is not None and own.upper() == value.upper()):
+        yield
+
+
+@contextlib.contextmanager
+def _holding(conn: Connection, key: str, value: str, enough: Callable[[Optional[str]], bool]) -> Iterator[None]:
     slot = (conn.key, key)
     with _LOCK:
         held = _HELD.get(slot)
         if held is None:
             own = conn.conf(key, None)
-            try:
-                high_enough = own is not None and int(own) >= value
-            except ValueError:
-                high_enough = False
+            high_enough = enough(own)
             if not high_enough:
-                conn.set_conf(key, str(value))
+                conn.set_conf(key, value)
             held = _HELD[slot] = _Held(own, raised=not high_enough)
         held.refreshes += 1
     try:

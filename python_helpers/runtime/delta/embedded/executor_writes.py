@@ -28,7 +28,7 @@ from python_helpers.runtime import paths
 from python_helpers.runtime.connections import files
 from python_helpers.runtime.delta.base import ConcurrentCommit
 from python_helpers.runtime.delta.embedded import storage
-from python_helpers.runtime.refresh import steps
+from python_helpers.runtime.refresh import scan_settings, steps
 from python_helpers.runtime.spark_types import arrow_type
 
 DIRECTORY_PREFIX = "full-"
@@ -85,6 +85,29 @@ def stats_of(meta: Any, schema: pa.Schema) -> dict:
     return stats
 
 
+def _nanosecond_fields(t: pa.DataType) -> bool:
+    if pa.types.is_timestamp(t):
+        return t.unit == "ns"
+    if pa.types.is_struct(t):
+        return any(_nanosecond_fields(f.type) for f in t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _nanosecond_fields(t.value_type)
+    if pa.types.is_map(t):
+        return _nanosecond_fields(t.key_type) or _nanosecond_fields(t.item_type)
+    return False
+
+
+def _check_timestamps(schema: pa.Schema) -> None:
+    """Refuse files whose timestamps Spark wrote as INT96 (the setting was not in force): they
+    read back without their time zone, and committing them would change the column's type."""
+    bad = [f.name for f in schema if _nanosecond_fields(f.type)]
+    if bad:
+        raise RuntimeError(
+            f"the executors wrote timestamps as INT96 (columns {bad}), not as "
+            f"{files.TIMESTAMP_TYPE}; nothing was committed -- run the refresh again"
+        )
+
+
 def _empty_schema(conn: Any, sql: str, names: Optional[list]) -> pa.Schema:
     """The result's schema when Spark wrote no file at all (what its analysis says)."""
     columns = conn.output_columns(sql)
@@ -109,7 +132,7 @@ def write_full(
     returns its row count."""
     directory = f"{DIRECTORY_PREFIX}{uuid.uuid4().hex[:16]}"
     where = paths.join(target, directory)
-    with phases("compute"):
+    with phases("compute"), scan_settings.exactly(conn, files.TIMESTAMP_TYPE_KEY, files.TIMESTAMP_TYPE):
         files.write_query(conn, sql, names, where)
     steps.reached("computed")
     with phases("write"):
@@ -118,6 +141,7 @@ def write_full(
             footers = [files.footer(f) for f in written]
             schema = footers[0].schema.to_arrow_schema() if footers else _empty_schema(conn, sql, names)
             schema = pa.schema([f.remove_metadata() for f in schema])
+            _check_timestamps(schema)
             adds = [
                 AddAction(
                     f"{directory}/{paths.basename(f.path)}",
