@@ -1,17 +1,35 @@
 """Refresh commits on real Delta tables (delta-rs, no Spark): every commit that moves the
 offsets conflicts with any other refresh commit made since the version it read."""
 
+import itertools
+import json
+import os
+
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from deltalake.transaction import AddAction
 
 from python_helpers.runtime.delta.embedded import storage
 
 ROWS = pa.table({"__dvm_row_id": ["a", "b"], "v": [1, 2]})
+_WRITES = itertools.count()
+
+
+def _full(path, metadata, read_version):
+    """A full refresh's commit: the rows as a file in a directory of its own under the table (as
+    the executors write them), committed with the metadata."""
+    directory = f"full-{next(_WRITES)}"
+    os.makedirs(os.path.join(path, directory), exist_ok=True)
+    file = os.path.join(path, directory, "part-0.parquet")
+    pq.write_table(ROWS, file)
+    add = AddAction(f"{directory}/part-0.parquet", os.path.getsize(file), {}, 0, True, json.dumps({"numRecords": 2}))
+    return storage.commit_files(path, ROWS.schema, [add], metadata, read_version)
 
 
 def _built(tmp_path):
     path = str(tmp_path / "stored")
-    storage.write_full(path, ROWS, {"offsets": {"s.t": {"version": 1}}}, None)
+    _full(path, {"offsets": {"s.t": {"version": 1}}}, None)
     return path
 
 
@@ -51,12 +69,12 @@ def test_full_rewrite_loses_to_any_refresh_commit_since_its_read(tmp_path):
     read = storage.read_metadata(path)["read_version"]
     _upsert(path, read, "a", 10, offset=5)
     with pytest.raises(storage.ConcurrentCommit):
-        storage.write_full(path, ROWS, {"offsets": {"s.t": {"version": 7}}}, read)
+        _full(path, {"offsets": {"s.t": {"version": 7}}}, read)
 
 
 def test_two_first_builds_one_wins(tmp_path):
     path = str(tmp_path / "stored")
-    storage.write_full(path, ROWS, {"offsets": {"s.t": {"version": 1}}}, None)
+    _full(path, {"offsets": {"s.t": {"version": 1}}}, None)
     with pytest.raises(storage.ConcurrentCommit):
-        storage.write_full(path, ROWS, {"offsets": {"s.t": {"version": 2}}}, None)
+        _full(path, {"offsets": {"s.t": {"version": 2}}}, None)
     assert storage.read_metadata(path)["offsets"]["s.t"]["version"] == 1

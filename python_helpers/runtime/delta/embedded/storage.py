@@ -56,48 +56,13 @@ def _concurrent(err: Exception) -> ConcurrentCommit:
     return ConcurrentCommit(str(err).splitlines()[0][:300])
 
 
-def write_full(path: str, data: pa.Table, metadata: dict, read_version: Optional[int]) -> int:
-    """Replace the stored result (schema included) in one commit; returns the new version.
-
-    `read_version`: the stored version the refresh read (None: it found no table); a commit by
-    anyone else since makes this one fail with ConcurrentCommit, nothing written."""
-    data = data.cast(normalize_schema(data.schema))
-    location = paths.for_delta_rs(path)
-    if read_version is None:
-        if open_table(path) is not None:
-            raise ConcurrentCommit("another refresh created the stored result meanwhile")
-        try:
-            write_deltalake(
-                location,
-                data,
-                mode="error",
-                configuration={CDF_PROPERTY: "true"},
-                commit_properties=_commit(metadata, None),
-            )
-        except (CommitFailedError, DeltaError) as err:
-            if open_table(path) is not None:
-                raise _concurrent(err) from None
-            raise
-    else:
-        try:
-            write_deltalake(
-                DeltaTable(location, version=read_version),
-                data,
-                mode="overwrite",
-                schema_mode="overwrite",
-                configuration={CDF_PROPERTY: "true"},
-                commit_properties=_commit(metadata, read_version),
-            )
-        except CommitFailedError as err:
-            raise _concurrent(err) from None
-    return DeltaTable(location).version()
-
-
 def commit_files(path: str, schema: pa.Schema, adds: list, metadata: dict, read_version: Optional[int]) -> int:
     """Replace the stored result (schema included) in one commit by data files already written
     under `path` (`adds`: deltalake AddActions, paths relative to the table); returns the new
-    version. Conflicts as in write_full: a commit by anyone else since `read_version` makes this
-    one fail with ConcurrentCommit, nothing committed."""
+    version.
+
+    `read_version`: the stored version the refresh read (None: it found no table); a commit by
+    anyone else since makes this one fail with ConcurrentCommit, nothing committed."""
     from deltalake import Schema
     from deltalake.transaction import create_table_with_add_actions
 
