@@ -40,6 +40,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.run_tpch_dbt import _phase_table  # noqa: E402
 from benchmarks.tpch_dbt import DbtBench, RunReport  # noqa: E402
 from python_helpers.testing.tpch_data import RefreshFunctions, ScatteredUpdates, build  # noqa: E402
 
@@ -227,6 +228,7 @@ def _report(args, models, built, tabled, records, mixes) -> str:
             modes = ", ".join(sorted({r[0].models[m].mode for r in rows}))
             peak = max(r[0].peak_dbt_mib for r in rows)
             lines.append(f"| {m} | {t:.1f} | {f:.1f} | {d:.1f} | {modes} | {t / d:.1f}x | {f / d:.1f}x | {peak:.0f} |")
+        lines += _phase_table(models, rows)
     return "\n".join(lines)
 
 
