@@ -39,6 +39,7 @@ def _ident(name: str) -> str:
 
 
 def _string(value: str) -> str:
+    """A Spark SQL string literal (backslashes doubled: Spark reads them as escapes)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 

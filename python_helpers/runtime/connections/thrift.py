@@ -24,6 +24,7 @@ import pyarrow as pa
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections import files
 from python_helpers.runtime.connections.base import FunctionKind, OutputColumn
+from python_helpers.runtime.connections.files import _ident, _string
 from python_helpers.runtime.connections.server_checks import required_version, too_old
 
 SCRATCH_DIR = "__dvm_scratch"
@@ -33,15 +34,6 @@ SCRATCH_MAX_AGE_SECONDS = 24 * 3600
 # INITIALIZED (0), RUNNING (1) or PENDING (7); FINISHED is 2; ERROR (5) carries errorMessage.
 _PENDING = {0, 1, 7}
 _FINISHED = 2
-
-
-def _string(value: str) -> str:
-    """A Spark SQL string literal (backslashes doubled: Spark reads them as escapes)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _ident(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def old_server_message(server_key: str, version: str) -> str:
