@@ -1,4 +1,5 @@
 # make demo  -- build, change, refresh and test the example stream tables (integration_tests/)
+# make demo-spark -- the same on a local Spark with Delta Lake loaded (engine: spark; fetches the jars)
 # make test  -- the whole pytest suite (unit, Spark, dbt, adapter, drills, cluster), sized for CI
 # make test-fast -- lint, types and the tests without a JVM: before each commit (under 2 minutes)
 # make test-long -- the same as make test with every repetition: more hypothesis examples, every kill point
@@ -9,7 +10,7 @@ PY := $(VENV)/bin/python
 # need none.
 STAMP := $(VENV)/.dbt-spark-stream-installed
 
-.PHONY: demo lint test test-fast test-long install jars clean
+.PHONY: demo demo-spark lint test test-fast test-long install jars clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +37,9 @@ jars: $(DELTA_JAR)
 
 demo: install
 	$(PY) integration_tests/scripts/demo.py
+
+demo-spark: install jars
+	$(PY) integration_tests/scripts/demo.py --engine spark
 
 # make test runs every test module on two pytest workers (files that share a fixture stay on
 # one: xdist_group), with fewer repetitions than the long run: 1 hypothesis example per
