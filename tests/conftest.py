@@ -33,6 +33,10 @@ def pytest_configure(config):
     # The day of the rotation (tests/support/rotation.py), fixed before pytest-xdist starts its
     # workers: they must collect the same parametrized items, also across midnight.
     os.environ.setdefault("DVM_DAY", str(datetime.date.today().toordinal()))
+    # The test projects' stream tables (integration_tests/, tests/dbt/features_project/) read
+    # it as their auto_from_history config: the suites assert differential refreshes, which
+    # `auto` would otherwise give up where its own timings found a full refresh faster.
+    os.environ.setdefault("DBT_SPARK_STREAM_AUTO_FROM_HISTORY", "False")
 
 
 _CONFIG = None

@@ -19,7 +19,8 @@
           model=model['name'], schema=schema, identifier=identifier, sql=sql, refresh_mode=refresh_mode,
           full_refresh=should_full_refresh(), sources=spark_stream__source_delta_paths(model),
           auto_full_threshold=config.get('auto_full_threshold'),
-          float_recompute_every=config.get('float_recompute_every')) -%}
+          float_recompute_every=config.get('float_recompute_every'),
+          auto_from_history=config.get('auto_from_history')) -%}
     {%- do store_result('main', response=response) -%}
     {{ return({'relations': [target_relation]}) }}
   {%- endif -%}
@@ -51,6 +52,7 @@
         retention_hours=config.get('retention_hours'),
         docs=spark_stream__persisted_docs(model),
         contract=spark_stream__contract_columns(model),
+        auto_from_history=config.get('auto_from_history'),
   ) -%}
   {#- store_result keeps our response object whole: its mode / rows_changed / seconds fields
       land in run_results.json `adapter_response`, its message on the console line. -#}

@@ -13,6 +13,7 @@ from typing import Optional
 from python_helpers.runtime.connections.base import as_connection
 from python_helpers.runtime.delta.base import DeltaEngine
 from python_helpers.runtime.delta.choose import delta_engine
+from python_helpers.runtime.refresh import costs
 
 
 @dataclass
@@ -34,6 +35,8 @@ class StreamTableStatus:
     refreshed_at: Optional[str]  # the last refresh commit's time, UTC, ISO 8601
     storage_version: Optional[int]
     sources: list = field(default_factory=list)
+    # the last refreshes, oldest first: {mode, reason, change_rows, seconds, ...} (refresh/costs.py)
+    recent: list = field(default_factory=list)
 
     @property
     def commits_behind(self) -> Optional[int]:
@@ -56,6 +59,9 @@ class StreamTableStatus:
                     "commits_behind": s.commits_behind,
                 }
                 for s in self.sources
+            ],
+            "recent_refreshes": [
+                {k: e.get(k) for k in ("mode", "reason", "change_rows", "seconds", "started_ms")} for e in self.recent
             ],
         }
 
@@ -80,7 +86,13 @@ def status_of(delta: DeltaEngine, schema: str, name: str) -> Optional[StreamTabl
             current = None
         sources.append(SourceLag(relation, int(offset["version"]), current))
     return StreamTableStatus(
-        name, meta.get("model", name), meta.get("mode", "?"), when, meta["storage_version"], sources
+        name,
+        meta.get("model", name),
+        meta.get("mode", "?"),
+        when,
+        meta["storage_version"],
+        sources,
+        costs.completed(meta),
     )
 
 
@@ -99,15 +111,33 @@ def schema_status(spark, schema: str, engine: str = "auto") -> list:
 def format_status(statuses: list, schema: str) -> str:
     if not statuses:
         return f"no stream tables in schema {schema}"
-    rows = [["stream table", "last refresh", "at (UTC)", "commits behind", "sources (consumed -> current version)"]]
+    rows = [
+        [
+            "stream table",
+            "last refresh",
+            "at (UTC)",
+            "commits behind",
+            "last refreshes (s)",
+            "sources (consumed -> current version)",
+        ]
+    ]
     for s in statuses:
         behind = "?" if s.commits_behind is None else str(s.commits_behind)
         sources = ", ".join(
             f"{x.relation} v{x.consumed_version}->" + ("?" if x.current_version is None else f"v{x.current_version}")
             for x in s.sources
         )
-        rows.append([f"{schema}.{s.name}", s.mode, s.refreshed_at or "?", behind, sources])
+        rows.append([f"{schema}.{s.name}", s.mode, s.refreshed_at or "?", behind, _recent(s.recent), sources])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * len(rows[0][-1]))
     return "\n".join(lines)
+
+
+def _recent(entries: list, last: int = 4) -> str:
+    """The last refreshes, oldest first: 'F 4.3 D 1.2 D ?' (full / differential, seconds)."""
+    shown = []
+    for e in entries[-last:]:
+        seconds = e.get("seconds")
+        shown.append(("F" if e.get("mode") == "full" else "D") + " " + ("?" if seconds is None else f"{seconds:.1f}"))
+    return " ".join(shown) or "-"

@@ -58,6 +58,13 @@ def dbt_profile_target(spark, warehouse, spark_base_dir):
     }
 
 
+@pytest.fixture(scope="class")
+def project_config_update():
+    # The suites assert differential refreshes; `auto` must not learn from timings that a full
+    # refresh is faster (tests/conftest.py says the same for the example projects).
+    return {"models": {"+auto_from_history": False}}
+
+
 @pytest.fixture(scope="class", autouse=True)
 def _restore_spark_conf(spark):
     saved = {key: spark.conf.get(key, None) for key in TOUCHED_CONF}

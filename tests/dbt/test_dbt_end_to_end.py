@@ -188,7 +188,12 @@ def test_stream_table_status_lists_each_stream_table_and_how_far_its_sources_mov
     assert orders["current_version"] > orders["consumed_version"], orders
     assert behind["customer_totals"]["commits_behind"] > 0
     project.run()
-    assert all(status()[name]["commits_behind"] == 0 for name in STREAM_TABLES)
+    after = status()
+    assert all(after[name]["commits_behind"] == 0 for name in STREAM_TABLES)
+    # What the last refreshes cost, the newest one included (its length from its commit time).
+    recent = after["customer_totals"]["recent_refreshes"]
+    assert recent[0]["mode"] == "full" and recent[-1]["mode"] == "differential", recent
+    assert all(r["seconds"] is not None and r["seconds"] > 0 for r in recent), recent
 
 
 def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(project):

@@ -133,6 +133,8 @@ def request(name: str, work: str, full: bool = False):
         sql=STREAMS[name],
         full_refresh=full,
         sources=paths(work),
+        # the drills kill differential refreshes: auto must not learn its way to full ones
+        auto_from_history=False,
     )
 
 

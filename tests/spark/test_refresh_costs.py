@@ -366,3 +366,39 @@ def test_a_change_of_many_keys_reads_the_other_join_input_unfiltered(env, monkey
     result = stream.refresh(expect="differential")
     stream.check()
     assert result.counters["reads_filtered_by_keys"] == 0, result.counters
+
+
+def test_auto_learns_from_the_models_own_refreshes_and_says_why(env, monkeypatch):
+    """Each commit records what the refreshes cost (the newest one's length completed by the
+    next refresh from its commit time); `auto` goes full when the recorded differential
+    refreshes took longer than the recorded full ones. The margin is moved instead of the
+    timings (real refreshes): first so that any differential refresh counts as slower, then so
+    that none does."""
+    from python_helpers.runtime.delta.embedded import storage
+    from python_helpers.runtime.refresh import auto, costs
+
+    env.source("t1", _many(40))
+    stream = env.stream("learns", AGG, auto_from_history=True)
+    path = storage_path(env.spark, env.target, stream.identifier)
+    stream.refresh(expect="full")
+    env.apply([S.UpdateWhere("t1", "k", 1, {"v": 5})])
+    first = stream.refresh(expect="differential")  # no differential refresh in the history yet
+    counted = sum(first.counters["change_rows"].values())
+    history = costs.completed(storage.read_metadata(path))
+    assert [e["mode"] for e in history] == ["full", "differential"], history
+    assert history[0]["reason"] == "first build" and history[0]["seconds"] > 0
+    assert history[1]["change_rows"] == counted > 0 and history[1]["seconds"] > 0
+    assert "plan" in history[1]["phases"]
+    monkeypatch.setattr(auto, "SLOWER_THAN_FULL", 1e-6)
+    env.apply([S.UpdateWhere("t1", "k", 2, {"v": 6})])
+    learned = stream.refresh(expect="full")
+    assert f"the last differential refresh of {counted:,} or fewer change rows took" in learned.reason, learned.reason
+    assert "a full refresh is faster for" in learned.reason, learned.reason
+    stream.check()
+    monkeypatch.setattr(auto, "SLOWER_THAN_FULL", 1e6)
+    env.apply([S.UpdateWhere("t1", "k", 3, {"v": 7})])
+    stream.refresh(expect="differential")
+    stream.check()
+    history = costs.completed(storage.read_metadata(path))
+    assert [e["mode"] for e in history] == ["full", "differential", "full", "differential"], history
+    assert "a full refresh is faster" in history[2]["reason"]

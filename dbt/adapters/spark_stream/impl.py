@@ -38,6 +38,7 @@ class SparkStreamConfig(SparkConfig):
     auto_full_threshold: Optional[float] = None
     float_recompute_every: Optional[int] = None
     retention_hours: Optional[float] = None
+    auto_from_history: Optional[bool] = None
 
 
 class SparkStreamAdapter(SparkAdapter):
@@ -89,6 +90,7 @@ class SparkStreamAdapter(SparkAdapter):
         retention_hours: Optional[float] = None,
         docs: Optional[Dict] = None,
         contract: Optional[list] = None,
+        auto_from_history: Optional[bool] = None,
     ) -> StreamTableResponse:
         """Create or refresh one stream table; called by the `stream_table` materialization.
 
@@ -109,6 +111,7 @@ class SparkStreamAdapter(SparkAdapter):
             auto_full_threshold,
             float_recompute_every,
             retention_hours,
+            auto_from_history,
         )
         request.docs = dict(docs or {})
         request.contract = [tuple(c) for c in contract] if contract else None
@@ -223,6 +226,7 @@ class SparkStreamAdapter(SparkAdapter):
         auto_full_threshold,
         float_recompute_every,
         retention_hours=None,
+        auto_from_history=None,
     ):
         """(the Spark session, the engine's RefreshRequest) for one model."""
         credentials = self.connections.get_thread_connection().credentials
@@ -253,6 +257,8 @@ class SparkStreamAdapter(SparkAdapter):
             request.float_recompute_every = float_recompute_every
         if retention_hours is not None:
             request.retention_hours = retention_hours
+        if auto_from_history is not None:
+            request.auto_from_history = auto_from_history
         return spark, request
 
     @available
@@ -267,6 +273,7 @@ class SparkStreamAdapter(SparkAdapter):
         sources: Optional[Dict[str, str]] = None,
         auto_full_threshold: Optional[float] = None,
         float_recompute_every: Optional[int] = None,
+        auto_from_history: Optional[bool] = None,
     ) -> StreamTableResponse:
         """What the next refresh of a stream table would do and its operator tree; changes nothing."""
         spark, request = self._request(
@@ -280,6 +287,8 @@ class SparkStreamAdapter(SparkAdapter):
             None,
             auto_full_threshold,
             float_recompute_every,
+            None,
+            auto_from_history,
         )
         from python_helpers.errors import StreamTableError
         from python_helpers.runtime.refresh.run import explain

@@ -16,15 +16,10 @@ from python_helpers.dvm.stored_result import MaintainedResult, StoredResult, pla
 from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.delta.base import DeltaEngine
-from python_helpers.runtime.refresh import steps
+from python_helpers.runtime.refresh import costs, steps
 from python_helpers.runtime.refresh.planning import Plan
 from python_helpers.runtime.refresh.requests import Log, RefreshRequest
 from python_helpers.runtime.refresh.timing import Phases
-
-
-class FullIsCheaper(Exception):
-    """The differential refresh gives way to a full one, for the reason given: the change is
-    large enough that recomputing costs less (`auto`), or a delta recursion hit Spark's limit."""
 
 
 @dataclass
@@ -40,6 +35,9 @@ class Attempt:
     phases: Phases
     log: Log
     counters: dict = field(default_factory=dict)  # reported in the result (adapter_response)
+    started_ms: int = 0  # wall clock at the attempt's start (costs.py: the refresh's length)
+    change_rows: Optional[int] = None  # counted from the Delta logs (a differential refresh)
+    full_reason: Optional[str] = None  # why a full refresh runs
 
     @property
     def model(self) -> str:
@@ -73,6 +71,17 @@ class Attempt:
             "read_schema": self.schema_now,
             # differential refreshes since the last full one (float_recompute_every counts them)
             "differential_since_full": previous.get("differential_since_full", 0) + 1 if mode == "differential" else 0,
+            # what the last refreshes cost, this one's length completed by the next (costs.py)
+            "history": costs.extended(
+                self.meta,
+                costs.entry(
+                    mode,
+                    self.started_ms,
+                    self.change_rows if mode == "differential" else None,
+                    self.full_reason if mode == "full" else None,
+                    self.phases.seconds,
+                ),
+            ),
         }
         if isinstance(result, MaintainedResult) and self.plan.tree is not None:
             # What Spark's analyser said of the query, for the source schemas it saw: the stored

@@ -2,29 +2,23 @@
 change of the result (the operator tree's delta rules) and MERGE it into the stored table in one
 commit with the new offsets, then publish the views.
 
-Under `auto` it gives way to a full refresh (FullIsCheaper) before anything is written when the
-change is a large part of a source, or when its SQL would read several times what a rebuild
-reads: both judged from the Delta logs.
+Under `auto` it gives way to a full refresh (FullIsCheaper) before anything is written when a
+rule of auto.py finds a rebuild cheaper: the model's own history, the change's size, the
+delta SQL's reads.
 """
 
 from __future__ import annotations
-
-from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import render
 from python_helpers.dvm.stored_result import MaintainedResult, plan_stored_result
 from python_helpers.dvm.tree import Recursive, walk
 from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh
 from python_helpers.runtime.delta.base import Bindings, ConcurrentCommit
-from python_helpers.runtime.refresh import read_cost, steps
-from python_helpers.runtime.refresh.attempt import Attempt, FullIsCheaper, schema_key
+from python_helpers.runtime.refresh import auto, costs, steps
+from python_helpers.runtime.refresh.attempt import Attempt, schema_key
+from python_helpers.runtime.refresh.auto import FullIsCheaper
 from python_helpers.runtime.refresh.full import output_names, typed
 from python_helpers.runtime.refresh.planning import Plan
-from python_helpers.runtime.refresh.requests import RefreshRequest
-
-# Below this many change rows of a source a differential refresh is cheap whatever the
-# fraction (small tables): the switch is for large deltas, not small tables.
-AUTO_FULL_MIN_CHANGE_ROWS = 10_000
 
 _RECURSION_LIMITS = ("RECURSION_LEVEL_LIMIT_EXCEEDED", "RECURSION_ROW_LIMIT_EXCEEDED")
 
@@ -40,7 +34,11 @@ def run_differential(attempt: Attempt) -> int:
         with phases("changes"):
             counts = bindings.count_changes()
             steps.reached("changes_counted")
-            check_change_size(attempt, counts)
+            attempt.change_rows = sum(counts.values())
+            auto.check_history(request, costs.completed(meta), attempt.change_rows)
+            auto.check_change_size(
+                request, counts, lambda r: delta.row_count(plan.pinned[r].path, plan.pinned[r].state.version)
+            )
             changed = bindings.load_changes()
         steps.reached("changes_read")
         with phases("analyze"):
@@ -54,7 +52,7 @@ def run_differential(attempt: Attempt) -> int:
                 raise
             metadata = attempt.metadata("differential", result)
             if merge is not None:
-                check_read_cost(request, merge, bindings, attempt.counters)
+                auto.check_read_cost(request, merge, bindings, attempt.counters)
         attempt.counters.update(
             change_rows=dict(bindings.change_counts),
             files_read=bindings.files_read,
@@ -123,40 +121,3 @@ def recursion_limit(plan: Plan, err: Exception) -> None:
         raise FullIsCheaper(
             f"the change's WITH RECURSIVE delta reached Spark's {limit} (a cycle that only changed rows lead to)"
         ) from None
-
-
-def check_change_size(attempt: Attempt, counts: dict) -> None:
-    """Under `auto`, give up the differential refresh when a source changed by more than
-    `auto_full_threshold` of its rows, judged from the Delta log before any change is read
-    (the crossover is measured in benchmarks/)."""
-    request, plan = attempt.request, attempt.plan
-    threshold = request.auto_full_threshold
-    if request.refresh_mode != "auto" or not threshold:
-        return
-    for relation, rows in counts.items():
-        if rows < AUTO_FULL_MIN_CHANGE_ROWS:
-            continue
-        src = plan.pinned[relation]
-        total = attempt.delta.row_count(src.path, src.state.version)
-        if total and rows / total > threshold:
-            raise FullIsCheaper(
-                f"{rows} change rows of {relation} are {rows / total:.0%} of its {total} rows, "
-                f"over auto_full_threshold={threshold:g}: a full refresh is cheaper"
-            )
-
-
-def check_read_cost(request: RefreshRequest, merge: exp.Expr, bindings: Bindings, counters: dict) -> None:
-    """Under `auto`, give up the differential refresh when its SQL would read several times the
-    bytes a rebuild reads (read_cost.py), judged from the Delta logs before the query runs."""
-    full_bytes = bindings.full_read_bytes()
-    if full_bytes is None:
-        return  # the engine cannot tell without reading: the rule does not apply
-    estimate = read_cost.estimate(merge, bindings.read_bytes(), full_bytes)
-    counters.update(
-        read_bytes=estimate.differential_bytes,
-        full_read_bytes=estimate.full_bytes,
-        read_ratio_pct=int(round(estimate.ratio * 100)),
-    )
-    reason = estimate.full_reason(read_cost.FULL_WHEN_READ_RATIO_OVER, read_cost.MIN_FULL_BYTES)
-    if reason is not None and request.refresh_mode == "auto":
-        raise FullIsCheaper(reason)

@@ -41,6 +41,9 @@ class RefreshRequest:
     # `auto` refreshes in full when the changed rows of a source exceed this fraction of its rows
     # (a full refresh is then cheaper: the change-rate sweep in the README's Performance section). 0 disables.
     auto_full_threshold: float = DEFAULT_AUTO_FULL_THRESHOLD
+    # `auto` refreshes in full when the model's own recent differential refreshes of a change this
+    # size took longer than its recent full refreshes (runtime/refresh/auto.py). False: never.
+    auto_from_history: bool = True
     # Recompute in full after this many differential refreshes when the result holds algebraic
     # aggregates over floating point (SUM/AVG/VAR of DOUBLE), so rounding drift cannot pile up.
     # 0 (the default) never does.

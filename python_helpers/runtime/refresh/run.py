@@ -37,7 +37,8 @@ from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.delta.base import DeltaEngine
 from python_helpers.runtime.delta.choose import delta_engine
 from python_helpers.runtime.refresh import steps
-from python_helpers.runtime.refresh.attempt import Attempt, FullIsCheaper
+from python_helpers.runtime.refresh.attempt import Attempt
+from python_helpers.runtime.refresh.auto import FullIsCheaper
 from python_helpers.runtime.refresh.decide import DIFFERENTIAL, Decision, decide, read_schema
 from python_helpers.runtime.refresh.differential import run_differential
 from python_helpers.runtime.refresh.full import run_full
@@ -82,6 +83,7 @@ def run_refresh(conn: Connection, request: RefreshRequest, log: Optional[Log] = 
 
 def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> RefreshResult:
     started = time.perf_counter()
+    started_ms = int(time.time() * 1000)
     phases = Phases()
     model = request.model
     meter = SparkMeter(delta.conn)
@@ -106,7 +108,9 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
             raise
     steps.reached("planned")
 
-    attempt = Attempt(delta, request, plan, target, meta, print_fp, session, schema_now, phases, log)
+    attempt = Attempt(
+        delta, request, plan, target, meta, print_fp, session, schema_now, phases, log, started_ms=started_ms
+    )
 
     def result(mode: str, rows: int, reason: Optional[str] = None, skipped: bool = False) -> RefreshResult:
         attempt.counters.update(meter.finish())
@@ -143,6 +147,7 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
     # "fallback": a full refresh the user did not ask for; the adapter makes it a dbt warning
     # that --warn-error can turn into an error (before anything is written).
     log("fallback" if decision.warn else "info", f"{model}: full refresh ({decision.reason})")
+    attempt.full_reason = decision.reason
     return result("full", run_full(attempt), reason=decision.reason)
 
 
@@ -177,6 +182,12 @@ def _validate(request: RefreshRequest) -> None:
         raise InvalidConfig(
             request.model,
             f"auto_full_threshold must be a fraction between 0 and 1 (0 disables the switch), got {threshold!r}",
+            "fix the model's config",
+        )
+    if not isinstance(request.auto_from_history, bool):
+        raise InvalidConfig(
+            request.model,
+            f"auto_from_history must be true or false, got {request.auto_from_history!r}",
             "fix the model's config",
         )
     every = request.float_recompute_every

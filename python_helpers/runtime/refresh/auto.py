@@ -1,0 +1,126 @@
+"""What `refresh_mode='auto'` does once a refresh could run differentially: the rules that make
+it give way to a full refresh, all here.
+
+decide.py settles first whether a differential refresh is possible at all (a first build, a
+changed model, a recreated source...); then, inside the differential refresh and before
+anything is written, these rules may find a rebuild cheaper and raise FullIsCheaper, which
+run.py turns into a full refresh with the rule's reason:
+1. history (`check_history`): the model's own past refreshes (costs.py) say a differential
+   refresh of a change this size took longer than a full refresh; judged once the change is
+   counted from the Delta log, before it is read;
+2. change size (`check_change_size`): a source changed by more than `auto_full_threshold` of
+   its rows;
+3. read cost (`check_read_cost`): the delta SQL would read several times the bytes a rebuild
+   reads (read_cost.py);
+4. a delta recursion that reaches Spark's limit (differential.recursion_limit; not a cost rule,
+   but the same way out).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sqlglot import exp
+
+from python_helpers.runtime.delta.base import Bindings
+from python_helpers.runtime.refresh import costs, read_cost
+from python_helpers.runtime.refresh.requests import RefreshRequest
+
+# Below this many change rows of a source a differential refresh is cheap whatever the
+# fraction (small tables): the change-size rule is for large deltas, not small tables.
+AUTO_FULL_MIN_CHANGE_ROWS = 10_000
+# History: go full when the recent differential refreshes of a comparable change took more than
+# this times the recent full refreshes (the median of each, up to RECENT of each).
+SLOWER_THAN_FULL = 1.1
+RECENT = 3
+# A past differential refresh is comparable when its change was at most this much larger than
+# this one's (a smaller change costs no more: the delta query's work grows with the change).
+COMPARABLE_FACTOR = 2
+COMPARABLE_SLACK_ROWS = 100
+# After this many full refreshes in a row, try a differential refresh again: the data, the
+# change or the cluster may have changed since the history was made.
+PROBE_AFTER_FULL = 10
+
+
+class FullIsCheaper(Exception):
+    """The differential refresh gives way to a full one, for the reason given: one of the rules
+    above, or a delta recursion that hit Spark's limit."""
+
+
+def check_history(request: RefreshRequest, history: list, change_rows: int) -> None:
+    """Rule 1: from the model's own history (costs.completed), before the change is read."""
+    if request.refresh_mode != "auto" or not request.auto_from_history:
+        return
+    reason = history_reason(history, change_rows)
+    if reason is not None:
+        raise FullIsCheaper(reason)
+
+
+def history_reason(history: list, change_rows: int) -> Optional[str]:
+    """Why a full refresh is faster for `change_rows` change rows, from a history (costs.py), or
+    None: too little history, a differential refresh is due as a probe, or it is not slower."""
+    if not history:
+        return None
+    since_differential = 0
+    for e in reversed(history):
+        if e.get("mode") == "differential":
+            break
+        since_differential += 1
+    if since_differential >= PROBE_AFTER_FULL:
+        return None  # probe: measure a differential refresh again
+    limit = COMPARABLE_FACTOR * max(0, change_rows) + COMPARABLE_SLACK_ROWS
+    fulls = [e for e in history if e.get("mode") == "full" and e.get("seconds") is not None][-RECENT:]
+    differentials = [
+        e
+        for e in history
+        if e.get("mode") == "differential"
+        and e.get("seconds") is not None
+        and e.get("change_rows") is not None
+        and int(e["change_rows"]) <= limit
+    ][-RECENT:]
+    full_s, differential_s = costs.median_seconds(fulls), costs.median_seconds(differentials)
+    if full_s is None or differential_s is None or differential_s <= SLOWER_THAN_FULL * full_s:
+        return None
+    largest = max(int(e["change_rows"]) for e in differentials)
+    n = len(differentials)
+    which = "the last differential refresh" if n == 1 else f"the last {n} differential refreshes"
+    return (
+        f"{which} of {largest:,} or fewer change rows took {differential_s:.1f} s"
+        f"{'' if n == 1 else ' (median)'}, a full refresh {full_s:.1f} s: a full refresh is faster "
+        f"for {change_rows:,} change rows"
+    )
+
+
+def check_change_size(request: RefreshRequest, counts: dict, total_rows) -> None:
+    """Rule 2: a source changed by more than `auto_full_threshold` of its rows, judged from the
+    Delta log before any change is read (the crossover is measured in benchmarks/).
+    `total_rows(relation)` counts a source's rows at the pinned version (from the log)."""
+    threshold = request.auto_full_threshold
+    if request.refresh_mode != "auto" or not threshold:
+        return
+    for relation, rows in counts.items():
+        if rows < AUTO_FULL_MIN_CHANGE_ROWS:
+            continue
+        total = total_rows(relation)
+        if total and rows / total > threshold:
+            raise FullIsCheaper(
+                f"{rows} change rows of {relation} are {rows / total:.0%} of its {total} rows, "
+                f"over auto_full_threshold={threshold:g}: a full refresh is cheaper"
+            )
+
+
+def check_read_cost(request: RefreshRequest, merge: exp.Expr, bindings: Bindings, counters: dict) -> None:
+    """Rule 3: the delta SQL would read several times the bytes a rebuild reads (read_cost.py),
+    judged from the Delta logs before the query runs."""
+    full_bytes = bindings.full_read_bytes()
+    if full_bytes is None:
+        return  # the engine cannot tell without reading: the rule does not apply
+    estimate = read_cost.estimate(merge, bindings.read_bytes(), full_bytes)
+    counters.update(
+        read_bytes=estimate.differential_bytes,
+        full_read_bytes=estimate.full_bytes,
+        read_ratio_pct=int(round(estimate.ratio * 100)),
+    )
+    reason = estimate.full_reason(read_cost.FULL_WHEN_READ_RATIO_OVER, read_cost.MIN_FULL_BYTES)
+    if reason is not None and request.refresh_mode == "auto":
+        raise FullIsCheaper(reason)

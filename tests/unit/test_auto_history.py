@@ -1,0 +1,71 @@
+"""`auto` learning from a model's own refreshes: the history kept in the commit metadata
+(runtime/refresh/costs.py) and the rule that reads it (runtime/refresh/auto.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from python_helpers.runtime.refresh import auto, costs
+from python_helpers.runtime.refresh.auto import FullIsCheaper
+from python_helpers.runtime.refresh.requests import RefreshRequest
+
+
+def _e(mode, seconds, change_rows=None):
+    return {"mode": mode, "seconds": seconds, "change_rows": change_rows, "started_ms": 0}
+
+
+def test_the_next_refresh_completes_the_last_entry_from_its_commit_time():
+    first = costs.entry("full", 1_000_000, None, "first build", {"plan": 0.5})
+    meta = {"history": costs.extended(None, first), "committed_at_ms": 1_004_250}
+    assert meta["history"][-1]["seconds"] is None  # unknown when it committed
+    history = costs.completed(meta)
+    assert history[-1]["seconds"] == 4.25 and history[-1]["reason"] == "first build"
+    # A skewed clock gives no length rather than a wrong one.
+    assert costs.completed({"history": [first], "committed_at_ms": 999_000})[-1]["seconds"] is None
+
+
+def test_history_keeps_the_newest_entries():
+    meta = None
+    for i in range(costs.HISTORY_KEEP + 5):
+        history = costs.extended(meta, costs.entry("differential", i * 1000, i, None, {}))
+        meta = {"history": history, "committed_at_ms": i * 1000 + 10}
+    assert len(meta["history"]) == costs.HISTORY_KEEP
+    assert meta["history"][-1]["change_rows"] == costs.HISTORY_KEEP + 4
+    assert all(e["seconds"] == 0.01 for e in meta["history"][:-1])
+
+
+def test_full_when_comparable_differential_refreshes_were_slower_than_full_ones():
+    history = [_e("full", 2.0), _e("differential", 6.0, 900), _e("differential", 6.2, 1100)]
+    reason = auto.history_reason(history, 1000)
+    assert reason is not None
+    assert "the last 2 differential refreshes of 1,100 or fewer change rows took 6.1 s (median)" in reason
+    assert "a full refresh 2.0 s" in reason
+
+
+def test_no_full_without_both_kinds_of_history_or_within_ten_percent():
+    assert auto.history_reason([], 10) is None
+    assert auto.history_reason([_e("full", 2.0)], 10) is None
+    assert auto.history_reason([_e("differential", 9.0, 10)], 10) is None
+    assert auto.history_reason([_e("full", 2.0), _e("differential", 2.2, 10)], 10) is None
+    # an entry whose length is unknown (the newest, before the next refresh) does not count
+    assert auto.history_reason([_e("full", 2.0), _e("differential", None, 10)], 10) is None
+
+
+def test_a_larger_past_change_says_nothing_about_a_smaller_one():
+    history = [_e("full", 2.0), _e("differential", 30.0, 50_000)]
+    assert auto.history_reason(history, 1_000) is None
+    assert auto.history_reason(history, 40_000) is not None  # comparable: at most 2x + 100 larger
+
+
+def test_a_differential_refresh_is_tried_again_after_many_full_ones():
+    history = [_e("full", 2.0), _e("differential", 6.0, 10)] + [_e("full", 2.0)] * (auto.PROBE_AFTER_FULL - 1)
+    assert auto.history_reason(history, 10) is not None
+    assert auto.history_reason(history + [_e("full", 2.0)], 10) is None
+
+
+def test_only_auto_with_the_config_on_learns():
+    history = [_e("full", 1.0), _e("differential", 5.0, 10)]
+    with pytest.raises(FullIsCheaper):
+        auto.check_history(RefreshRequest("m", "s", "t", "select 1"), history, 10)
+    auto.check_history(RefreshRequest("m", "s", "t", "select 1", refresh_mode="differential"), history, 10)
+    auto.check_history(RefreshRequest("m", "s", "t", "select 1", auto_from_history=False), history, 10)
