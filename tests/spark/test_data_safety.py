@@ -140,6 +140,30 @@ def test_a_fresh_process_alters_its_own_view_at_once_and_refuses_a_table_put_in_
     assert [tuple(r) for r in env.spark.table(stream.view).collect()] == [(7,)]
 
 
+def test_a_metastore_restored_from_a_backup_is_published_again_not_trusted(env):
+    """The markers live in storage, the views in the metastore: a metastore restored from a
+    backup holds the views of an older refresh while the markers say the newest is published.
+    A refresh with nothing to do checks the views' texts against the markers and publishes
+    the stream table's and the source's views again (failed before: skipped, old rows shown)."""
+    env.source("t1", ROWS)
+    stream = env.stream("restored", AGG)
+    stream.refresh(expect="full")
+    catalog = catalog_views.Catalog(as_connection(env.spark))
+    backup = {v: catalog.view_text(*v.split(".")) for v in (stream.view, f"{env.src}.t1")}
+    assert all(backup.values()), backup
+    env.apply([S.Insert("t1", [S.row(70, k=1, v=9), S.row(71, k=2, v=5)]), S.DeleteRows("t1", [0])])
+    stream.refresh(expect="differential")
+    stream.check()
+    conn = as_connection(env.spark)
+    for view, text in backup.items():  # the restore: the views' texts of the first build
+        env.spark.sql(f"ALTER VIEW {view} AS {text}")
+    catalog_views.forget(conn)  # a new dbt process after the restore
+    result = stream.refresh(expect="differential")
+    assert result.skipped and result.rows_changed == 0  # nothing to commit, only the views
+    stream.check()
+    assert env.spark.table(f"{env.src}.t1").count() == len(ROWS) + 1  # the source's view too
+
+
 # --- 2. a column's type changed in place ---------------------------------------------------------
 
 

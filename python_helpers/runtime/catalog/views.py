@@ -120,6 +120,18 @@ class Catalog:
         except Exception:  # noqa: BLE001
             return False
 
+    def view_text(self, schema: str, name: str) -> Optional[str]:
+        """The SQL text of the view `schema.name` as the catalog holds it; None when there is no
+        view of that name."""
+        try:
+            rows = self.conn.rows(f"DESCRIBE TABLE EXTENDED {quote(schema, name)}")
+        except Exception:  # noqa: BLE001 - no such object (or schema)
+            return None
+        for row in rows:
+            if row and str(row[0]).strip() == "View Text":
+                return str(row[1])
+        return None
+
     def role(self, schema: str, name: str) -> tuple[bool, Optional[str]]:
         """(exists, the role this project gave it or None when it is not ours).
 

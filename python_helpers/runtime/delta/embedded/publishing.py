@@ -85,6 +85,19 @@ def _log_string(value) -> str:
     return str(value)
 
 
+def _shows(conn: Connection, schema: str, name: str, marker: dict) -> bool:
+    """Does the catalog's view `schema.name` read the generation the marker names? The marker
+    lives in storage and the view in the metastore: a metastore restored from a backup holds
+    older view texts than the markers say, over generations that may be pruned since."""
+    if catalog_views.known(conn, schema, name):
+        return True  # this process published it (and would have forgotten it on a failure)
+    text = Catalog(conn).view_text(schema, name)
+    if text is None:
+        return False
+    generation = marker.get("generation")
+    return generation is None or generation in text
+
+
 def stream_table_marker(spark, target: str) -> Optional[dict]:
     return published_files.read_marker(
         published_files.stream_root(target), catalog_views.catalog_key(as_connection(spark))
@@ -118,7 +131,7 @@ def _publish_stream_table(conn, schema, name, model, target, view_sql, take_over
     root = published_files.stream_root(target)
     catalog = catalog_views.catalog_key(conn)
     marker = published_files.read_marker(root, catalog)
-    if _newer(marker, table_id, version + 1):
+    if marker is not None and _newer(marker, table_id, version + 1) and _shows(conn, schema, name, marker):
         return  # a later refresh published a newer version already
     files = delta_tables.file_paths(stored, target)
     gen = published_files.link_generation(root, table_id, version, files) if files else None
@@ -170,9 +183,7 @@ def publish_source(
 def _publish_source(conn, relation, schema, name, root, catalog, src, model, log, retention_seconds) -> None:
     marker = published_files.read_marker(root, catalog)
     state = src.state
-    if _newer(marker, state.table_id, state.version) and (
-        catalog_views.known(conn, schema, name) or Catalog(conn).exists(schema, name)
-    ):
+    if marker is not None and _newer(marker, state.table_id, state.version) and _shows(conn, schema, name, marker):
         return  # shown already, or a newer version is: a source view never moves back
     table = delta_tables.table_at(src.path, state.version)
     files, partitions = _version_files(table, src.path)
@@ -252,9 +263,9 @@ def up_to_date(conn: Connection, request, plan, target: str) -> bool:
     stored = delta_tables.open_table(target)
     if stored is None:
         return False
-    if not _newer(stream_table_marker(conn, target), str(stored.metadata().id), stored.version()):
+    own = stream_table_marker(conn, target)
+    if own is None or not _newer(own, str(stored.metadata().id), stored.version()):
         return False
-    catalog = Catalog(conn)
     key = catalog_views.catalog_key(conn)
     for relation, src in plan.pinned.items():
         if is_stored_table(relation):
@@ -263,10 +274,10 @@ def up_to_date(conn: Connection, request, plan, target: str) -> bool:
         marker = published_files.read_marker(published_files.source_root(source_schema_dir(conn, relation), name), key)
         if marker is None or not _newer(marker, src.state.table_id, src.state.version):
             return False
-        if not marker.get("skipped") and not catalog.exists(schema, name):
+        if not marker.get("skipped") and not _shows(conn, schema, name, marker):
             catalog_views.forget(conn)
             return False
-    if not catalog.exists(request.schema, request.identifier):
+    if not _shows(conn, request.schema, request.identifier, own):
         catalog_views.forget(conn)
         return False
     # Column descriptions changed (or were never published): publish the view again.
