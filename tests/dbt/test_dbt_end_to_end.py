@@ -196,6 +196,47 @@ def test_stream_table_status_lists_each_stream_table_and_how_far_its_sources_mov
     assert all(r["seconds"] is not None and r["seconds"] > 0 for r in recent), recent
 
 
+def test_refresh_history_is_a_table_with_a_row_per_refresh_and_the_reason_of_each_full_one(project, spark):
+    """By the time this test runs every stream table was built and refreshed: the history has
+    the first build, the differential refreshes, and larger_orders' fallbacks with their reason."""
+    shop_data.mutate(61)
+    project.run()
+    result = project.dbt("run-operation", "stream_table_refresh_history")
+    assert result.success, result.exception
+    rows = [
+        r.asDict()
+        for r in spark.sql(
+            "SELECT * FROM analytics.stream_table_refresh_history ORDER BY stream_table, storage_version"
+        ).collect()
+    ]
+    by: dict = {}
+    for r in rows:
+        by.setdefault(r["stream_table"], []).append(r)
+    assert set(STREAM_TABLES) <= set(by), sorted(by)
+    totals = by["customer_totals"]
+    assert totals[0]["mode"] == "full" and totals[0]["reason"] == "first build", totals[0]
+    assert totals[0]["source_versions_from"] is None and "shop.orders" in totals[0]["source_versions_to"]
+    last = totals[-1]
+    assert last["mode"] == "differential" and last["change_rows"] > 0 and last["seconds"] > 0, last
+    assert json.loads(last["source_versions_from"]) == json.loads(totals[-2]["source_versions_to"]), totals[-2:]
+    assert last["started_at"] < last["committed_at"] and "plan" in json.loads(last["phases"]), last
+    fallbacks = [r for r in by["larger_orders"] if r["mode"] == "full"]
+    assert len(fallbacks) >= 2 and all("not differentiable" in r["reason"] for r in fallbacks), fallbacks
+    # The two questions docs/dbt-usage.md answers with it run as written there.
+    spark.sql(
+        "SELECT stream_table, reason, count(*) FROM analytics.stream_table_refresh_history WHERE mode = 'full' "
+        "AND committed_at > current_timestamp() - INTERVAL 7 DAYS GROUP BY stream_table, reason"
+    ).collect()
+    p95 = spark.sql(
+        "SELECT stream_table, percentile(seconds, 0.95) AS p95 FROM analytics.stream_table_refresh_history "
+        "GROUP BY stream_table"
+    ).collect()
+    assert len(p95) == len(by) and all(r["p95"] is not None and r["p95"] > 0 for r in p95), p95
+    # Written again, it holds the same rows (replaced, not appended).
+    assert project.dbt("run-operation", "stream_table_refresh_history").success
+    assert spark.sql("SELECT count(*) FROM analytics.stream_table_refresh_history").collect()[0][0] == len(rows)
+
+
 def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(project):
     result = project.dbt("run", "--select", "larger_orders_strict", "--vars", "{include_failing_models: true}")
     assert not result.success

@@ -69,3 +69,45 @@ def test_only_auto_with_the_config_on_learns():
         auto.check_history(RefreshRequest("m", "s", "t", "select 1"), history, 10)
     auto.check_history(RefreshRequest("m", "s", "t", "select 1", refresh_mode="differential"), history, 10)
     auto.check_history(RefreshRequest("m", "s", "t", "select 1", auto_from_history=False), history, 10)
+
+
+def test_history_rows_one_per_refresh_commit_with_its_versions_and_length():
+    from python_helpers.runtime.delta import metadata
+    from python_helpers.runtime.history import refresh_rows
+
+    build = costs.entry("full", 1_000, None, "first build", {"plan": 0.2})
+    refresh = costs.entry("differential", 10_000, 42, None, {"plan": 0.1, "changes": 0.3})
+    commits = metadata.refresh_commits(
+        [
+            (
+                2,
+                12_500,
+                "MERGE",
+                metadata.encode(
+                    {
+                        "mode": "differential",
+                        "model": "m",
+                        "offsets": {"s.t": {"version": 7}},
+                        "history": [build, refresh],
+                    }
+                ),
+            ),
+            (1, 5_000, "OPTIMIZE", None),
+            (
+                0,
+                3_000,
+                "WRITE",
+                metadata.encode({"mode": "full", "model": "m", "offsets": {"s.t": {"version": 3}}, "history": [build]}),
+            ),
+        ]
+    )
+    rows = refresh_rows("s", "t", commits)
+    assert [r["storage_version"] for r in rows] == [0, 2]
+    assert rows[0]["reason"] == "first build" and rows[0]["seconds"] == 2.0 and rows[0]["source_versions_from"] is None
+    assert rows[1]["mode"] == "differential" and rows[1]["seconds"] == 2.5 and rows[1]["change_rows"] == 42
+    assert rows[1]["source_versions_from"] == '{"s.t": 3}' and rows[1]["source_versions_to"] == '{"s.t": 7}'
+    # A commit made before the history existed still has its row, without a length.
+    old = refresh_rows(
+        "s", "t", metadata.refresh_commits([(0, 3_000, "WRITE", metadata.encode({"mode": "full", "offsets": {}}))])
+    )
+    assert old[0]["mode"] == "full" and old[0]["seconds"] is None and old[0]["started_at"] is None

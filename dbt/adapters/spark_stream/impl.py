@@ -324,6 +324,20 @@ class SparkStreamAdapter(SparkAdapter):
             json.dump({"schema": schema, "stream_tables": [s.as_dict() for s in statuses]}, handle, indent=2)
         return format_status(statuses, schema)
 
+    @available
+    def stream_table_refresh_history(self, schema: str) -> str:
+        """Write `<schema>.stream_table_refresh_history` (one row per refresh commit in the
+        stream tables' Delta logs) and say what it holds."""
+        from python_helpers.runtime.history import format_summary, write_history
+
+        spark = self._spark(f"stream_table_refresh_history({schema})")
+        engine = self.connections.get_thread_connection().credentials.engine
+        try:
+            rows = write_history(spark, schema, engine)
+        finally:
+            self._done(spark)
+        return format_summary(rows, schema)
+
     def _resolve_path(self, path: str) -> str:
         """A relative `delta_path` is relative to the dbt project, not to wherever dbt was started."""
         from python_helpers.runtime import paths

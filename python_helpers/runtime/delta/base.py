@@ -137,6 +137,11 @@ class DeltaEngine(Protocol):
     def bindings(self, pinned: dict, old_versions: dict, columns: dict, model: str) -> Bindings: ...
 
     # The stored result.
+    def refresh_commits(self, target: str) -> list:
+        """Every refresh commit still in the stored result's log, oldest first: its metadata with
+        `storage_version` and `committed_at_ms` (metadata.refresh_commits)."""
+        ...
+
     def read_metadata(self, target: str) -> Optional[dict]:
         """The newest refresh commit's metadata (storage.py's fields: offsets, fingerprint, ...),
         with `read_version` and `foreign_commits`; None when there is no stored result."""

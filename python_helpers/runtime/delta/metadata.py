@@ -64,3 +64,18 @@ def newest_refresh(commits: Iterable[tuple], read_version: int) -> Optional[dict
         if str(operation or "?").upper() not in ROWS_KEPT_BY:
             foreign.append({"version": version, "operation": str(operation or "?")})
     return None
+
+
+def refresh_commits(commits: Iterable[tuple]) -> list:
+    """From commits as (version, timestamp ms, operation, refresh metadata or None), in any
+    order: every refresh commit's metadata, oldest first, with `storage_version` and
+    `committed_at_ms` (the refresh history, runtime/history.py)."""
+    out = []
+    for version, timestamp, _operation, raw in commits:
+        if not raw:
+            continue
+        meta = json.loads(raw)
+        meta["storage_version"] = int(version)
+        meta["committed_at_ms"] = timestamp
+        out.append(meta)
+    return sorted(out, key=lambda m: m["storage_version"])

@@ -68,6 +68,9 @@ class EmbeddedDelta:
         return Bindings(self.conn, pinned, old_versions, columns, model)
 
     # The stored result.
+    def refresh_commits(self, target: str) -> list:
+        return storage.refresh_commits(target)
+
     def read_metadata(self, target: str) -> Optional[dict]:
         return storage.read_metadata(target)
 

@@ -44,6 +44,17 @@ def read_metadata(path: str) -> Optional[dict]:
     return None
 
 
+def refresh_commits(path: str) -> list:
+    """Every refresh commit in the log, oldest first (metadata.refresh_commits)."""
+    table = open_table(path)
+    if table is None:
+        return []
+    return metadata_format.refresh_commits(
+        (c.get("version", -1), c.get("timestamp"), c.get("operation"), c.get(metadata_format.METADATA_KEY))
+        for c in table.history()
+    )
+
+
 def _commit(metadata: dict, read_version: Optional[int]) -> CommitProperties:
     sequence = 0 if read_version is None else read_version + 1
     return CommitProperties(

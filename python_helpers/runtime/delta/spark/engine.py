@@ -52,6 +52,12 @@ class SparkDelta:
         self.conn = conn
         # DESCRIBE DETAIL / HISTORY answer with fixed columns: asked for once (a round trip each).
         self._names: dict[str, list] = {}
+        # Within one refresh (an engine lives as long as one): DESCRIBE DETAIL answers by location,
+        # reused where a stale answer cannot matter (fresh=True elsewhere), and the whole history
+        # of a source for commit digests (a commit at a version does not change within a log; a
+        # replaced log is what the digest detects from one refresh to the next).
+        self._details: dict[str, Optional[dict]] = {}
+        self._histories: dict[str, list] = {}
         self._newest: Optional[dict] = None  # the commit this refresh made (its metrics, version)
         self._wrote_full = False  # a full write may change the columns the views show
 
@@ -71,15 +77,20 @@ class SparkDelta:
     def source_location(self, relation: str, overrides: dict) -> str:
         return locations.source_path(self.conn, relation, overrides)
 
-    def _detail(self, location: str) -> Optional[dict]:
+    def _detail(self, location: str, fresh: bool = False) -> Optional[dict]:
+        """DESCRIBE DETAIL of the Delta table at `location` (None: not one); the answer this
+        refresh already had unless `fresh`."""
+        if not fresh and location in self._details:
+            return self._details[location]
         try:
             records = self._records("detail", delta_sql.detail(location))
         except Exception:  # noqa: BLE001 - not a Delta table (or nothing there)
-            return None
-        if not records:
-            return None
-        detail = records[0]
-        return detail if str(detail.get("format", "delta")).lower() == "delta" else None
+            records = []
+        detail = records[0] if records else None
+        if detail is not None and str(detail.get("format", "delta")).lower() != "delta":
+            detail = None
+        self._details[location] = detail
+        return detail
 
     def is_delta(self, location: str) -> bool:
         return self._detail(location) is not None
@@ -93,7 +104,9 @@ class SparkDelta:
         return self._records("history", delta_sql.history(location, limit))
 
     def table_state(self, location: str, version: Optional[int] = None) -> Optional[TableState]:
-        detail = self._detail(location)
+        # The newest version is pinned with a fresh answer (the table's id must be the one of the
+        # log the version comes from); a given version reuses it.
+        detail = self._detail(location, fresh=version is None)
         if detail is None:
             return None
         if version is None:
@@ -113,7 +126,9 @@ class SparkDelta:
         )
 
     def commit_digest(self, location: str, version: int) -> Optional[str]:
-        history = self._history(location, None)
+        history = self._histories.get(location) or []
+        if not any(int(c["version"]) == int(version) for c in history):
+            history = self._histories[location] = self._history(location, None)
         commit = next((c for c in history if int(c["version"]) == int(version)), None)
         if commit is None:
             return None
@@ -129,8 +144,16 @@ class SparkDelta:
         return SparkBindings(self.conn, pinned, old_versions, columns, model)
 
     # The stored result.
+    def refresh_commits(self, target: str) -> list:
+        if self._detail(target, fresh=True) is None:
+            return []
+        return metadata_format.refresh_commits(
+            (int(c["version"]), _millis(c.get("timestamp")), c.get("operation"), _ours(c.get("userMetadata")))
+            for c in self._history(target, None)
+        )
+
     def read_metadata(self, target: str) -> Optional[dict]:
-        if self._detail(target) is None:
+        if self._detail(target, fresh=True) is None:
             return None
         for limit in (32, None):  # the newest commits nearly always hold it
             history = self._history(target, limit)
@@ -154,7 +177,7 @@ class SparkDelta:
         return None
 
     def stored_version(self, target: str) -> Optional[int]:
-        if self._detail(target) is None:
+        if self._detail(target, fresh=True) is None:
             return None
         return int(self._history(target, 1)[0]["version"])
 
@@ -189,7 +212,7 @@ class SparkDelta:
     def write_full(
         self, target: str, sql: str, names: list, metadata: dict, read_version: Optional[int], phases: Any
     ) -> int:
-        if read_version is None and self._detail(target) is not None:
+        if read_version is None and self._detail(target, fresh=True) is not None:
             raise ConcurrentCommit("another refresh created the stored result meanwhile")
         with phases("write"):
             steps.reached("computed")
@@ -233,7 +256,7 @@ class SparkDelta:
             if len(history) < VACUUM_EVERY or any(str(c.get("operation", "")).startswith("VACUUM") for c in history):
                 return False
             steps.reached("vacuuming")
-            detail = self._detail(target) or {}
+            detail = self._detail(target, fresh=True) or {}
             if int(detail.get("numFiles") or 0) > COMPACT_AFTER_FILES:
                 self.conn.execute(f"OPTIMIZE {delta_sql.by_path(target)}")
             self.conn.set_conf(delta_sql.RETENTION_CHECK, "false")  # our own table, our retention

@@ -1,0 +1,148 @@
+"""The refresh history of a schema's stream tables, as a table users can query.
+
+Each refresh records itself in its own commit (runtime/refresh/costs.py: mode, reason, change
+rows, phase times, start; the offsets it consumed), so the history is the stored results' Delta
+logs: as long-lived as they are (Delta's log retention), and never a write that could fail a
+refresh. `dbt run-operation stream_table_refresh_history` reads those logs and replaces the rows
+of `<schema>.stream_table_refresh_history`, a parquet table any Spark reads, one row per refresh
+commit. A refresh that failed committed nothing and has no row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Optional
+
+import pyarrow as pa
+
+from python_helpers.runtime.catalog.views import ROLE_PROPERTY, Catalog, NameTaken, quote
+from python_helpers.runtime.connections.base import Connection, as_connection
+from python_helpers.runtime.delta.choose import delta_engine
+from python_helpers.runtime.refresh import costs
+
+TABLE = "stream_table_refresh_history"
+ROLE = "refresh_history"
+
+SCHEMA = pa.schema(
+    [
+        pa.field("schema_name", pa.string()),
+        pa.field("stream_table", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("storage_version", pa.int64()),
+        pa.field("started_at", pa.timestamp("us", tz="UTC")),
+        pa.field("committed_at", pa.timestamp("us", tz="UTC")),
+        pa.field("seconds", pa.float64()),  # from the refresh's start to its commit
+        pa.field("mode", pa.string()),
+        pa.field("reason", pa.string()),  # why full (none for a differential refresh)
+        pa.field("change_rows", pa.int64()),  # counted from the sources' Delta logs
+        pa.field("source_versions_from", pa.string()),  # JSON {source: version}
+        pa.field("source_versions_to", pa.string()),
+        pa.field("phases", pa.string()),  # JSON {phase: seconds} before the commit
+    ]
+)
+
+
+def _at(ms: Optional[int]) -> Optional[dt.datetime]:
+    return None if ms is None else dt.datetime.fromtimestamp(int(ms) / 1000, dt.timezone.utc)
+
+
+def refresh_rows(schema: str, name: str, commits: list) -> list:
+    """One row per refresh commit (oldest first) of the stream table `name`."""
+    rows = []
+    previous: dict = {}
+    for meta in commits:
+        entry = (meta.get("history") or [{}])[-1]  # a commit's newest entry is its own refresh's
+        own = costs.completed({"history": [entry], "committed_at_ms": meta.get("committed_at_ms")})[-1]
+        to = {r: int(o["version"]) for r, o in sorted((meta.get("offsets") or {}).items())}
+        rows.append(
+            {
+                "schema_name": schema,
+                "stream_table": name,
+                "model": meta.get("model"),
+                "storage_version": meta.get("storage_version"),
+                "started_at": _at(own.get("started_ms")),
+                "committed_at": _at(meta.get("committed_at_ms")),
+                "seconds": own.get("seconds"),
+                "mode": meta.get("mode"),
+                "reason": own.get("reason"),
+                "change_rows": own.get("change_rows"),
+                "source_versions_from": json.dumps({r: previous.get(r) for r in to}) if previous else None,
+                "source_versions_to": json.dumps(to),
+                "phases": json.dumps(own["phases"]) if own.get("phases") else None,
+            }
+        )
+        previous = to
+    return rows
+
+
+def schema_history(conn: Connection, schema: str, engine: str = "auto") -> list:
+    """Every refresh row of every stream table of `schema`."""
+    delta = delta_engine(conn, engine, f"stream_table_refresh_history({schema})")
+    rows: list = []
+    for name in delta.stream_tables(schema):
+        rows.extend(refresh_rows(schema, name, delta.refresh_commits(delta.stored_location(schema, name))))
+    return rows
+
+
+def write_history(spark, schema: str, engine: str = "auto") -> list:
+    """Replace the rows of `<schema>.stream_table_refresh_history` by the history in the logs,
+    and return them. `spark`: a SparkSession or a connection."""
+    conn = as_connection(spark)
+    rows = schema_history(conn, schema, engine)
+    catalog = Catalog(conn)
+    exists, role = catalog.role(schema, TABLE)
+    if exists and role != ROLE:
+        raise NameTaken(
+            f"stream_table_refresh_history({schema})",
+            f"{schema}.{TABLE} is a catalog object dbt-spark-stream did not create",
+            f"drop or rename {schema}.{TABLE}: the refresh history is written under that name",
+        )
+    columns = ", ".join(f"{quote(f.name)} {_spark_type(f.type)}" for f in SCHEMA)
+    if not exists:
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {quote(schema, TABLE)} ({columns}) USING parquet "
+            f"TBLPROPERTIES ('{ROLE_PROPERTY}' = '{ROLE}')"
+        )
+    view = f"__dvm_history_{uuid.uuid4().hex[:12]}"
+    conn.view_of_arrow(view, pa.Table.from_pylist(rows, schema=SCHEMA), one_partition=True)
+    try:
+        names = ", ".join(quote(f.name) for f in SCHEMA)
+        conn.execute(f"INSERT OVERWRITE TABLE {quote(schema, TABLE)} SELECT {names} FROM {view}")
+    finally:
+        conn.drop_view(view)
+    return rows
+
+
+def _spark_type(arrow: pa.DataType) -> str:
+    if pa.types.is_int64(arrow):
+        return "BIGINT"
+    if pa.types.is_float64(arrow):
+        return "DOUBLE"
+    if pa.types.is_timestamp(arrow):
+        return "TIMESTAMP"
+    return "STRING"
+
+
+def format_summary(rows: list, schema: str) -> str:
+    """Per stream table: refreshes, how many ran in full, the median and slowest length."""
+    if not rows:
+        return f"no refresh history in schema {schema}"
+    by: dict = {}
+    for r in rows:
+        by.setdefault(r["stream_table"], []).append(r)
+    lines = [f"{schema}.{TABLE}: {len(rows)} refreshes of {len(by)} stream tables"]
+    for name, rs in sorted(by.items()):
+        full = sum(1 for r in rs if r["mode"] == "full")
+        median = costs.median_seconds(rs)
+        slowest = max((r["seconds"] for r in rs if r["seconds"] is not None), default=None)
+        lines.append(
+            f"  {name}: {len(rs)} refreshes, {full} full"
+            + (
+                f", median {median:.1f} s, slowest {slowest:.1f} s"
+                if median is not None and slowest is not None
+                else ""
+            )
+        )
+    return "\n".join(lines)
