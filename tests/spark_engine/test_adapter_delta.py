@@ -72,3 +72,15 @@ class TestStreamTableSparkEngine(BaseStreamTable):
         assert info["engine"] == "spark", info
         rows = project.run_sql(f"DESCRIBE DETAIL {project.test_schema}.__dvm_stored__totals", fetch="all")
         assert rows and str(rows[0][0]).lower() == "delta", rows
+
+
+def test_dbt_over_connect_leaves_the_process_a_classic_spark_client(delta_server):
+    """dbt's `method: connect` in-process must not mark the whole process as a Spark Connect
+    client: the other tests of this pytest worker (and the subprocesses it starts) build classic
+    sessions, which failed after the suites above with CONNECT_URL_NOT_SET."""
+    import os
+
+    from dbt.adapters.spark_stream import spark_connect
+
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+    assert any(url == delta_server.remote for url in spark_connect._sessions), "no suite above connected"

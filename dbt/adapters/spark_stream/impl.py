@@ -309,12 +309,9 @@ class SparkStreamAdapter(SparkAdapter):
         moved since (Delta logs only: no Spark job). Also written to target/stream_table_status.json."""
         from python_helpers.runtime.status import format_status, schema_status
 
-        spark = self._spark(f"stream_table_status({schema})")
-        engine = self.connections.get_thread_connection().credentials.engine
-        try:
-            statuses = schema_status(spark, schema, engine)
-        finally:
-            self._done(spark)
+        statuses = self._on_schema(
+            f"stream_table_status({schema})", lambda spark, engine: schema_status(spark, schema, engine)
+        )
         target = os.path.join(
             getattr(self.config, "project_root", None) or os.getcwd(),
             getattr(self.config, "target_path", None) or "target",
@@ -330,13 +327,20 @@ class SparkStreamAdapter(SparkAdapter):
         stream tables' Delta logs) and say what it holds."""
         from python_helpers.runtime.history import format_summary, write_history
 
-        spark = self._spark(f"stream_table_refresh_history({schema})")
+        rows = self._on_schema(
+            f"stream_table_refresh_history({schema})", lambda spark, engine: write_history(spark, schema, engine)
+        )
+        return format_summary(rows, schema)
+
+    def _on_schema(self, what: str, call):
+        """`call(spark, engine)` with the thread's Spark and the profile's Delta engine, for an
+        operation over a schema's stream tables."""
+        spark = self._spark(what)
         engine = self.connections.get_thread_connection().credentials.engine
         try:
-            rows = write_history(spark, schema, engine)
+            return call(spark, engine)
         finally:
             self._done(spark)
-        return format_summary(rows, schema)
 
     def _resolve_path(self, path: str) -> str:
         """A relative `delta_path` is relative to the dbt project, not to wherever dbt was started."""

@@ -102,9 +102,12 @@ def connect_session(credentials):
             return session
         keys = "`host` (sc://host:port) and `port`" if credentials.method == "connect" else "`connect_url`"
         check_reachable(url, float(credentials.connect_timeout or 10), keys)
-        from pyspark.sql import SparkSession
-
         try:
+            # The Connect client's own builder: pyspark's classic builder would also mark the
+            # whole process as a Connect client (SPARK_CONNECT_MODE_ENABLED), and a classic
+            # session built later in it (dbt run in-process beside other Spark code) would fail.
+            from pyspark.sql.connect.session import SparkSession
+
             session = SparkSession.builder.remote(url).create()
         except ImportError as exc:
             raise FailedToConnectError(
