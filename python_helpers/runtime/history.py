@@ -21,6 +21,7 @@ from python_helpers.runtime.catalog.views import ROLE_PROPERTY, Catalog, NameTak
 from python_helpers.runtime.connections.base import Connection, as_connection
 from python_helpers.runtime.delta.choose import delta_engine
 from python_helpers.runtime.refresh import costs
+from python_helpers.runtime.spark_types import spark_type_strings
 
 TABLE = "stream_table_refresh_history"
 ROLE = "refresh_history"
@@ -99,8 +100,8 @@ def write_history(spark, schema: str, engine: str = "auto") -> list:
             f"{schema}.{TABLE} is a catalog object dbt-spark-stream did not create",
             f"drop or rename {schema}.{TABLE}: the refresh history is written under that name",
         )
-    columns = ", ".join(f"{quote(f.name)} {_spark_type(f.type)}" for f in SCHEMA)
     if not exists:
+        columns = ", ".join(f"{quote(name)} {type_}" for name, type_ in spark_type_strings(SCHEMA).items())
         conn.execute(
             f"CREATE TABLE IF NOT EXISTS {quote(schema, TABLE)} ({columns}) USING parquet "
             f"TBLPROPERTIES ('{ROLE_PROPERTY}' = '{ROLE}')"
@@ -113,16 +114,6 @@ def write_history(spark, schema: str, engine: str = "auto") -> list:
     finally:
         conn.drop_view(view)
     return rows
-
-
-def _spark_type(arrow: pa.DataType) -> str:
-    if pa.types.is_int64(arrow):
-        return "BIGINT"
-    if pa.types.is_float64(arrow):
-        return "DOUBLE"
-    if pa.types.is_timestamp(arrow):
-        return "TIMESTAMP"
-    return "STRING"
 
 
 def format_summary(rows: list, schema: str) -> str:
