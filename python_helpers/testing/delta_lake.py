@@ -39,3 +39,12 @@ def spark_conf() -> dict:
         # Small tables: Delta's log replay in a few partitions instead of 50.
         "spark.databricks.delta.snapshotPartitions": "2",
     }
+
+
+def server_conf() -> dict:
+    """The settings for a Spark server started with spark-submit (a Connect or Thrift server):
+    spark_conf() plus the jars on the driver's and executors' class path. A Thrift server runs
+    each statement on a thread whose class loader does not see what spark.jars added, and Delta's
+    optimizer rules then fail with NoClassDefFoundError."""
+    path = ":".join(jars())
+    return {**spark_conf(), "spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path}

@@ -1,6 +1,6 @@
 """Read what a `dbt run` of stream tables reported, from target/run_results.json.
 
-The spark_stream adapter puts `mode`, `rows_changed`, `seconds` and `reason` of every refresh
+The spark_stream adapter puts `mode`, `rows_changed`, `seconds`, `reason` and `engine` of every refresh
 into each result's `adapter_response`; other models (views, tests) have none of them.
 """
 
@@ -33,6 +33,7 @@ def refreshes(run_results: dict) -> dict:
             "seconds": response.get("seconds"),
             "reason": response.get("reason"),
             "counters": response.get("counters") or {},
+            "engine": response.get("engine"),
             "message": result.get("message") or "",
         }
     return out

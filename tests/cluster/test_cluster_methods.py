@@ -21,68 +21,17 @@ recomputed by the cluster, as a plain view, on the same source versions.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from python_helpers.testing import run_results
 from tests.support import rotation
-
-ROOT = Path(__file__).resolve().parents[2]
-PROJECT_SRC = ROOT / "integration_tests"
+from tests.support.cluster_project import FULL_ONLY, STREAM_TABLES, ClusterProject, assert_modes
 
 # One cluster for the module: its tests run in order on one pytest worker.
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
-
-STREAM_TABLES = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
-FULL_ONLY = {"larger_orders"}  # auto falls back to full (non-equality correlation)
-DBT = [sys.executable, "-c", "from dbt.cli.main import cli; cli()"]
-
-
-class ClusterProject:
-    def __init__(self, path: Path, env: dict):
-        self.path, self.env = path, env
-
-    def command(self, target: str, *args: str) -> list:
-        return [*DBT, *args, "--target", target, "--project-dir", str(self.path), "--profiles-dir", str(self.path)]
-
-    def dbt(self, target: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            self.command(target, *args),
-            env=env or self.env,
-            cwd=self.path,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-
-    def run(self, target: str, *args: str) -> dict:
-        done = self.dbt(target, "run", *args)
-        refreshes = run_results.refreshes(run_results.load(self.path))
-        failed = {m: r["message"] for m, r in refreshes.items() if r["status"] != "success"}
-        assert done.returncode == 0 and not failed, f"dbt run failed: {failed}\n{done.stdout[-4000:]}"
-        return refreshes
-
-    def test(self, target: str) -> None:
-        done = self.dbt(target, "test")
-        assert done.returncode == 0, f"dbt test failed:\n{done.stdout[-4000:]}"
-        results = run_results.load(self.path)["results"]
-        bad = [f"{r['unique_id']}: {r['status']} {r.get('message')}" for r in results if r["status"] != "pass"]
-        assert len(results) >= len(STREAM_TABLES) and not bad, bad
-
-    def shop_data(self, *args: str) -> None:
-        subprocess.run(
-            [sys.executable, str(self.path / "scripts" / "shop_data.py"), *args],
-            env=self.env,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
 
 
 # Every target talks to the same Spark application, so they share its catalog and warehouse:
@@ -115,33 +64,15 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def project(cluster, tmp_path_factory):
     work, server = cluster
-    path = tmp_path_factory.mktemp("dbt_cluster") / "integration_tests"
-    shutil.copytree(PROJECT_SRC, path, ignore=shutil.ignore_patterns("target", "logs", "__pycache__"))
-    env = {
-        **os.environ,
-        "DBT_SPARK_STREAM_WORK_DIR": str(work),
-        "DBT_SPARK_STREAM_CONNECT_URL": server.remote,
-        "DBT_SPARK_STREAM_THREADS": "4",
-        "DBT_SPARK_STREAM_ENGINE": "auto",
-        "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
-        "DBT_SPARK_STREAM_THRIFT_PORT": str(server.thrift_port or 0),
-    }
-    env.pop("SPARK_REMOTE", None)
-    proj = ClusterProject(path, env)
+    proj = ClusterProject.copied(tmp_path_factory.mktemp("dbt_cluster"), work, server, engine="auto")
     proj.shop_data("create", "--force")
     proj.first_run = proj.run(BUILD_TARGET)
     return proj
 
 
-def _assert_modes(refreshes: dict, expected: str) -> None:
-    assert sorted(refreshes) == STREAM_TABLES
-    for model, info in refreshes.items():
-        want = "full" if model in FULL_ONLY else expected
-        assert info["mode"] == want, f"{model}: {info['mode']} refresh, expected {want} ({info['message']})"
-
-
 def test_first_run_builds_every_stream_table(project):
-    _assert_modes(project.first_run, "full")
+    # no Delta Lake in this cluster's Spark: auto picks the embedded engine
+    assert_modes(project.first_run, "full", engine="embedded")
     project.test(BUILD_TARGET)
 
 
@@ -159,7 +90,7 @@ REFRESH_TARGETS = rotation.todays(TARGETS)
 def test_refresh_is_differential_and_equals_recompute(project, target, seed):
     project.shop_data("mutate", "--seed", f"{seed}{TARGETS.index(target)}")
     refreshes = project.run(target)
-    _assert_modes(refreshes, "differential")
+    assert_modes(refreshes, "differential")
     assert refreshes["customer_totals"]["rows_changed"] > 0
     project.test(target)
 

@@ -15,8 +15,12 @@ directories are removed when their view is dropped, and at close.
 
 from __future__ import annotations
 
+import datetime
+import json
+import re
 import time
 import uuid
+import zoneinfo
 from typing import Any, Callable, Optional
 
 import pyarrow as pa
@@ -34,6 +38,60 @@ SCRATCH_MAX_AGE_SECONDS = 24 * 3600
 # INITIALIZED (0), RUNNING (1) or PENDING (7); FINISHED is 2; ERROR (5) carries errorMessage.
 _PENDING = {0, 1, 7}
 _FINISHED = 2
+
+
+def set_statement(key: str, value: str) -> str:
+    """`SET key=value` for any value: backquoted, backquotes inside doubled (a `;` ends an
+    unquoted value, and refresh metadata holds reasons with semicolons)."""
+    return f"SET {key}=`{value.replace('`', '``')}`"
+
+
+def _zone(name: str) -> datetime.tzinfo:
+    """Spark's session time zone: a region id, or an offset such as +01:00 (timings only)."""
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        pass
+    text = name.upper().removeprefix("UTC").removeprefix("GMT")
+    if text[:1] in "+-" and len(text) > 1:
+        hours, _, minutes = text[1:].partition(":")
+        delta = datetime.timedelta(hours=int(hours), minutes=int(minutes or 0))
+        return datetime.timezone(-delta if text[0] == "-" else delta)
+    return datetime.timezone.utc
+
+
+def _decoded(value: Any, kind: str, zone: Optional[datetime.tzinfo]) -> Any:
+    """A value as a Spark session's collect() returns it: HiveServer2 sends maps, arrays and
+    structs as text, and timestamps as text in the session's time zone (collect() gives a naive
+    datetime in the dbt process's local time)."""
+    if not isinstance(value, str):
+        return value
+    if kind in ("MAP_TYPE", "ARRAY_TYPE", "STRUCT_TYPE"):
+        try:
+            return json.loads(value)
+        except ValueError:
+            if kind == "MAP_TYPE":
+                return _string_map(value)
+            raise
+    if kind == "TIMESTAMP_TYPE":
+        moment = datetime.datetime.fromisoformat(value).replace(tzinfo=zone or datetime.timezone.utc)
+        return moment.astimezone().replace(tzinfo=None)
+    return value
+
+
+# A key of a map<string,string> as HiveServer2 prints it: `"key":"`, at the start or after `",`.
+_MAP_KEY = re.compile(r'(?:^\{|",)"([^"]+)":"')
+
+
+def _string_map(text: str) -> dict:
+    """A map<string,string> from HiveServer2's text, which leaves quotes inside values unescaped
+    (Delta's history parameters hold SQL predicates): values run from one key to the next."""
+    keys = list(_MAP_KEY.finditer(text))
+    out = {}
+    for at, key in enumerate(keys):
+        end = keys[at + 1].start() if at + 1 < len(keys) else len(text) - 2  # the closing `"}`
+        out[key.group(1)] = text[key.end() : end]
+    return out
 
 
 def old_server_message(server_key: str, version: str) -> str:
@@ -121,6 +179,19 @@ class ThriftConnection:
             return [tuple(r) for r in cursor.fetchall()]
         finally:
             cursor.close()
+
+    def records(self, sql: str) -> list[dict]:
+        cursor = self._run(sql)
+        try:
+            # The result's own column names (DESCRIBE QUERY cannot wrap DESCRIBE DETAIL/HISTORY).
+            described = [(d[0], str(d[1] or "")) for d in cursor.description or []]
+            rows = cursor.fetchall()
+        finally:
+            cursor.close()
+        zone = None
+        if any(kind == "TIMESTAMP_TYPE" for _, kind in described) and rows:
+            zone = _zone(self.conf("spark.sql.session.timeZone") or "UTC")
+        return [{name: _decoded(value, kind, zone) for (name, kind), value in zip(described, r)} for r in rows]
 
     def arrow(self, sql: str, names: Optional[list[str]] = None) -> pa.Table:
         where = self._scratch_dir("result")
@@ -241,7 +312,7 @@ class ThriftConnection:
         if value is None:
             self.execute(f"RESET {key}")
         else:
-            self.execute(f"SET {key}={value}")
+            self.execute(set_statement(key, value))
 
     def explicit_confs(self) -> dict:
         return {str(k): str(v) for k, v, *_ in self.rows("SET")}

@@ -50,8 +50,6 @@ class SparkDelta:
 
     def __init__(self, conn: Connection):
         self.conn = conn
-        # DESCRIBE DETAIL / HISTORY answer with fixed columns: asked for once (a round trip each).
-        self._names: dict[str, list] = {}
         # Within one refresh (an engine lives as long as one): DESCRIBE DETAIL answers by location,
         # reused where a stale answer cannot matter (fresh=True elsewhere), and the whole history
         # of a source for commit digests (a commit at a version does not change within a log; a
@@ -60,12 +58,6 @@ class SparkDelta:
         self._histories: dict[str, list] = {}
         self._newest: Optional[dict] = None  # the commit this refresh made (its metrics, version)
         self._wrote_full = False  # a full write may change the columns the views show
-
-    def _records(self, kind: str, query: str) -> list[dict]:
-        rows = self.conn.rows(query)
-        if kind not in self._names:
-            self._names[kind] = [c.name for c in self.conn.output_columns(query)]
-        return [dict(zip(self._names[kind], r)) for r in rows]
 
     def close(self) -> None:
         self.conn.release()
@@ -83,7 +75,7 @@ class SparkDelta:
         if not fresh and location in self._details:
             return self._details[location]
         try:
-            records = self._records("detail", delta_sql.detail(location))
+            records = self.conn.records(delta_sql.detail(location))
         except Exception:  # noqa: BLE001 - not a Delta table (or nothing there)
             records = []
         detail = records[0] if records else None
@@ -101,7 +93,7 @@ class SparkDelta:
 
     # Sources.
     def _history(self, location: str, limit: Optional[int]) -> list[dict]:
-        return self._records("history", delta_sql.history(location, limit))
+        return self.conn.records(delta_sql.history(location, limit))
 
     def table_state(self, location: str, version: Optional[int] = None) -> Optional[TableState]:
         # The newest version is pinned with a fresh answer (the table's id must be the one of the
@@ -112,7 +104,10 @@ class SparkDelta:
         if version is None:
             version = int(self._history(location, 1)[0]["version"])
         columns = self.conn.output_columns(f"SELECT * FROM {delta_sql.at_version(location, version)}")
-        schema = pa.schema([pa.field(c.name, arrow_type(c.type), c.nullable) for c in columns])
+        # Every column nullable: a Thrift server cannot say which are NOT NULL (DESCRIBE QUERY has
+        # no nullability), and a plan that never assumes NOT NULL is right either way, whichever
+        # method the team's jobs refresh with.
+        schema = pa.schema([pa.field(c.name, arrow_type(c.type), True) for c in columns])
         properties = detail.get("properties") or {}
         return TableState(
             path=location,
@@ -132,8 +127,10 @@ class SparkDelta:
         commit = next((c for c in history if int(c["version"]) == int(version)), None)
         if commit is None:
             return None
-        what = [commit.get("timestamp"), commit.get("operation"), commit.get("operationParameters")]
-        return hashlib.md5(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+        # Scalars only, as every binding returns them alike (a Thrift server prints the parameter
+        # map as text): a digest must not change when the team's jobs use another method.
+        what = [_millis(commit.get("timestamp")), commit.get("operation"), commit.get("readVersion")]
+        return hashlib.md5(json.dumps(what, default=str).encode()).hexdigest()
 
     def row_count(self, location: str, version: int) -> Optional[int]:
         # Delta answers a bare count(*) from the log's statistics (no scan).
@@ -328,7 +325,7 @@ class SparkDelta:
 
     def _detail_of_name(self, schema: str, name: str) -> Optional[dict]:
         try:
-            records = self._records("detail", f"DESCRIBE DETAIL {quote(schema, name)}")
+            records = self.conn.records(f"DESCRIBE DETAIL {quote(schema, name)}")
         except Exception:  # noqa: BLE001 - not a Delta table
             return None
         return records[0] if records else None

@@ -1,0 +1,87 @@
+"""The example project (integration_tests) against a real local cluster: a copy of it whose dbt
+commands each run in a fresh process, as a scheduled job runs them (tests/cluster)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from python_helpers.testing import run_results
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT_SRC = ROOT / "integration_tests"
+STREAM_TABLES = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
+FULL_ONLY = {"larger_orders"}  # auto falls back to full (non-equality correlation)
+DBT = [sys.executable, "-c", "from dbt.cli.main import cli; cli()"]
+
+
+class ClusterProject:
+    def __init__(self, path: Path, env: dict):
+        self.path, self.env = path, env
+
+    @classmethod
+    def copied(cls, where: Path, work: Path, server, engine: str) -> "ClusterProject":
+        """A copy of the example project under `where`, its profile pointed at `server` (a
+        ConnectServer with thrift=True), its sources under `work`, the profile's `engine`."""
+        path = where / "integration_tests"
+        shutil.copytree(PROJECT_SRC, path, ignore=shutil.ignore_patterns("target", "logs", "__pycache__"))
+        env = {
+            **os.environ,
+            "DBT_SPARK_STREAM_WORK_DIR": str(work),
+            "DBT_SPARK_STREAM_CONNECT_URL": server.remote,
+            "DBT_SPARK_STREAM_THREADS": "4",
+            "DBT_SPARK_STREAM_ENGINE": engine,
+            "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+            "DBT_SPARK_STREAM_THRIFT_PORT": str(server.thrift_port or 0),
+        }
+        env.pop("SPARK_REMOTE", None)
+        return cls(path, env)
+
+    def command(self, target: str, *args: str) -> list:
+        return [*DBT, *args, "--target", target, "--project-dir", str(self.path), "--profiles-dir", str(self.path)]
+
+    def dbt(self, target: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.command(target, *args),
+            env=env or self.env,
+            cwd=self.path,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+
+    def run(self, target: str, *args: str) -> dict:
+        done = self.dbt(target, "run", *args)
+        refreshes = run_results.refreshes(run_results.load(self.path))
+        failed = {m: r["message"] for m, r in refreshes.items() if r["status"] != "success"}
+        assert done.returncode == 0 and not failed, f"dbt run failed: {failed}\n{done.stdout[-4000:]}"
+        return refreshes
+
+    def test(self, target: str) -> None:
+        done = self.dbt(target, "test")
+        assert done.returncode == 0, f"dbt test failed:\n{done.stdout[-4000:]}"
+        results = run_results.load(self.path)["results"]
+        bad = [f"{r['unique_id']}: {r['status']} {r.get('message')}" for r in results if r["status"] != "pass"]
+        assert len(results) >= len(STREAM_TABLES) and not bad, bad
+
+    def shop_data(self, *args: str) -> None:
+        subprocess.run(
+            [sys.executable, str(self.path / "scripts" / "shop_data.py"), *args],
+            env=self.env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+
+
+def assert_modes(refreshes: dict, expected: str, engine: str | None = None) -> None:
+    """Every stream table refreshed, in `expected` mode (FULL_ONLY ones in full), by `engine`."""
+    assert sorted(refreshes) == STREAM_TABLES
+    for model, info in refreshes.items():
+        want = "full" if model in FULL_ONLY else expected
+        assert info["mode"] == want, f"{model}: {info['mode']} refresh, expected {want} ({info['message']})"
+        if engine is not None:
+            assert info["engine"] == engine, f"{model}: refreshed by the {info['engine']} engine, not {engine}"
