@@ -94,3 +94,33 @@ def test_functions_are_classified_over_sql_where_there_is_no_jvm(spark, name, ex
     # What a Spark Connect or Thrift connection sees: DESCRIBE FUNCTION EXTENDED, asked of a
     # real session.
     assert classify_by_sql(as_connection(spark), name) == expected
+
+
+def _register_scale(spark, factor: int) -> None:
+    # Defined here, not at module level: registering it again is what a deploy of new code does.
+    def dvm_test_scale(x):
+        return None if x is None else x * factor
+
+    spark.udf.register("dvm_test_scale", udf(dvm_test_scale, "int"))
+
+
+def test_a_udf_whose_code_changed_in_a_deploy_rebuilds_the_stream_table(env, spark):
+    """The same UDF name registered again: with the same code the refresh stays differential;
+    with other code (a deploy) the next refresh is full, naming the function, and equals the
+    recompute under the new code."""
+    env.source("t1", INITIAL["t1"])
+    _register_scale(spark, 2)
+    stream = env.stream("udf_scaled", "SELECT id, dvm_test_scale(v) AS v2 FROM {src}.t1 WHERE v > 0")
+    stream.refresh(expect="full")
+    _register_scale(spark, 2)  # the same code again (a new process would do this)
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
+    stream.refresh(expect="differential")
+    stream.check()
+    _register_scale(spark, 3)  # the deploy
+    env.apply(SMOKE_BATCHES[1], only_existing=True)
+    result = stream.refresh(expect="full")
+    assert "user function dvm_test_scale()" in result.reason and "code" in result.reason, result.reason
+    stream.check()
+    env.apply(SMOKE_BATCHES[2], only_existing=True)
+    stream.refresh(expect="differential")
+    stream.check()

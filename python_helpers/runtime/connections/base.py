@@ -39,6 +39,8 @@ class FunctionKind:
     deterministic: bool
     pandas: bool = False  # a pandas UDAF: Spark computes it only beside other pandas UDAFs
     unclassified: bool = False  # over SQL alone a user function cannot be told apart
+    # a digest of a user function's code (connections/function_code.py); None for Spark's own
+    code: Optional[str] = None
 
 
 class Connection(Protocol):
@@ -57,6 +59,10 @@ class Connection(Protocol):
 
     def rows(self, sql: str) -> list[tuple]:
         """A (small) result's rows."""
+
+    def records(self, sql: str) -> list[dict]:
+        """A (small) result's rows by column name; also for statements no query can wrap
+        (`DESCRIBE DETAIL`, `DESCRIBE HISTORY`), whose columns `output_columns` cannot analyse."""
 
     def arrow(self, sql: str, names: Optional[list[str]] = None) -> pa.Table:
         """A result as an Arrow table, in the dbt process (its columns renamed to `names`,

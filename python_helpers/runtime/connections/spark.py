@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
+from python_helpers.runtime.connections import function_code
 from python_helpers.runtime.connections.base import FunctionKind, OutputColumn
 
 # (session, cache key, columns) -> DataFrame. A version of a Delta table never changes, so its
@@ -73,6 +74,10 @@ class SparkConnection:
 
     def rows(self, sql: str) -> list[tuple]:
         return [tuple(r) for r in self.spark.sql(sql).collect()]
+
+    def records(self, sql: str) -> list[dict]:
+        # Rows carry their names: no second round trip for the schema over Connect.
+        return [r.asDict() for r in self.spark.sql(sql).collect()]
 
     def arrow(self, sql: str, names: Optional[list[str]] = None) -> pa.Table:
         frame = self.spark.sql(sql)
@@ -252,17 +257,43 @@ def _classify_in_jvm(spark, jvm, name: str, arity: int) -> Optional[FunctionKind
             aggregate=_is_aggregate_class(jvm, cls),
             deterministic=bool(built.deterministic()),
             pandas=cls.endswith(".PythonUDAF"),
+            code=_built_code(jvm, built, cls),
         )
     except Exception:  # noqa: BLE001 - not buildable over untyped NULLs (Hive), or not in the registry
         pass
     try:
         info = spark._jsparkSession.sessionState().catalog().lookupFunctionInfo(ident)
+        class_name = info.getClassName()
+        user = None if class_name.startswith(_SPARK_OWN) else function_code.jvm_class_by_name(jvm, class_name)
         return FunctionKind(
-            aggregate=_is_aggregate_class(jvm, info.getClassName()),
-            deterministic=_hive_deterministic(jvm, info.getClassName()),
+            aggregate=_is_aggregate_class(jvm, class_name),
+            deterministic=_hive_deterministic(jvm, class_name),
+            code=function_code.jvm_class_digest(jvm, user) if user is not None else None,
         )
     except Exception:  # noqa: BLE001 - Spark does not know it: its analysis reports that later
         return None
+
+
+# Spark's own function classes: their code is Spark's version (recorded with every refresh).
+_SPARK_OWN = ("org.apache.spark.sql.catalyst.expressions.", "org.apache.spark.sql.catalyst.")
+
+
+def _built_code(jvm, built, cls: str) -> Optional[str]:
+    """The code digest of a built user function call; None for Spark's built-in functions."""
+    try:
+        if cls.endswith((".PythonUDF", ".PythonUDAF")):
+            return function_code.python_digest(bytes(built.func().command().unsafeArray()))
+        if cls.endswith(".ScalaUDF"):
+            return function_code.jvm_class_digest(jvm, built.function().getClass())
+        if cls.endswith((".ScalaUDAF", ".ScalaAggregator")):
+            inner = built.udaf() if cls.endswith(".ScalaUDAF") else built.agg()
+            return function_code.jvm_class_digest(jvm, inner.getClass())
+        if cls.startswith("org.apache.spark.sql.hive.Hive"):  # a Hive UDF/UDTF/UDAF wrapper
+            user = function_code.jvm_class_by_name(jvm, str(built.funcWrapper().functionClassName()))
+            return function_code.jvm_class_digest(jvm, user) if user is not None else None
+    except Exception:  # noqa: BLE001 - a digest we cannot take is recorded as unknown
+        return "unknown"
+    return None
 
 
 def _hive_deterministic(jvm, class_name: str) -> bool:

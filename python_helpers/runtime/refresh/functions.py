@@ -54,12 +54,16 @@ def classify_by_sql(conn: Connection, name: str) -> Optional[FunctionKind]:
     return FunctionKind(aggregate=False, deterministic=False, unclassified=True)
 
 
-def mark_user_functions(conn: Connection, model: str, query: exp.Expr) -> tuple[exp.Expr, Optional[UnsupportedSql]]:
-    """The query with user-defined aggregate calls marked as aggregates, and the reason it is not
-    differentiable if it calls a non-deterministic function."""
+def mark_user_functions(
+    conn: Connection, model: str, query: exp.Expr
+) -> tuple[exp.Expr, Optional[UnsupportedSql], dict]:
+    """The query with user-defined aggregate calls marked as aggregates, the reason it is not
+    differentiable if it calls a non-deterministic function, and {function name: digest of its
+    code} of the user functions it calls (where the connection can tell: `method: session`)."""
     query = query.copy()
     cache: dict = {}
     problem = None
+    codes: dict = {}
     for node in list(query.find_all(exp.Anonymous)):
         name = str(node.this).lower()
         parent = node.parent
@@ -74,7 +78,15 @@ def mark_user_functions(conn: Connection, model: str, query: exp.Expr) -> tuple[
         kind = cache[key]
         if kind is None:
             continue
-        if kind.unclassified and problem is None:
+        if kind.code is not None:
+            codes[name] = kind.code
+        if kind.code == "unknown" and problem is None:
+            problem = UnsupportedSql(
+                model,
+                f"user function {name}(): its code cannot be fingerprinted, so a change to it in a deploy "
+                "could not be seen",
+            )
+        elif kind.unclassified and problem is None:
             problem = UnsupportedSql(
                 model,
                 f"user function {name}(): over this connection Spark does not say "
@@ -96,4 +108,4 @@ def mark_user_functions(conn: Connection, model: str, query: exp.Expr) -> tuple[
             )
         elif kind.aggregate:
             node.replace(exp.AnonymousAggFunc(this=node.this, expressions=[e.copy() for e in node.expressions]))
-    return query, problem
+    return query, problem, codes

@@ -7,7 +7,7 @@ differentiable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from sqlglot import exp
@@ -35,6 +35,7 @@ class Plan:
     columns: dict  # relation -> source columns read
     top_k: Optional[TopK] = None  # when the query ends in ORDER BY ... LIMIT
     definition: str = ""  # the SQL the stored result is defined by (views inlined): fingerprinted
+    function_code: dict = field(default_factory=dict)  # user function -> digest of its code
 
 
 def plan_request(delta: DeltaEngine, request: RefreshRequest) -> Plan:
@@ -47,8 +48,9 @@ def plan_request(delta: DeltaEngine, request: RefreshRequest) -> Plan:
     pinned = pin_sources(
         delta, model, relations, {**overrides, **inlined.overrides}, inlined.versions, inlined.pinned_by
     )
-    query, volatile = functions.mark_user_functions(delta.conn, model, inlined.query)
+    query, volatile, codes = functions.mark_user_functions(delta.conn, model, inlined.query)
     plan = _plan(model, query, pinned, inlined.unsupported or volatile, inlined.weights)
+    plan.function_code = codes
     plan.definition = (
         request.sql if not inlined.views else f"{request.sql}\n-- views inlined:\n{inlined.query.sql(DIALECT)}"
     )

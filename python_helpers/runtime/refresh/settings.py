@@ -66,6 +66,18 @@ def result_settings(conn: Connection) -> dict:
     return out
 
 
+# A user function's code digest, recorded beside the settings: a deploy that changes it changes
+# what the stream table's query returns (connections/function_code.py).
+FUNCTION_PREFIX = "function "
+
+
+def recorded_settings(conn: Connection, function_code: dict) -> dict:
+    """What a refresh records and compares with the last one: the result settings, and the code
+    digest of each user function the query calls."""
+    codes = {FUNCTION_PREFIX + name: digest for name, digest in sorted(function_code.items())}
+    return {**result_settings(conn), **codes}
+
+
 def changed_setting(old: Optional[dict], new: dict) -> Optional[str]:
     """A sentence naming the first setting that differs, or None (None when `old` is unknown)."""
     if old is None:
@@ -77,6 +89,19 @@ def changed_setting(old: Optional[dict], new: dict) -> Optional[str]:
         if old.get(key) != new.get(key):
             before = old.get(key, "unset")
             after = new.get(key, "unset")
+            if key.startswith(FUNCTION_PREFIX):
+                name = key[len(FUNCTION_PREFIX) :]
+                if key not in old:
+                    return (
+                        f"the code of user function {name}() was not recorded by the last refresh, so a "
+                        "change to it cannot be ruled out"
+                    )
+                if key not in new:
+                    return f"the query no longer calls user function {name}() as the last refresh recorded it"
+                return (
+                    f"the code of user function {name}() changed since the last refresh, and the stored "
+                    "result was computed by the old code"
+                )
             if key == SPARK_VERSION:
                 return (
                     f"Spark's version changed from {before} to {after} since the last refresh, and the "
