@@ -41,6 +41,7 @@ SCHEMA = pa.schema(
         pa.field("source_versions_from", pa.string()),  # JSON {source: version}
         pa.field("source_versions_to", pa.string()),
         pa.field("phases", pa.string()),  # JSON {phase: seconds} before the commit
+        pa.field("dbt_invocation_id", pa.string()),  # the dbt run's invocation_id (run_results.json)
     ]
 )
 
@@ -72,6 +73,7 @@ def refresh_rows(schema: str, name: str, commits: list) -> list:
                 "source_versions_from": json.dumps({r: previous.get(r) for r in to}) if previous else None,
                 "source_versions_to": json.dumps(to),
                 "phases": json.dumps(own["phases"]) if own.get("phases") else None,
+                "dbt_invocation_id": own.get("invocation_id"),
             }
         )
         previous = to
@@ -100,6 +102,11 @@ def write_history(spark, schema: str, engine: str = "auto") -> list:
             f"{schema}.{TABLE} is a catalog object dbt-spark-stream did not create",
             f"drop or rename {schema}.{TABLE}: the refresh history is written under that name",
         )
+    if exists and [c.name for c in conn.output_columns(f"SELECT * FROM {quote(schema, TABLE)}")] != SCHEMA.names:
+        # Ours, written by an older version with other columns: its rows are derived from the
+        # logs, so it is made again with today's columns.
+        conn.execute(f"DROP TABLE {quote(schema, TABLE)}")
+        exists = False
     if not exists:
         columns = ", ".join(f"{quote(name)} {type_}" for name, type_ in spark_type_strings(SCHEMA).items())
         conn.execute(

@@ -201,6 +201,7 @@ def test_refresh_history_is_a_table_with_a_row_per_refresh_and_the_reason_of_eac
     the first build, the differential refreshes, and larger_orders' fallbacks with their reason."""
     shop_data.mutate(61)
     project.run()
+    invocation = run_results.load(project.path)["metadata"]["invocation_id"]
     result = project.dbt("run-operation", "stream_table_refresh_history")
     assert result.success, result.exception
     rows = [
@@ -220,6 +221,7 @@ def test_refresh_history_is_a_table_with_a_row_per_refresh_and_the_reason_of_eac
     assert last["mode"] == "differential" and last["change_rows"] > 0 and last["seconds"] > 0, last
     assert json.loads(last["source_versions_from"]) == json.loads(totals[-2]["source_versions_to"]), totals[-2:]
     assert last["started_at"] < last["committed_at"] and "plan" in json.loads(last["phases"]), last
+    assert last["dbt_invocation_id"] == invocation, last  # the dbt run that refreshed it
     fallbacks = [r for r in by["larger_orders"] if r["mode"] == "full"]
     assert len(fallbacks) >= 2 and all("not differentiable" in r["reason"] for r in fallbacks), fallbacks
     # The two questions docs/dbt-usage.md answers with it run as written there.

@@ -249,6 +249,7 @@ class SparkStreamAdapter(SparkAdapter):
             # a view before, say) becomes the stream table's view, as dbt's own materializations
             # replace a relation of the model.
             take_over_relation=True,
+            invocation_id=_invocation_id(),
         )
         # Unset configs keep the engine's defaults; set ones are validated by the conn.
         if auto_full_threshold is not None:
@@ -383,3 +384,13 @@ def _engine_log(level: str, text: str) -> None:
         logger.info(text)
     else:
         logger.debug(text)
+
+
+def _invocation_id() -> Optional[str]:
+    """dbt's id of the running invocation (run_results.json's `invocation_id`)."""
+    try:
+        from dbt_common.invocation import get_invocation_id
+
+        return str(get_invocation_id())
+    except Exception:  # noqa: BLE001 - outside dbt, or an older dbt: not recorded
+        return None

@@ -80,6 +80,7 @@ class Attempt:
                     self.change_rows if mode == "differential" else None,
                     self.full_reason if mode == "full" else None,
                     self.phases.seconds,
+                    self.request.invocation_id,
                 ),
             ),
         }

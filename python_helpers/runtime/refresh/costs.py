@@ -20,9 +20,16 @@ HISTORY_KEEP = 12
 _LONGEST_SECONDS = 7 * 24 * 3600.0  # longer than a week: a clock went wrong, the length is unknown
 
 
-def entry(mode: str, started_ms: int, change_rows: Optional[int], reason: Optional[str], phases: dict) -> dict:
+def entry(
+    mode: str,
+    started_ms: int,
+    change_rows: Optional[int],
+    reason: Optional[str],
+    phases: dict,
+    invocation_id: Optional[str] = None,
+) -> dict:
     """This refresh's entry, as its commit records it (`seconds` completed by the next refresh)."""
-    return {
+    out = {
         "mode": mode,
         "reason": (reason or "")[:200] or None,
         "change_rows": change_rows,
@@ -30,6 +37,9 @@ def entry(mode: str, started_ms: int, change_rows: Optional[int], reason: Option
         "seconds": None,
         "phases": {k: round(float(v), 3) for k, v in phases.items()},
     }
+    if invocation_id:
+        out["invocation_id"] = str(invocation_id)
+    return out
 
 
 def completed(meta: Optional[dict]) -> list:

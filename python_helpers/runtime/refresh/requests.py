@@ -44,6 +44,8 @@ class RefreshRequest:
     # `auto` refreshes in full when the model's own recent differential refreshes of a change this
     # size took longer than its recent full refreshes (runtime/refresh/auto.py). False: never.
     auto_from_history: bool = True
+    # The dbt invocation that runs the refresh (recorded in its history entry), when dbt runs it.
+    invocation_id: Optional[str] = None
     # Recompute in full after this many differential refreshes when the result holds algebraic
     # aggregates over floating point (SUM/AVG/VAR of DOUBLE), so rounding drift cannot pile up.
     # 0 (the default) never does.
