@@ -34,6 +34,17 @@ INSIDE = {"merging": 0.02, "vacuuming": 0.01}
 # Points also killed with Spark in the killed process (a JVM each): a MERGE in flight and a full
 # result computed but not yet written.
 SESSION_POINTS = [("refresh", "merging+0.02"), ("full", "computed")]
+# Kill points in the second and the last model of a run (the worker refreshes totals, joined,
+# rows in that order), after the models before them committed and published: the repairing run
+# must redo only what died, and leave offsets, views and source views right for every model.
+LATER_MODELS = [
+    ("refresh", "merging+0.02@model.drill.joined"),
+    ("refresh", "committed@model.drill.joined"),
+    ("full", "computed@model.drill.joined"),
+    ("refresh", "published@model.drill.rows"),
+    ("refresh", "merging+0.02@model.drill.rows"),
+    ("full", "committed@model.drill.rows"),
+]
 # Refresh rounds per process in the race drill (CI runs fewer).
 RACE_ROUNDS = int(os.environ.get("DVM_DRILL_RACE_ROUNDS", "8"))
 
@@ -115,7 +126,7 @@ def test_a_refresh_killed_at_every_step_loses_nothing(server, tmp_path):
         (mode, point)
         for mode, steps in (("refresh", differential), ("full", full_only))
         for point in _kill_points(steps)
-    ]
+    ] + LATER_MODELS
     chosen = [(mode, point, False) for mode, point in rotation.todays(plan)]
     in_session = rotation.todays(SESSION_POINTS)
     chosen += [(mode, point, True) for mode, point in in_session]
@@ -142,7 +153,8 @@ def test_a_refresh_killed_at_every_step_loses_nothing(server, tmp_path):
     died = [k for k in killed if k[3]]
     print(
         f"\nkill drill: {len(died)} of {len(killed)} kill points hit a live refresh; "
-        f"{checks + 1} checks after them, every one equal to the recompute"
+        f"{checks + 1} checks after them, every one equal to the recompute, offsets caught up, "
+        f"{results[-1]['source_views']} source views at the sources' newest versions"
     )
     assert len(died) >= len(killed) - 2, killed  # "+delay" points may land after the step's work ended
 

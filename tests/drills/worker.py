@@ -16,8 +16,9 @@ Actions, run in order in one process:
     change:<seed>    apply one random change batch to the sources (inserts, updates, deletes)
     refresh          refresh every drill stream table (DBT_SPARK_STREAM_KILL_AT may kill here)
     full             the same with --full-refresh
-    kill:<step>      arm the kill for the next refresh (steps.KILL_AT)
-    check            refresh, then compare every stream table with its recompute (the oracle)
+    kill:<step>      arm the kill for the next refresh (steps.KILL_AT: <step>[+<s>][@<model>])
+    check            refresh, then compare every stream table with its recompute (the oracle),
+                     and check the offsets, the catalog's views and the source views
     loop:<n>:<seed>  n times: change, then refresh, counting refreshes that lost a race; with
                      --barrier DIR, each round starts when as many processes as DIR holds
                      `member-*` files are ready for it (they refresh at the same moment)
@@ -95,6 +96,12 @@ def change(work: str, seed: int) -> None:
 
     rng = random.Random(seed)
     by_table = {name.split(".")[1]: path for name, path in paths(work).items()}
+    # One row into each source first, so every stream table has a change to apply (a kill point
+    # in the second or last model must find that model at work).
+    batches = [
+        [S.Insert(table, [S.row(None, k=rng.randint(0, 3), g=rng.choice("abc"), v=rng.randint(1, 5), d=1)])]
+        for table in sorted(by_table)
+    ]
     for _ in range(3):
         table = rng.choice(sorted(by_table))
         kind = rng.choice(["insert", "update", "delete"])
@@ -114,6 +121,8 @@ def change(work: str, seed: int) -> None:
             ops = [S.UpdateWhere(table, "k", rng.randint(0, 3), {"v": rng.randint(-5, 5)})]
         else:
             ops = [S.DeleteRows(table, [rng.randint(0, 30)])]
+        batches.append(ops)
+    for ops in batches:
         for attempt in range(5):  # two drill processes may write a source at once
             try:
                 S.apply_batch(by_table, ops)
@@ -154,7 +163,34 @@ def check(spark, work: str) -> dict:
     out = refresh(spark, work)
     for name, sql in STREAMS.items():
         assert_matches_recompute(spark, f"{TARGET}.{name}", sql, paths(work), context=name)
+    out["source_views"] = check_state(spark, work)
     return out
+
+
+def check_state(spark, work: str) -> int:
+    """Beyond the rows, what a repairing refresh must leave: every stored result's offsets at
+    its sources' newest versions (status read from the Delta logs), the model's view in the
+    catalog, and each source view published at a source's name showing the source's newest
+    version. Returns how many source views it checked."""
+    from deltalake import DeltaTable
+
+    from python_helpers.runtime.status import schema_status
+
+    statuses = {s.name: s for s in schema_status(spark, TARGET)}
+    assert sorted(statuses) == sorted(STREAMS), sorted(statuses)
+    for name, status in statuses.items():
+        behind = {s.relation: (s.consumed_version, s.current_version) for s in status.sources}
+        assert status.commits_behind == 0, f"{name}: offsets behind the sources: {behind}"
+        assert spark.catalog.tableExists(f"{TARGET}.{name}"), f"{TARGET}.{name} is not in the catalog"
+    views = 0
+    for relation, path in paths(work).items():
+        if not spark.catalog.tableExists(relation):
+            continue
+        shown = spark.sql(f"SELECT COUNT(*) FROM {relation}").collect()[0][0]
+        newest = DeltaTable(path).to_pyarrow_dataset().count_rows()
+        assert shown == newest, f"the view {relation} shows {shown} rows, the source's newest version {newest}"
+        views += 1
+    return views
 
 
 def _option(argv: list, name: str, default: str | None = None) -> tuple[list, str | None]:

@@ -44,7 +44,7 @@ from python_helpers.runtime.refresh.differential import run_differential
 from python_helpers.runtime.refresh.full import run_full
 from python_helpers.runtime.refresh.planning import plan_request, read_consumed_commits
 from python_helpers.runtime.refresh.requests import ENGINES, REFRESH_MODES, Log, RefreshRequest, RefreshResult
-from python_helpers.runtime.refresh.settings import result_settings
+from python_helpers.runtime.refresh.settings import recorded_settings
 from python_helpers.runtime.refresh.timing import Phases
 from python_helpers.sql.parse import fingerprint
 
@@ -68,6 +68,11 @@ def run_refresh(conn: Connection, request: RefreshRequest, log: Optional[Log] = 
     require_persistent_catalog(conn, request.model)
     delta = delta_engine(conn, request.engine, request.model)
     log("debug", f"{request.model}: the {delta.name} Delta engine refreshes it (profile engine: {request.engine})")
+    with steps.refreshing(request.model):
+        return _with_retries(delta, request, log)
+
+
+def _with_retries(delta: DeltaEngine, request: RefreshRequest, log: Log) -> RefreshResult:
     try:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
@@ -94,7 +99,7 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
         meta = delta.read_metadata(target)
         read_consumed_commits(delta, plan, meta)
         print_fp = fingerprint(plan.definition, request.shaping_config, metadata_format.FORMAT_VERSION)
-        session = result_settings(delta.conn)
+        session = recorded_settings(delta.conn, plan.function_code)
         schema_now = read_schema(plan)
         try:
             decision = decide(request, plan, meta, print_fp, session, schema_now)
@@ -220,7 +225,9 @@ def explain(spark, request: RefreshRequest) -> str:
         read_consumed_commits(delta, plan, meta)
         print_fp = fingerprint(plan.definition, request.shaping_config, metadata_format.FORMAT_VERSION)
         try:
-            decision = decide(request, plan, meta, print_fp, result_settings(delta.conn), read_schema(plan))
+            decision = decide(
+                request, plan, meta, print_fp, recorded_settings(delta.conn, plan.function_code), read_schema(plan)
+            )
         except StreamTableError as err:
             decision = Decision.full(f"it fails: {err}")
     finally:
