@@ -707,3 +707,56 @@ def test_eight_threads_that_pinned_different_source_versions_never_move_its_view
     streams[7].check()  # pinned the newest version
     streams[0].refresh(expect="differential")  # pinned the oldest: catches up
     streams[0].check()
+
+
+_HOLD_LOCK = """
+import fcntl, sys, time
+with open(sys.argv[1], "a+") as handle:
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+    released = time.time()
+    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+print(released, flush=True)
+"""
+
+
+def test_a_source_view_is_published_by_one_process_at_a_time(env, monkeypatch):
+    """Two dbt processes on one warehouse publish a shared source's view: the second waits for
+    the first's marker read, view update and marker write (an flock in the view's published
+    root), so neither can move the view back. Here another process holds that lock for a few
+    seconds while this one refreshes: its view update comes after the release."""
+    import subprocess
+    import sys
+    import time
+
+    from python_helpers.runtime.refresh import steps
+
+    env.source("t1", ROWS)
+    stream = env.stream("locked", AGG)
+    stream.refresh(expect="full")
+    env.apply([S.Insert("t1", [S.row(500, k=1, v=1)])])
+    conn = as_connection(env.spark)
+    root = published_files.source_root(publishing.source_schema_dir(conn, f"{env.src}.t1"), "t1")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, os.path.join(root, publishing.LOCK_FILE), "6"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    altered: list = []
+    reached = steps.reached
+
+    def hook(name: str) -> None:
+        if name == "source_view_altered":
+            altered.append(time.time())
+        reached(name)
+
+    monkeypatch.setattr(steps, "reached", hook)
+    stream.refresh(expect="differential")
+    released = float(holder.stdout.readline())
+    holder.wait(30)
+    assert altered and altered[0] >= released, (altered, released)
+    shown = {r[0] for r in env.spark.sql(f"SELECT id FROM {env.src}.t1").collect()}
+    assert 500 in shown
+    stream.check()

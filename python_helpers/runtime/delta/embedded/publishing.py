@@ -14,8 +14,10 @@ a source), so a refresh that pinned an older version reads the marker a newer on
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import threading
 from typing import Callable, Iterator, Optional
 
@@ -43,11 +45,38 @@ _LOCKS_GUARD = threading.Lock()
 
 @contextlib.contextmanager
 def _view_lock(root: str, catalog: str) -> Iterator[None]:
-    """Serialize marker read, view update and marker write of one view in this process."""
+    """Serialize marker read, view update and marker write of one view: among this process's
+    threads, and among processes that share the storage (dbt jobs on one warehouse)."""
     with _LOCKS_GUARD:
         lock = _LOCKS.setdefault((catalog, root), threading.Lock())
-    with lock:
+    with lock, _process_lock(root):
         yield
+
+
+LOCK_FILE = ".publish.lock"
+
+
+@contextlib.contextmanager
+def _process_lock(root: str) -> Iterator[None]:
+    """An exclusive flock on a file in the view's published root, held by one process at a time
+    (released by the OS when a holder dies). On storage without one (an object store's URI) only
+    the in-process lock holds: docs/dbt-usage.md, Guarantees."""
+    handle = None
+    if not paths.is_uri(root):
+        try:
+            os.makedirs(paths.local(root), exist_ok=True)
+            handle = open(os.path.join(paths.local(root), LOCK_FILE), "a+")
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        except OSError:
+            if handle is not None:
+                handle.close()
+            handle = None
+    try:
+        yield
+    finally:
+        if handle is not None:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            handle.close()
 
 
 def _schema_hash(spark_types: dict) -> str:
