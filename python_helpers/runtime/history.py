@@ -5,7 +5,8 @@ rows, phase times, start; the offsets it consumed), so the history is the stored
 logs: as long-lived as they are (Delta's log retention), and never a write that could fail a
 refresh. `dbt run-operation stream_table_refresh_history` reads those logs and replaces the rows
 of `<schema>.stream_table_refresh_history`, a parquet table any Spark reads, one row per refresh
-commit. A refresh that failed committed nothing and has no row.
+commit. A refresh that failed committed nothing: the adapter adds its row to the table when
+it fails (mode `failed`, the error as the reason), and rewriting the table keeps those rows.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from python_helpers.runtime.spark_types import spark_type_strings
 
 TABLE = "stream_table_refresh_history"
 ROLE = "refresh_history"
+FAILED = "failed"  # the mode of a failed refresh's row
+FAILED_KEEP_DAYS = 30  # as long as Delta keeps a log by default (the successful refreshes' rows)
 
 SCHEMA = pa.schema(
     [
@@ -35,8 +38,8 @@ SCHEMA = pa.schema(
         pa.field("started_at", pa.timestamp("us", tz="UTC")),
         pa.field("committed_at", pa.timestamp("us", tz="UTC")),
         pa.field("seconds", pa.float64()),  # from the refresh's start to its commit
-        pa.field("mode", pa.string()),
-        pa.field("reason", pa.string()),  # why full (none for a differential refresh)
+        pa.field("mode", pa.string()),  # full | differential | failed
+        pa.field("reason", pa.string()),  # why full (none for a differential refresh); a failure's error
         pa.field("change_rows", pa.int64()),  # counted from the sources' Delta logs
         pa.field("source_versions_from", pa.string()),  # JSON {source: version}
         pa.field("source_versions_to", pa.string()),
@@ -89,16 +92,14 @@ def schema_history(conn: Connection, schema: str, engine: str = "auto") -> list:
     return rows
 
 
-def write_history(spark, schema: str, engine: str = "auto") -> list:
-    """Replace the rows of `<schema>.stream_table_refresh_history` by the history in the logs,
-    and return them. `spark`: a SparkSession or a connection."""
-    conn = as_connection(spark)
-    rows = schema_history(conn, schema, engine)
+def _table(conn: Connection, schema: str, what: str) -> bool:
+    """Make sure `<schema>.stream_table_refresh_history` is ours with today's columns; False
+    when it did not exist (or was made again: no rows to keep)."""
     catalog = Catalog(conn)
     exists, role = catalog.role(schema, TABLE)
     if exists and role != ROLE:
         raise NameTaken(
-            f"stream_table_refresh_history({schema})",
+            what,
             f"{schema}.{TABLE} is a catalog object dbt-spark-stream did not create",
             f"drop or rename {schema}.{TABLE}: the refresh history is written under that name",
         )
@@ -113,14 +114,57 @@ def write_history(spark, schema: str, engine: str = "auto") -> list:
             f"CREATE TABLE IF NOT EXISTS {quote(schema, TABLE)} ({columns}) USING parquet "
             f"TBLPROPERTIES ('{ROLE_PROPERTY}' = '{ROLE}')"
         )
+    return exists
+
+
+def _write(conn: Connection, schema: str, rows: list, how: str) -> None:
     view = f"__dvm_history_{uuid.uuid4().hex[:12]}"
     conn.view_of_arrow(view, pa.Table.from_pylist(rows, schema=SCHEMA), one_partition=True)
     try:
         names = ", ".join(quote(f.name) for f in SCHEMA)
-        conn.execute(f"INSERT OVERWRITE TABLE {quote(schema, TABLE)} SELECT {names} FROM {view}")
+        conn.execute(f"INSERT {how} TABLE {quote(schema, TABLE)} SELECT {names} FROM {view}")
     finally:
         conn.drop_view(view)
+
+
+def write_history(spark, schema: str, engine: str = "auto") -> list:
+    """Replace the rows of `<schema>.stream_table_refresh_history` by the history in the logs
+    plus the failed refreshes it holds (of the last FAILED_KEEP_DAYS days), and return them.
+    `spark`: a SparkSession or a connection."""
+    conn = as_connection(spark)
+    rows = schema_history(conn, schema, engine)
+    if _table(conn, schema, f"stream_table_refresh_history({schema})"):
+        failed = conn.arrow(
+            f"SELECT * FROM {quote(schema, TABLE)} WHERE mode = '{FAILED}' "
+            f"AND started_at >= current_timestamp() - INTERVAL {FAILED_KEEP_DAYS} DAYS"
+        )
+        rows.extend(failed.cast(SCHEMA).to_pylist())
+    _write(conn, schema, rows, "OVERWRITE")
     return rows
+
+
+def record_failure(spark, request, error: str, started_ms: int) -> None:
+    """Add a failed refresh's row to `<schema>.stream_table_refresh_history` (a failed refresh
+    commits nothing, so its log has no trace of it). The caller ignores any error of this: a
+    history that cannot be written never changes how the refresh ended."""
+    conn = as_connection(spark)
+    _table(conn, request.schema, f"stream table '{request.model}'")
+    started = _at(started_ms)
+    ended = dt.datetime.now(dt.timezone.utc)
+    row: dict = {name: None for name in SCHEMA.names}
+    row.update(
+        {
+            "schema_name": request.schema,
+            "stream_table": request.identifier,
+            "model": request.model,
+            "started_at": started,
+            "seconds": round((ended - started).total_seconds(), 3) if started is not None else None,
+            "mode": FAILED,
+            "reason": error[:1000],
+            "dbt_invocation_id": getattr(request, "invocation_id", None),
+        }
+    )
+    _write(conn, request.schema, [row], "INTO")
 
 
 def format_summary(rows: list, schema: str) -> str:
@@ -132,11 +176,14 @@ def format_summary(rows: list, schema: str) -> str:
         by.setdefault(r["stream_table"], []).append(r)
     lines = [f"{schema}.{TABLE}: {len(rows)} refreshes of {len(by)} stream tables"]
     for name, rs in sorted(by.items()):
+        failed = sum(1 for r in rs if r["mode"] == FAILED)
+        rs = [r for r in rs if r["mode"] != FAILED]
         full = sum(1 for r in rs if r["mode"] == "full")
         median = costs.median_seconds(rs)
         slowest = max((r["seconds"] for r in rs if r["seconds"] is not None), default=None)
         lines.append(
             f"  {name}: {len(rs)} refreshes, {full} full"
+            + (f", {failed} failed" if failed else "")
             + (
                 f", median {median:.1f} s, slowest {slowest:.1f} s"
                 if median is not None and slowest is not None

@@ -239,7 +239,7 @@ def test_refresh_history_is_a_table_with_a_row_per_refresh_and_the_reason_of_eac
     assert spark.sql("SELECT count(*) FROM analytics.stream_table_refresh_history").collect()[0][0] == len(rows)
 
 
-def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(project):
+def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(project, spark):
     result = project.dbt("run", "--select", "larger_orders_strict", "--vars", "{include_failing_models: true}")
     assert not result.success
     refresh = run_results.refreshes(run_results.load(project.path))["larger_orders_strict"]
@@ -247,6 +247,18 @@ def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(pr
     message = refresh["message"]
     assert "larger_orders_strict" in message and "scalar subquery correlated by" in message, message
     assert "differential" in message, message
+    # A failed refresh commits nothing; its row is in the refresh history all the same.
+    invocation = run_results.load(project.path)["metadata"]["invocation_id"]
+    assert project.dbt("run-operation", "stream_table_refresh_history").success
+    failed = [
+        r.asDict()
+        for r in spark.sql(
+            "SELECT * FROM analytics.stream_table_refresh_history WHERE stream_table = 'larger_orders_strict'"
+        ).collect()
+    ]
+    assert [r["mode"] for r in failed] == ["failed"], failed
+    assert "scalar subquery correlated by" in failed[0]["reason"] and failed[0]["seconds"] > 0, failed
+    assert failed[0]["dbt_invocation_id"] == invocation and failed[0]["committed_at"] is None, failed
 
 
 def test_unknown_refresh_mode_is_a_compilation_error(project):

@@ -402,3 +402,29 @@ def test_auto_learns_from_the_models_own_refreshes_and_says_why(env, monkeypatch
     history = costs.completed(storage.read_metadata(path))
     assert [e["mode"] for e in history] == ["full", "differential", "full", "differential"], history
     assert "a full refresh is faster" in history[2]["reason"]
+
+
+def test_a_failed_refresh_is_recorded_and_a_history_it_cannot_write_changes_nothing(env):
+    """The adapter records a failed refresh in the schema's history table; where it cannot (a
+    user's table sits at that name) the failure stays the refresh's own error and the user's
+    table is left as it is."""
+    import time
+
+    from dbt.adapters.spark_stream.impl import _record_failure
+    from python_helpers.runtime.refresh.requests import RefreshRequest
+
+    spark = env.spark
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {env.target}")
+    request = RefreshRequest(model="model.p.m", schema=env.target, identifier="m", sql="SELECT 1 AS x")
+    _record_failure(spark, request, RuntimeError("boom; the source is gone"), int(time.time() * 1000) - 1500)
+    rows = [r.asDict() for r in spark.sql(f"SELECT * FROM {env.target}.stream_table_refresh_history").collect()]
+    assert len(rows) == 1 and rows[0]["mode"] == "failed" and rows[0]["stream_table"] == "m", rows
+    assert rows[0]["reason"] == "RuntimeError: boom; the source is gone" and rows[0]["seconds"] >= 1.5, rows
+
+    other = env.target + "_user"
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {other}")
+    spark.sql(f"CREATE TABLE {other}.stream_table_refresh_history (x INT) USING parquet")
+    spark.sql(f"INSERT INTO {other}.stream_table_refresh_history VALUES (1)")
+    request = RefreshRequest(model="model.p.m", schema=other, identifier="m", sql="SELECT 1 AS x")
+    _record_failure(spark, request, RuntimeError("boom"), int(time.time() * 1000))  # does not raise
+    assert [tuple(r) for r in spark.sql(f"SELECT * FROM {other}.stream_table_refresh_history").collect()] == [(1,)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import traceback
 from dataclasses import dataclass
 from importlib import import_module
@@ -121,9 +122,14 @@ class SparkStreamAdapter(SparkAdapter):
         from python_helpers.runtime.refresh.contract import ContractMismatch
 
         logger.debug(f"stream table {model}: refresh request {request}")
+        started_ms = int(time.time() * 1000)
         try:
-            result = refresh_stream_table(spark, request, log=_engine_log)
-            view_comments.apply(spark, schema, identifier, request.docs)
+            try:
+                result = refresh_stream_table(spark, request, log=_engine_log)
+                view_comments.apply(spark, schema, identifier, request.docs)
+            except Exception as exc:
+                _record_failure(spark, request, exc, started_ms)
+                raise
         except ContractMismatch as exc:
             raise _contract_error(exc) from exc
         except (InvalidConfig, SqlParseError, UnsupportedSql) as exc:
@@ -394,3 +400,14 @@ def _invocation_id() -> Optional[str]:
         return str(get_invocation_id())
     except Exception:  # noqa: BLE001 - outside dbt, or an older dbt: not recorded
         return None
+
+
+def _record_failure(spark, request, exc: Exception, started_ms: int) -> None:
+    """The failed refresh's row in the schema's refresh history; never raises (a history that
+    cannot be written must not change how the refresh ended)."""
+    try:
+        from python_helpers.runtime.history import record_failure
+
+        record_failure(spark, request, f"{type(exc).__name__}: {exc}", started_ms)
+    except Exception:  # noqa: BLE001
+        logger.debug(f"stream table {request.model}: its failure was not recorded\n{traceback.format_exc()}")
