@@ -70,9 +70,8 @@ def _decoded(value: Any, kind: str, zone: Optional[datetime.tzinfo]) -> Any:
         try:
             return json.loads(value)
         except ValueError:
-            if kind == "MAP_TYPE":
-                return _string_map(value)
-            raise
+            # an array or struct of text with quotes inside: left as text (no refresh reads one)
+            return _string_map(value) if kind == "MAP_TYPE" else value
     if kind == "TIMESTAMP_TYPE":
         moment = datetime.datetime.fromisoformat(value).replace(tzinfo=zone or datetime.timezone.utc)
         return moment.astimezone().replace(tzinfo=None)
