@@ -17,36 +17,20 @@ import pytest
 
 from python_helpers.testing import delta_lake
 from tests.support import rotation
-from tests.support.cluster_project import STREAM_TABLES, ClusterProject, assert_modes
+from tests.support.cluster_project import STREAM_TABLES, TARGETS, ClusterProject, assert_modes, local_cluster
 
 # Its own cluster and pytest worker group: it runs beside test_cluster_methods.py's.
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster_delta")]
 
-TARGETS = ("connect", "thrift", "thrift_sql")
-
 
 @pytest.fixture(scope="module")
 def delta_cluster(tmp_path_factory):
-    from python_helpers.testing.local_spark import ConnectServer
-
     missing = delta_lake.missing()
     if missing:
         pytest.fail(f"the spark engine's cluster tests need Delta Lake's jars: {missing}")
     work = tmp_path_factory.mktemp("delta_cluster")
-    server = ConnectServer(
-        str(work / "server"),
-        warehouse=str(work / "warehouse"),
-        memory="1g",
-        cluster=True,
-        cores=2,
-        thrift=True,
-        extra_conf=delta_lake.server_conf(),
-    )
-    try:
-        server.start()
+    with local_cluster(work, extra_conf=delta_lake.server_conf()) as server:
         yield work, server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ import time
 import pytest
 
 from tests.support import rotation
-from tests.support.cluster_project import FULL_ONLY, STREAM_TABLES, ClusterProject, assert_modes
+from tests.support.cluster_project import FULL_ONLY, STREAM_TABLES, TARGETS, ClusterProject, assert_modes, local_cluster
 
 # One cluster for the module: its tests run in order on one pytest worker.
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
@@ -37,7 +37,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 # Every target talks to the same Spark application, so they share its catalog and warehouse:
 # the stream tables one target built are refreshed by the next, and each method's refreshes
 # are checked on the state the others left (as a team whose jobs use different methods would).
-TARGETS = ("connect", "thrift", "thrift_sql")
 # The first build goes through the method whose full refresh differs most from the in-process
 # one (the SQL-only binding: results written by the executors as parquet and read back); the
 # Spark binding's full refresh runs in every round (larger_orders refreshes in full).
@@ -46,19 +45,10 @@ BUILD_TARGET = "thrift_sql"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A standalone master and worker with a Spark Thrift server that also loads the Connect
-    plugin: one application serves the three targets."""
-    from python_helpers.testing.local_spark import ConnectServer
-
+    """A cluster application serving the three targets (cluster_project.local_cluster)."""
     work = tmp_path_factory.mktemp("cluster")
-    server = ConnectServer(
-        str(work / "server"), warehouse=str(work / "warehouse"), memory="1g", cluster=True, cores=2, thrift=True
-    )
-    try:
-        server.start()
+    with local_cluster(work) as server:
         yield work, server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

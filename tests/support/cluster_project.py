@@ -3,11 +3,13 @@ commands each run in a fresh process, as a scheduled job runs them (tests/cluste
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator, Optional
 
 from python_helpers.testing import run_results
 
@@ -16,6 +18,31 @@ PROJECT_SRC = ROOT / "integration_tests"
 STREAM_TABLES = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
 FULL_ONLY = {"larger_orders"}  # auto falls back to full (non-equality correlation)
 DBT = [sys.executable, "-c", "from dbt.cli.main import cli; cli()"]
+
+
+TARGETS = ("connect", "thrift", "thrift_sql")
+
+
+@contextlib.contextmanager
+def local_cluster(work: Path, extra_conf: Optional[dict] = None) -> Iterator:
+    """A standalone master and worker with a Spark Thrift server that also loads the Connect
+    plugin (one application serves the three targets), under `work`; stopped at the end."""
+    from python_helpers.testing.local_spark import ConnectServer
+
+    server = ConnectServer(
+        str(work / "server"),
+        warehouse=str(work / "warehouse"),
+        memory="1g",
+        cluster=True,
+        cores=2,
+        thrift=True,
+        extra_conf=extra_conf,
+    )
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
 
 
 class ClusterProject:
