@@ -37,3 +37,17 @@ def test_other_code_constants_closures_or_types_have_another_digest():
 
 def test_bytes_that_do_not_load_are_digested_as_they_are():
     assert python_digest(b"not a pickle").startswith("python-bytes:")
+
+
+def test_a_changed_helper_or_global_constant_has_another_digest():
+    source = "def udf(x):\n    return helper(x) * FACTOR\n"
+
+    def compiled(helper_body: str, factor: int):
+        namespace: dict = {"FACTOR": factor}
+        exec(f"def helper(x):\n    return {helper_body}\n" + source, namespace)
+        return namespace["udf"]
+
+    base = python_digest(_command(compiled("x + 1", 2)))
+    assert python_digest(_command(compiled("x + 1", 2))) == base
+    assert python_digest(_command(compiled("x + 2", 2))) != base  # the helper changed
+    assert python_digest(_command(compiled("x + 1", 3))) != base  # the constant changed

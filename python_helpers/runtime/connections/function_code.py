@@ -3,8 +3,10 @@ the dbt process can ask): recorded with every refresh, so a deploy that changes 
 UDF's code rebuilds the stream tables that call it (runtime/refresh/settings.py).
 
 * A Python UDF: its pickled command, loaded back, digested by its code objects (bytecode,
-  constants, names, nested functions and closures), so re-registering the same code in another
-  process gives the same digest; the pickled bytes themselves if they do not load.
+  constants, names, nested functions, closures, and the globals its code names: helper
+  functions and constants), so re-registering the same code in another process gives the same
+  digest; the pickled bytes themselves if they do not load. Not seen: code inside a module it
+  imports (a library's), and objects' state other than their type.
 * A JVM function (a Hive class, a Scala/Java UDF): the class's bytecode and the jar it comes
   from (its location and size); for a lambda (a hidden class, whose name changes from run to run)
   the jar alone.
@@ -33,26 +35,38 @@ def python_digest(command: bytes) -> str:
         return "python-bytes:" + hashlib.md5(command).hexdigest()
     if type(loaded).__name__ == "Broadcast":
         return "unknown"  # a command over Spark's broadcast threshold (1 MB) holds only a reference
-    return "python:" + hashlib.md5(_describe(loaded, 0).encode()).hexdigest()
+    return "python:" + hashlib.md5(_describe(loaded, 0, set()).encode()).hexdigest()
 
 
-def _describe(value: Any, depth: int) -> str:
-    """What a value contributes to a function's behaviour, stably across processes."""
+def _describe(value: Any, depth: int, seen: set) -> str:
+    """What a value contributes to a function's behaviour, stably across processes (`seen`: the
+    functions described already, so helpers that call each other are described once)."""
     if depth > _MAX_DEPTH:
         return "..."
     if isinstance(value, types.CodeType):
-        consts = ",".join(_describe(c, depth + 1) for c in value.co_consts)
+        consts = ",".join(_describe(c, depth + 1, seen) for c in value.co_consts)
         return f"code({value.co_code.hex()};{consts};{','.join(value.co_names)})"
     if isinstance(value, (types.FunctionType, types.LambdaType)):
-        closure = ",".join(_describe(c.cell_contents, depth + 1) for c in (value.__closure__ or ()) if _filled(c))
-        defaults = ",".join(_describe(d, depth + 1) for d in (value.__defaults__ or ()))
-        return f"fn({_describe(value.__code__, depth + 1)};{closure};{defaults})"
+        if id(value) in seen:
+            return f"fn:{value.__qualname__}"
+        seen.add(id(value))
+        closure = ",".join(_describe(c.cell_contents, depth + 1, seen) for c in (value.__closure__ or ()) if _filled(c))
+        defaults = ",".join(_describe(d, depth + 1, seen) for d in (value.__defaults__ or ()))
+        # The globals its code names: a helper function or a constant changed in a deploy.
+        names = value.__code__.co_names
+        used = ",".join(
+            f"{n}={_describe(value.__globals__[n], depth + 1, seen)}" for n in names if n in value.__globals__
+        )
+        return f"fn({_describe(value.__code__, depth + 1, seen)};{closure};{defaults};{used})"
     if isinstance(value, (tuple, list)):
-        return "[" + ",".join(_describe(v, depth + 1) for v in value) + "]"
+        return "[" + ",".join(_describe(v, depth + 1, seen) for v in value) + "]"
     if isinstance(value, functools.partial):
-        return f"partial({_describe(value.func, depth + 1)};{_describe(list(value.args), depth + 1)})"
+        func, args = _describe(value.func, depth + 1, seen), _describe(list(value.args), depth + 1, seen)
+        return f"partial({func};{args})"
     if callable(getattr(value, "__wrapped__", None)):
-        return _describe(value.__wrapped__, depth + 1)
+        return _describe(value.__wrapped__, depth + 1, seen)
+    if isinstance(value, types.ModuleType):
+        return f"module({value.__name__})"
     if isinstance(value, (str, int, float, bool, bytes, type(None))):
         return repr(value)
     if hasattr(value, "simpleString"):  # a Spark DataType (the UDF's return type)
