@@ -51,3 +51,14 @@ def test_a_changed_helper_or_global_constant_has_another_digest():
     assert python_digest(_command(compiled("x + 1", 2))) == base
     assert python_digest(_command(compiled("x + 2", 2))) != base  # the helper changed
     assert python_digest(_command(compiled("x + 1", 3))) != base  # the constant changed
+
+
+def test_set_constants_and_globals_used_in_nested_code_count():
+    assert python_digest(_command(lambda x: x in {"a", "b"})) != python_digest(_command(lambda x: x in {"a", "c"}))
+
+    def compiled(factor: int):
+        namespace: dict = {"FACTOR": factor}
+        exec("def udf(xs):\n    return [x * FACTOR for x in xs]\n", namespace)
+        return namespace["udf"]
+
+    assert python_digest(_command(compiled(2))) != python_digest(_command(compiled(3)))

@@ -28,6 +28,13 @@ def test_a_timestamp_is_the_same_instant_as_collect_gives():
     assert moment == utc.astimezone().replace(tzinfo=None)
 
 
+def test_a_timestamp_pyhive_parsed_is_read_in_the_session_zone_too():
+    parsed = datetime.datetime(2026, 11, 26, 17, 11, 0, 123000)  # what PyHive returns: wall time
+    moment = _decoded(parsed, "TIMESTAMP_TYPE", _zone("+01:00"))
+    utc = datetime.datetime(2026, 11, 26, 16, 11, 0, 123000, tzinfo=datetime.timezone.utc)
+    assert moment == utc.astimezone().replace(tzinfo=None)
+
+
 def test_time_zones_by_region_and_by_offset():
     assert _zone("UTC").utcoffset(None) == datetime.timedelta(0)
     assert _zone("GMT-05:30").utcoffset(None) == -datetime.timedelta(hours=5, minutes=30)

@@ -9,7 +9,8 @@ UDF's code rebuilds the stream tables that call it (runtime/refresh/settings.py)
   imports (a library's), and objects' state other than their type.
 * A JVM function (a Hive class, a Scala/Java UDF): the class's bytecode and the jar it comes
   from (its location and size); for a lambda (a hidden class, whose name changes from run to run)
-  the jar alone.
+  the jar alone. A Java/Scala UDF registered through Spark's API is wrapped in Spark's own
+  lambda, so its digest is Spark's jar: a deploy of the user's jar is not seen (documented).
 
 Spark's built-in functions have none. Over Spark Connect and Thrift user functions are not
 classified at all (SQL cannot tell whether one is deterministic): those models refresh in full.
@@ -52,8 +53,8 @@ def _describe(value: Any, depth: int, seen: set) -> str:
         seen.add(id(value))
         closure = ",".join(_describe(c.cell_contents, depth + 1, seen) for c in (value.__closure__ or ()) if _filled(c))
         defaults = ",".join(_describe(d, depth + 1, seen) for d in (value.__defaults__ or ()))
-        # The globals its code names: a helper function or a constant changed in a deploy.
-        names = value.__code__.co_names
+        # The globals its code names (nested code too): a helper or a constant changed in a deploy.
+        names = sorted(_names(value.__code__))
         used = ",".join(
             f"{n}={_describe(value.__globals__[n], depth + 1, seen)}" for n in names if n in value.__globals__
         )
@@ -65,6 +66,11 @@ def _describe(value: Any, depth: int, seen: set) -> str:
         return f"partial({func};{args})"
     if callable(getattr(value, "__wrapped__", None)):
         return _describe(value.__wrapped__, depth + 1, seen)
+    if isinstance(value, (set, frozenset)):
+        return "{" + ",".join(sorted(_describe(v, depth + 1, seen) for v in value)) + "}"
+    if isinstance(value, dict):
+        items = sorted(f"{_describe(k, depth + 1, seen)}:{_describe(v, depth + 1, seen)}" for k, v in value.items())
+        return "dict(" + ",".join(items) + ")"
     if isinstance(value, types.ModuleType):
         return f"module({value.__name__})"
     if isinstance(value, (str, int, float, bool, bytes, type(None))):
@@ -72,6 +78,15 @@ def _describe(value: Any, depth: int, seen: set) -> str:
     if hasattr(value, "simpleString"):  # a Spark DataType (the UDF's return type)
         return f"type({value.simpleString()})"
     return type(value).__qualname__  # an object's identity is not its behaviour; its type is
+
+
+def _names(code: types.CodeType) -> set:
+    """The global names a code object and the code nested in it (comprehensions, lambdas) use."""
+    out = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out |= _names(const)
+    return out
 
 
 def _filled(cell) -> bool:

@@ -64,6 +64,9 @@ def _decoded(value: Any, kind: str, zone: Optional[datetime.tzinfo]) -> Any:
     """A value as a Spark session's collect() returns it: HiveServer2 sends maps, arrays and
     structs as text, and timestamps as text in the session's time zone (collect() gives a naive
     datetime in the dbt process's local time)."""
+    if kind == "TIMESTAMP_TYPE" and isinstance(value, datetime.datetime) and value.tzinfo is None:
+        # PyHive parses it already: the session zone's wall time, to be read in the dbt process's
+        return value.replace(tzinfo=zone or datetime.timezone.utc).astimezone().replace(tzinfo=None)
     if not isinstance(value, str):
         return value
     if kind in ("MAP_TYPE", "ARRAY_TYPE", "STRUCT_TYPE"):
