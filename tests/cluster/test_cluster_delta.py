@@ -36,10 +36,7 @@ def delta_cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def project(delta_cluster, tmp_path_factory):
     work, server = delta_cluster
-    proj = ClusterProject.copied(tmp_path_factory.mktemp("dbt_delta_cluster"), work, server, engine="auto")
-    proj.shop_data("create", "--force")
-    proj.first_run = proj.run("thrift_sql")
-    return proj
+    return ClusterProject.built(tmp_path_factory.mktemp("dbt_delta_cluster"), work, server, "thrift_sql")
 
 
 @pytest.fixture(scope="module")

@@ -54,10 +54,7 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def project(cluster, tmp_path_factory):
     work, server = cluster
-    proj = ClusterProject.copied(tmp_path_factory.mktemp("dbt_cluster"), work, server, engine="auto")
-    proj.shop_data("create", "--force")
-    proj.first_run = proj.run(BUILD_TARGET)
-    return proj
+    return ClusterProject.built(tmp_path_factory.mktemp("dbt_cluster"), work, server, BUILD_TARGET)
 
 
 def test_first_run_builds_every_stream_table(project):

@@ -48,6 +48,7 @@ def local_cluster(work: Path, extra_conf: Optional[dict] = None) -> Iterator:
 class ClusterProject:
     def __init__(self, path: Path, env: dict):
         self.path, self.env = path, env
+        self.first_run: dict = {}
 
     @classmethod
     def copied(cls, where: Path, work: Path, server, engine: str) -> "ClusterProject":
@@ -66,6 +67,15 @@ class ClusterProject:
         }
         env.pop("SPARK_REMOTE", None)
         return cls(path, env)
+
+    @classmethod
+    def built(cls, where: Path, work: Path, server, target: str) -> "ClusterProject":
+        """copied() with engine: auto, the shop data created and a first `dbt run` over `target`
+        (its refreshes in `first_run`)."""
+        proj = cls.copied(where, work, server, engine="auto")
+        proj.shop_data("create", "--force")
+        proj.first_run = proj.run(target)
+        return proj
 
     def command(self, target: str, *args: str) -> list:
         return [*DBT, *args, "--target", target, "--project-dir", str(self.path), "--profiles-dir", str(self.path)]
