@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from python_helpers.errors import SourceBehind
+from python_helpers.errors import SourceBehind, StreamTableError
 from python_helpers.runtime.api import refresh_stream_table
 from python_helpers.runtime.catalog import views as catalog_views
 from python_helpers.runtime.connections.base import as_connection
@@ -581,6 +581,25 @@ def test_a_source_of_many_files_is_published_without_a_file_list(env):
     assert env.spark.table(f"{env.src}.many").count() == 901
     text = env.spark.sql(f"SHOW CREATE TABLE {env.src}.many").collect()[0][0]
     assert len(text) < 2000, len(text)
+
+    # Storage where no hard link can be made (an object store, another mount: simulated by links
+    # failing as across devices): the source's view would name its 900 files one by one, more
+    # text than the metastore keeps. The refresh must stop before its commit, not after it with
+    # the stream table moved and the source view left behind.
+    def no_links(*args, **kwargs):
+        raise OSError(18, "Invalid cross-device link")
+
+    target = storage_path(env.spark, env.target, stream.identifier)
+    before = DeltaTable(target).version()
+    S.append_files(path, [pa.Table.from_pylist([S.row(901, k=1, v=5)], schema=S.SCHEMA)])
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(published_files.os, "link", no_links)
+        with pytest.raises(StreamTableError, match=r"characters of text, more than the metastore keeps"):
+            stream.refresh()
+    assert DeltaTable(target).version() == before  # nothing committed: the offsets did not move
+    stream.refresh(expect="differential")  # links work again: the change is read, not lost
+    stream.check()
+    assert env.spark.table(f"{env.src}.many").count() == 902
 
 
 def test_partition_values_with_commas_braces_and_glob_characters(env):

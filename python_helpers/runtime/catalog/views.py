@@ -63,6 +63,19 @@ def files_relation(root: str, files: list, spark_types: dict) -> exp.Expression:
     return directory_relation(path, escaped=True)
 
 
+def check_view_text(model: str, view: str, text: str) -> None:
+    """Refuse a view text the metastore cannot keep (a file list where no generation directory
+    can be made). Refreshes call it before their storage commit too (publishing.check_publishable),
+    so a refresh never commits rows whose views it then cannot publish."""
+    if len(text) > MAX_VIEW_TEXT:
+        raise StreamTableError(
+            model,
+            f"the view {view} would need {len(text)} characters of text, "
+            f"more than the metastore keeps ({MAX_VIEW_TEXT})",
+            "keep the table on storage where hard links can be made, or compact it (OPTIMIZE) to fewer files",
+        )
+
+
 def directory_relation(path: str, escaped: bool = False) -> exp.Table:
     """`parquet.`path``: Spark reads every data file under the directory."""
     return exp.Table(
@@ -178,13 +191,7 @@ class Catalog:
                     return True
                 except Exception:  # noqa: BLE001 - dropped or replaced meanwhile: the long way below
                     _PUBLISHED.pop(key, None)
-            if len(text) > MAX_VIEW_TEXT:
-                raise StreamTableError(
-                    model,
-                    f"the view {schema}.{name} would need {len(text)} characters of text, "
-                    f"more than the metastore keeps ({MAX_VIEW_TEXT})",
-                    "keep the table on storage where hard links can be made, or compact it (OPTIMIZE) to fewer files",
-                )
+            check_view_text(model, f"{schema}.{name}", text)
             exists, owner = self.role(schema, name)
             if not exists:
                 self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")

@@ -172,5 +172,9 @@ class DeltaEngine(Protocol):
         """The model's name (and, where needed, each source's name) readable in the catalog at the
         versions this refresh committed."""
 
+    def check_publishable(self, request: Any, plan: Any) -> None:
+        """Before any storage commit: raise (a StreamTableError naming the view and the fix) when
+        publish could not show this refresh's source versions, so rows never move without them."""
+
     def up_to_date(self, request: Any, plan: Any, target: str) -> bool:
         """Does what readers see show the newest stored version and the pinned sources?"""

@@ -142,6 +142,8 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
         with phases("publish"):  # a crash after the last commit left the views behind
             attempt.publish(attempt.stored_result_from_meta())
         return result("differential", 0, skipped=True)
+    with phases("plan"):
+        delta.check_publishable(request, plan)  # before any commit: views that could not follow
     if decision == DIFFERENTIAL:
         try:
             return result("differential", run_differential(attempt))

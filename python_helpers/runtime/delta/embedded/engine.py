@@ -118,5 +118,8 @@ class EmbeddedDelta:
     def publish(self, request: Any, plan: Any, target: str, view_sql: Callable, log: Log) -> None:
         publishing.publish(self.conn, request, plan, target, view_sql, log)
 
+    def check_publishable(self, request: Any, plan: Any) -> None:
+        publishing.check_publishable(self.conn, request, plan)
+
     def up_to_date(self, request: Any, plan: Any, target: str) -> bool:
         return publishing.up_to_date(self.conn, request, plan, target)

@@ -214,27 +214,7 @@ def _publish_source(conn, relation, schema, name, root, catalog, src, model, log
     state = src.state
     if marker is not None and _newer(marker, state.table_id, state.version) and _shows(conn, schema, name, marker):
         return  # shown already, or a newer version is: a source view never moves back
-    table = delta_tables.table_at(src.path, state.version)
-    files, partitions = _version_files(table, src.path)
-    types = src.spark_types
-    parts = list(state.partition_columns)
-    query: exp.Expr
-    if not files:
-        cols = [
-            exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True) for n, t in types.items()
-        ]
-        query = exp.select(*cols).where(exp.false())
-        gen = None
-    else:
-        data_schema = pa.schema([f for f in state.arrow_schema if f.name not in parts])
-        part_schema = pa.schema([state.arrow_schema.field(p) for p in parts])
-        gen = published_files.link_generation(
-            root, state.table_id, state.version, files, partitions if parts else None, data_schema, part_schema
-        )
-        if gen is not None:
-            query = catalog_views.generation_query(gen, types, parts)
-        else:
-            query = catalog_views.files_query(src.path, files, types, parts, partitions)
+    query, gen = _source_query(root, src)
     steps.reached("source_generation_linked")
     published = Catalog(conn).publish_view(schema, name, query, catalog_views.SOURCE, model)
     steps.reached("source_view_altered")
@@ -257,6 +237,52 @@ def _publish_source(conn, relation, schema, name, root, catalog, src, model, log
         catalog,
     )
     published_files.prune(root, retention_seconds=retention_seconds)
+
+
+def _source_query(root: str, src) -> tuple:
+    """(the view's query, its generation directory or None) for a source at its pinned version;
+    links the generation when none is there yet (reused by every later call)."""
+    state = src.state
+    table = delta_tables.table_at(src.path, state.version)
+    files, partitions = _version_files(table, src.path)
+    types = src.spark_types
+    parts = list(state.partition_columns)
+    if not files:
+        cols = [
+            exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True) for n, t in types.items()
+        ]
+        return exp.select(*cols).where(exp.false()), None
+    data_schema = pa.schema([f for f in state.arrow_schema if f.name not in parts])
+    part_schema = pa.schema([state.arrow_schema.field(p) for p in parts])
+    gen = published_files.link_generation(
+        root, state.table_id, state.version, files, partitions if parts else None, data_schema, part_schema
+    )
+    if gen is not None:
+        return catalog_views.generation_query(gen, types, parts), gen
+    return catalog_views.files_query(src.path, files, types, parts, partitions), None
+
+
+def check_publishable(conn: Connection, request, plan) -> None:
+    """Before the storage commit: can every source view this refresh moves be written? Where no
+    generation directory can be made (an object store, a mount without hard links) a view names
+    its files one by one, and a long list does not fit in the metastore; found after the commit,
+    the stream table would have moved while its sources' views could not follow. The generations
+    linked here are the ones publishing then reuses."""
+    from python_helpers.dvm.sqlgen import render
+
+    catalog = catalog_views.catalog_key(conn)
+    for relation, src in plan.pinned.items():
+        if is_stored_table(relation):
+            continue
+        schema, name = relation.split(".")[-2:]
+        root = published_files.source_root(source_schema_dir(conn, relation), name)
+        marker = published_files.read_marker(root, catalog)
+        if marker is not None and marker.get("table_id") == src.state.table_id:
+            if marker.get("skipped") or _newer(marker, src.state.table_id, src.state.version):
+                continue  # a user's object there (not written), or the view shows it already
+        query, gen = _source_query(root, src)
+        if gen is None:
+            catalog_views.check_view_text(request.model, f"{schema}.{name}", render(query))
 
 
 def publish(

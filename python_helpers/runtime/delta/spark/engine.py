@@ -330,6 +330,9 @@ class SparkDelta:
             return None
         return records[0] if records else None
 
+    def check_publishable(self, request: Any, plan: Any) -> None:
+        pass  # views over catalog Delta tables: no text grows with the data
+
     def up_to_date(self, request: Any, plan: Any, target: str) -> bool:
         catalog = Catalog(self.conn)
         if not catalog.exists(request.schema, request.identifier):
