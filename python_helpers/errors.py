@@ -58,6 +58,10 @@ class ConcurrentRefresh(StreamTableError):
     """Another refresh of the same stream table committed while this one ran."""
 
 
+class PublishLockHeld(StreamTableError):
+    """Another process holds a view's publishing lock too long (not retried: it would wait again)."""
+
+
 class InvalidConfig(StreamTableError):
     """A config value of the model is not one we accept."""
 

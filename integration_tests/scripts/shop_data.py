@@ -1,6 +1,8 @@
 """Source data of the integration tests: Delta tables shop.orders and shop.customers.
 
-    python shop_data.py create [--force]   small deterministic tables, change data feed on
+    python shop_data.py create [--force] [--customers N] [--orders N]
+                                           deterministic tables (60 customers, 300 orders unless
+                                           told), change data feed on
     python shop_data.py mutate --seed N    a batch of inserts, updates and deletes
 
 Tables live at <work dir>/warehouse/shop.db/<table>, the managed-table path Spark uses for
@@ -93,7 +95,7 @@ def _order(rng: random.Random, order_id: int, max_customer: int) -> dict:
     }
 
 
-def create(force: bool) -> None:
+def create(force: bool, customers: int = 60, orders: int = 300) -> None:
     rng = random.Random(20240101)
     for name in ("customers", "orders"):
         path = Path(table_path(name))
@@ -101,11 +103,11 @@ def create(force: bool) -> None:
             if not force:
                 sys.exit(f"{path} exists; use `create --force` to replace it")
             shutil.rmtree(path)
-    customers = [_customer(rng, i) for i in range(1, 61)]
-    orders = [_order(rng, i, 60) for i in range(1, 301)]
-    write_deltalake(table_path("customers"), pa.Table.from_pylist(customers, CUSTOMERS_SCHEMA), configuration=CDF_ON)
-    write_deltalake(table_path("orders"), pa.Table.from_pylist(orders, ORDERS_SCHEMA), configuration=CDF_ON)
-    print(f"created shop.customers ({len(customers)} rows) and shop.orders ({len(orders)} rows) under {work_dir()}")
+    customer_rows = [_customer(rng, i) for i in range(1, customers + 1)]
+    order_rows = [_order(rng, i, customers) for i in range(1, orders + 1)]
+    for name, rows, schema in (("customers", customer_rows, CUSTOMERS_SCHEMA), ("orders", order_rows, ORDERS_SCHEMA)):
+        write_deltalake(table_path(name), pa.Table.from_pylist(rows, schema), configuration=CDF_ON)
+    print(f"created shop.customers ({customers:,} rows) and shop.orders ({orders:,} rows) under {work_dir()}")
 
 
 def _ids(table: DeltaTable, column: str) -> list:
@@ -170,11 +172,13 @@ def main(argv=None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     create_cmd = sub.add_parser("create", help="create the source tables")
     create_cmd.add_argument("--force", action="store_true", help="replace tables that exist")
+    create_cmd.add_argument("--customers", type=int, default=60, help="customers (default 60)")
+    create_cmd.add_argument("--orders", type=int, default=300, help="orders (default 300)")
     mutate_cmd = sub.add_parser("mutate", help="apply one batch of changes")
     mutate_cmd.add_argument("--seed", type=int, required=True)
     args = parser.parse_args(argv)
     if args.command == "create":
-        create(args.force)
+        create(args.force, args.customers, args.orders)
     else:
         mutate(args.seed)
 

@@ -7,6 +7,7 @@ into each result's `adapter_response`; other models (views, tests) have none of 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 
@@ -35,6 +36,7 @@ def refreshes(run_results: dict) -> dict:
             "counters": response.get("counters") or {},
             "engine": response.get("engine"),
             "message": result.get("message") or "",
+            "execution_time": result.get("execution_time"),  # dbt's own, the model's whole run
         }
     return out
 
@@ -69,4 +71,35 @@ def format_table(runs: list) -> str:
         notes += [f"  {label}, {reason}: {', '.join(models)}" for reason, models in by_reason.items()]
     if notes:
         lines += ["", "why a refresh ran in full:"] + notes
+    return "\n".join(lines)
+
+
+def format_benefit(first: dict, second: dict) -> str:
+    """Per stream table: its full build (first run) beside its differential refresh (second
+    run), in dbt's execution_time, and how many times faster the refresh was; a model whose
+    second refresh was not differential says what it was instead."""
+    rows = [["model", "full build s", "differential s", "faster", "rows changed"]]
+    ratios = []
+    for model in sorted(set(first) & set(second)):
+        built, refreshed = first[model], second[model]
+        if built["mode"] != "full" or not built.get("execution_time") or not refreshed.get("execution_time"):
+            continue
+        full_s, diff_s = built["execution_time"], refreshed["execution_time"]
+        if refreshed["mode"] == "differential":
+            ratios.append(full_s / diff_s)
+            faster = f"{full_s / diff_s:.1f}x"
+        else:
+            faster = f"({refreshed['mode'] or refreshed['status']})"
+        rows.append([model, f"{full_s:.2f}", f"{diff_s:.2f}", faster, str(refreshed["rows_changed"])])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if ratios:
+        ratios.sort()
+        median = statistics.median(ratios)
+        lines += [
+            "",
+            f"{len(ratios)} differential refreshes: median {median:.1f}x faster than the full build "
+            f"(from {ratios[0]:.1f}x to {ratios[-1]:.1f}x); {sum(r > 1 for r in ratios)} of them faster",
+        ]
     return "\n".join(lines)

@@ -140,3 +140,22 @@ def test_response_of_skipped_refresh():
     result = RefreshResult("m", "differential", 0, 0.1, skipped=True)
     data = StreamTableResponse.from_result(result).to_dict(omit_none=True)
     assert data["skipped"] is True and data["mode"] == "differential" and "reason" not in data
+
+
+def test_the_demo_table_puts_each_differential_refresh_beside_its_full_build():
+    from python_helpers.testing.run_results import format_benefit
+
+    def refresh(mode, seconds, rows, status="success"):
+        return {"mode": mode, "execution_time": seconds, "rows_changed": rows, "status": status}
+
+    first = {"a": refresh("full", 8.0, 1000), "b": refresh("full", 2.0, 10), "c": refresh("full", 3.0, 5)}
+    second = {"a": refresh("differential", 2.0, 4), "b": refresh("differential", 4.0, 1), "c": refresh("full", 3.1, 5)}
+    lines = format_benefit(first, second).splitlines()
+    assert lines[0].split() == ["model", "full", "build", "s", "differential", "s", "faster", "rows", "changed"]
+    assert lines[2].split() == ["a", "8.00", "2.00", "4.0x", "4"]
+    assert lines[3].split() == ["b", "2.00", "4.00", "0.5x", "1"]
+    assert lines[4].split() == ["c", "3.00", "3.10", "(full)", "5"]  # not a differential refresh: no ratio
+    assert (
+        lines[-1]
+        == "2 differential refreshes: median 2.2x faster than the full build (from 0.5x to 4.0x); 1 of them faster"
+    )

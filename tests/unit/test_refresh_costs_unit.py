@@ -4,6 +4,7 @@ published link directory of a stream table, and the delta-first join order."""
 import os
 
 import pyarrow as pa
+import pytest
 import sqlglot
 from sqlglot import exp
 
@@ -176,3 +177,26 @@ def test_key_filter_declines_types_whose_equality_is_not_exact_and_long_lists(mo
     monkeypatch.setattr(binding, "PAGE_FILTER_KEYS", 2)
     assert binding.key_filter("k", pa.array([1, 2, None, 2]), schema) is not None
     assert binding.key_filter("k", pa.array([1, 2, 3]), schema) is None
+
+
+def test_a_publishing_lock_held_too_long_fails_with_the_lock_file_named(tmp_path):
+    """A hung process holding a view's publishing lock: the waiter gives up with a message naming
+    the file, instead of waiting forever (a dead holder's lock the OS releases at once)."""
+    import fcntl
+
+    from python_helpers.errors import PublishLockHeld
+    from python_helpers.runtime.delta.embedded import publishing
+
+    root = str(tmp_path / "pub")
+    with publishing._process_lock(root, "m"):
+        pass  # free: taken and released at once
+    holder = open(os.path.join(root, publishing.LOCK_FILE), "a+")  # another open file: another holder
+    fcntl.flock(holder.fileno(), fcntl.LOCK_EX)
+    try:
+        with pytest.raises(PublishLockHeld, match=r"stream table 'm': another process has held .*\.publish\.lock"):
+            with publishing._process_lock(root, "m", wait_seconds=0.3):
+                raise AssertionError("the lock was taken while another holder had it")
+    finally:
+        holder.close()  # closing releases it
+    with publishing._process_lock(root, "m", wait_seconds=0.3):
+        pass

@@ -19,11 +19,13 @@ import hashlib
 import json
 import os
 import threading
+import time
 from typing import Callable, Iterator, Optional
 
 import pyarrow as pa
 from sqlglot import exp
 
+from python_helpers.errors import PublishLockHeld
 from python_helpers.runtime import paths
 from python_helpers.runtime.catalog import comments as view_comments
 from python_helpers.runtime.catalog import views as catalog_views
@@ -44,39 +46,65 @@ _LOCKS_GUARD = threading.Lock()
 
 
 @contextlib.contextmanager
-def _view_lock(root: str, catalog: str) -> Iterator[None]:
+def _view_lock(root: str, catalog: str, model: str) -> Iterator[None]:
     """Serialize marker read, view update and marker write of one view: among this process's
     threads, and among processes that share the storage (dbt jobs on one warehouse)."""
     with _LOCKS_GUARD:
         lock = _LOCKS.setdefault((catalog, root), threading.Lock())
-    with lock, _process_lock(root):
+    with lock, _process_lock(root, model):
         yield
 
 
 LOCK_FILE = ".publish.lock"
+# A publish holds the lock for a few catalog statements; a holder that has not let go after this
+# long is hung (a dead one's lock the OS releases at once), and waiting longer helps nobody.
+LOCK_WAIT_SECONDS = 600.0
 
 
 @contextlib.contextmanager
-def _process_lock(root: str) -> Iterator[None]:
+def _process_lock(root: str, model: str, wait_seconds: Optional[float] = None) -> Iterator[None]:
     """An exclusive flock on a file in the view's published root, held by one process at a time
-    (released by the OS when a holder dies). On storage without one (an object store's URI) only
-    the in-process lock holds: docs/dbt-usage.md, Guarantees."""
+    (released by the OS when a holder dies). On storage without one (an object store's URI, a
+    directory this process may not write) only the in-process lock holds: docs/dbt-usage.md,
+    Guarantees. Raises PublishLockHeld when another process holds it past `wait_seconds`."""
     handle = None
     if not paths.is_uri(root):
         try:
             os.makedirs(paths.local(root), exist_ok=True)
             handle = open(os.path.join(paths.local(root), LOCK_FILE), "a+")
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         except OSError:
-            if handle is not None:
-                handle.close()
             handle = None
+    if handle is not None:
+        try:
+            _wait_for(handle, root, model, LOCK_WAIT_SECONDS if wait_seconds is None else wait_seconds)
+        except BaseException:
+            handle.close()
+            raise
     try:
         yield
     finally:
         if handle is not None:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
             handle.close()
+
+
+def _wait_for(handle, root: str, model: str, wait_seconds: float) -> None:
+    deadline = time.monotonic() + wait_seconds
+    pause = 0.01
+    while True:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise PublishLockHeld(
+                    model,
+                    f"another process has held the publishing lock {os.path.join(root, LOCK_FILE)} for more "
+                    f"than {wait_seconds:.0f} s; the stored result is committed, its views are not moved yet",
+                    "find the dbt process that hangs (it holds the lock file open) and stop it, then run again",
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
 
 def _schema_hash(spark_types: dict) -> str:
@@ -148,7 +176,7 @@ def publish_stream_table(
     comments of `docs`, dbt's persisted descriptions: runtime/catalog/comments.py)."""
     root = published_files.stream_root(target)
     catalog = catalog_views.catalog_key(conn)
-    with _view_lock(root, catalog):
+    with _view_lock(root, catalog, model):
         _publish_stream_table(conn, schema, name, model, target, view_sql, take_over, retention_seconds, docs)
 
 
@@ -205,7 +233,7 @@ def publish_source(
     schema, name = relation.split(".")[-2:]
     root = published_files.source_root(source_schema_dir(conn, relation), name)
     catalog = catalog_views.catalog_key(conn)
-    with _view_lock(root, catalog):
+    with _view_lock(root, catalog, model):
         _publish_source(conn, relation, schema, name, root, catalog, src, model, log, retention_seconds)
 
 
