@@ -159,39 +159,55 @@ def test_a_refresh_killed_at_every_step_loses_nothing(server, tmp_path):
     assert len(died) >= len(killed) - 2, killed  # "+delay" points may land after the step's work ended
 
 
+# What the two processes race (a rotation by the day, like the kill points): differential
+# refreshes, full refreshes (two overwrites), offsets-only commits (a change no query reads) and
+# a refresh against a process rewriting the stored results (OPTIMIZE) all the while.
+RACE_KINDS = ["differential", "full", "offsets", "compact"]
+
+
 def test_two_processes_refreshing_the_same_stream_tables(server, tmp_path):
     """Two processes on one metastore (the server's) refresh the same stream tables at the same
     moments, round after round: commits conflict, the losers start over, nothing is lost."""
     drill = Drill(str(tmp_path), server, "race")
     proc, _ = drill.run("setup", "refresh")
     _ok(proc)
-    barrier = tmp_path / "barrier"
-    barrier.mkdir()
-    for i in range(2):
-        (barrier / f"member-{i + 1}").touch()
-    procs = [
-        subprocess.Popen(
-            drill.args(f"loop:{RACE_ROUNDS}:{i + 1}", "--barrier", str(barrier)),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    kinds = rotation.todays(RACE_KINDS)
+    rounds = max(2, RACE_ROUNDS // len(kinds))
+    for kind in kinds:
+        barrier = tmp_path / f"barrier-{kind}"
+        barrier.mkdir()
+        for i in range(2):
+            (barrier / f"member-{i + 1}").touch()
+        procs = [
+            subprocess.Popen(
+                drill.args(f"loop:{rounds}:{i + 1}:{kind}", "--barrier", str(barrier)),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+            for i in range(2)
+        ]
+        outputs = [p.communicate(timeout=900) for p in procs]
+        summary = []
+        for p, (out, err) in zip(procs, outputs):
+            assert p.returncode == 0, err[-4000:]
+            summary += [json.loads(line) for line in out.splitlines() if line.startswith('{"action"')]
+        proc, results = drill.run("check")
+        _ok(proc)
+        assert results[-1]["ok"]
+        refreshes = sum(s["refreshes"] for s in summary)
+        retries, gave_up = sum(s["retries"] for s in summary), sum(s["gave_up"] for s in summary)
+        rewrites, rewrites_lost = sum(s["rewrites"] for s in summary), sum(s["rewrites_lost"] for s in summary)
+        print(
+            f"\nrace drill ({kind}, {rotation.where()}): {refreshes} rounds in two processes on one metastore, "
+            f"{retries} commits lost a race and started over, {gave_up} gave up"
+            + (f", {rewrites} OPTIMIZE rewrites beside them ({rewrites_lost} lost)" if kind == "compact" else "")
+            + "; final check equal"
         )
-        for i in range(2)
-    ]
-    outputs = [p.communicate(timeout=900) for p in procs]
-    summary = []
-    for p, (out, err) in zip(procs, outputs):
-        assert p.returncode == 0, err[-4000:]
-        summary += [json.loads(line) for line in out.splitlines() if line.startswith('{"action"')]
-    proc, results = drill.run("check")
-    _ok(proc)
-    assert results[-1]["ok"]
-    refreshes = sum(s["refreshes"] for s in summary)
-    retries, gave_up = sum(s["retries"] for s in summary), sum(s["gave_up"] for s in summary)
-    print(
-        f"\nrace drill: {refreshes} refresh rounds in two processes on one metastore, {retries} commits lost "
-        f"a race and started over, {gave_up} gave up; final check equal"
-    )
-    assert refreshes + gave_up == 2 * RACE_ROUNDS
-    assert retries + gave_up > 0, "the two processes never conflicted: the drill raced nothing"
+        assert refreshes + gave_up == 2 * rounds
+        if kind == "compact":
+            assert rewrites > 0, "the stored results were never rewritten during the refreshes"
+            assert retries + gave_up + rewrites_lost > 0, "the rewrites and the refreshes never conflicted"
+        else:
+            assert retries + gave_up > 0, "the two processes never conflicted: the drill raced nothing"

@@ -19,9 +19,15 @@ Actions, run in order in one process:
     kill:<step>      arm the kill for the next refresh (steps.KILL_AT: <step>[+<s>][@<model>])
     check            refresh, then compare every stream table with its recompute (the oracle),
                      and check the offsets, the catalog's views and the source views
-    loop:<n>:<seed>  n times: change, then refresh, counting refreshes that lost a race; with
+    loop:<n>:<seed>[:<kind>]
+                     n times: change, then refresh, counting refreshes that lost a race; with
                      --barrier DIR, each round starts when as many processes as DIR holds
-                     `member-*` files are ready for it (they refresh at the same moment)
+                     `member-*` files are ready for it (they refresh at the same moment).
+                     kind: `differential` (the default); `full` (--full-refresh, both
+                     overwrite); `offsets` (the change is to a column no drill query reads,
+                     so every refresh commits its offsets alone); `compact` (member 1 changes
+                     and refreshes, member 2 rewrites every stored result with OPTIMIZE until
+                     member 1's round is done)
 
 It prints one JSON line per action result (`{"action": ..., ...}`) on stdout.
 """
@@ -130,6 +136,48 @@ def change(work: str, seed: int) -> None:
             except Exception:  # noqa: BLE001 - a source commit lost a race: apply again
                 if attempt == 4:
                     raise
+
+
+def change_unread(work: str, seed: int) -> None:
+    """Update column x, which no drill query reads: each refresh's change cancels out."""
+    from tests.support import sources as S
+
+    rng = random.Random(seed)
+    by_table = {name.split(".")[1]: path for name, path in paths(work).items()}
+    for table in sorted(by_table):
+        for attempt in range(5):
+            try:
+                S.apply_batch(by_table, [S.UpdateWhere(table, "k", rng.randint(0, 3), {"x": rng.random()})])
+                break
+            except Exception:  # noqa: BLE001 - a source commit lost a race: apply again
+                if attempt == 4:
+                    raise
+
+
+def compact_until(spark, done: str, timeout: float = 300) -> dict:
+    """Rewrite every stored result (delta-rs OPTIMIZE Z-ORDER: a commit each time, rows kept)
+    over and over until the file `done` appears; counts the rewrites and the ones that lost."""
+    import time
+
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    from python_helpers.runtime import paths as runtime_paths
+    from python_helpers.runtime.delta.locations import storage_path
+
+    targets = [runtime_paths.for_delta_rs(storage_path(spark, TARGET, name)) for name in STREAMS]
+    rng = random.Random(done)
+    rewrites, lost = 0, 0
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(done) and time.monotonic() < deadline:
+        for target in targets:
+            try:
+                DeltaTable(target).optimize.z_order(["__dvm_row_id"])
+                rewrites += 1
+            except (CommitFailedError, DeltaError, OSError):
+                lost += 1  # a refresh committed first (or the table is being replaced)
+        time.sleep(rng.uniform(1.0, 3.0))  # rewrites now and then: refreshes that lose start over
+    return {"rewrites": rewrites, "rewrites_lost": lost}
 
 
 def request(name: str, work: str, full: bool = False):
@@ -255,18 +303,30 @@ def main(argv: list) -> None:
         elif name == "loop":
             from python_helpers.errors import ConcurrentRefresh
 
-            n, seed = (int(x) for x in arg.split(":"))
-            lost, retries, done = 0, 0, 0
+            n_text, seed_text, *rest = arg.split(":")
+            n, seed, kind = int(n_text), int(seed_text), (rest[0] if rest else "differential")
+            lost, retries, done, rewrites = 0, 0, 0, {"rewrites": 0, "rewrites_lost": 0}
             for i in range(n):
-                change(work, seed * 1000 + i)
+                compactor = kind == "compact" and seed == 2
+                if kind == "offsets":
+                    change_unread(work, seed * 1000 + i)
+                elif not compactor:
+                    change(work, seed * 1000 + i)
                 if barrier:
                     wait_for_round(barrier, str(seed), i)
+                if compactor:
+                    for key, value in compact_until(spark, os.path.join(barrier or work, f"done-{i}")).items():
+                        rewrites[key] += value
+                    done += 1
+                    continue
                 try:
-                    retries += refresh(spark, work)["retries"]
+                    retries += refresh(spark, work, full=kind == "full")["retries"]
                     done += 1
                 except ConcurrentRefresh:
                     lost += 1
-            emit(action=action, refreshes=done, gave_up=lost, retries=retries)
+                if kind == "compact":
+                    open(os.path.join(barrier or work, f"done-{i}"), "w").close()
+            emit(action=action, kind=kind, refreshes=done, gave_up=lost, retries=retries, **rewrites)
         else:
             raise SystemExit(f"unknown action {action}")
         os.environ.pop(steps.KILL_AT, None)
