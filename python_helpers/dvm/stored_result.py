@@ -169,7 +169,10 @@ class BagResult(MaintainedResult):
             ],
             sub(consolidate(ctx, d, self.input.columns), dd),
         )
-        m = m.join(sub(storage, s), on=exp.EQ(this=col(ROW_ID, s), expression=rid.copy()), join_type="LEFT", copy=False)
+        touched = touched_storage(
+            ctx, storage, consolidate(ctx, d, self.input.columns), lambda t: row_id(self.input.columns, t)
+        )
+        m = m.join(sub(touched, s), on=exp.EQ(this=col(ROW_ID, s), expression=rid.copy()), join_type="LEFT", copy=False)
         mm = ctx.alias("m")
         gone = exp.LTE(this=col(COUNT), expression=exp.Literal.number(0))
         action = exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U"))
@@ -178,6 +181,23 @@ class BagResult(MaintainedResult):
         out.append(_cast(col(COUNT), "bigint").as_(COUNT))
         keep = exp.Not(this=exp.and_(gone.copy(), exp.Not(this=col("__dvm_existed"))))
         return select_from(out, sub(m, mm)).where(keep, copy=False)
+
+
+def touched_storage(ctx: Context, storage: exp.Expr, delta_rows: exp.Expr, delta_row_id) -> exp.Expr:
+    """The stored rows a MERGE can match. With a small delta (the engine counted few change rows)
+    those whose row id is among the delta's, by a semi join that broadcasts the delta's row ids:
+    the stored result is then scanned once, without the shuffle and sort that joining all of it
+    costs (a 1.6 M-row result for 40 changed rows), and the LEFT JOIN after it moves only the
+    rows found. The delta is named twice; Spark reuses its one exchange (consolidation) for both."""
+    if not ctx.small_delta:
+        return storage
+    st, dk, k = ctx.alias("st"), ctx.alias("dk"), ctx.alias("k")
+    ids = select_from([alias(delta_row_id(dk), "__dvm_rid")], sub(delta_rows.copy(), dk))
+    step = select_from([exp.Star()], sub(storage.copy(), st))
+    step.set("hint", exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[exp.to_identifier(k)])]))
+    return step.join(
+        sub(ids, k), on=exp.EQ(this=col(ROW_ID, st), expression=col("__dvm_rid", k)), join_type="LEFT SEMI", copy=False
+    )
 
 
 class AggregateResult(MaintainedResult):
@@ -276,8 +296,9 @@ class AggregateResult(MaintainedResult):
         # analyse and carry, and enough to drop the rows whose stored value would not change.
         compare = self.storage_columns()[1:]
         mcols.append(alias(row_id(compare, o), "__dvm_old_digest"))
+        touched = touched_storage(ctx, storage, dq, lambda t: row_id(self.key_store, t))
         m = select_from(mcols, sub(dq, d)).join(
-            sub(storage, o),
+            sub(touched, o),
             on=exp.EQ(this=col(ROW_ID, o), expression=row_id(self.key_store, d)),
             join_type="LEFT",
             copy=False,
