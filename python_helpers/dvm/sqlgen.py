@@ -26,6 +26,10 @@ class Context:
     changed: set = field(default_factory=set)
     consolidated: set = field(default_factory=set)
     small_delta: bool = False  # the engine counted few change rows: broadcast the delta side
+    # A small delta against a large stored result (the engine knows its size): the MERGE rows'
+    # query reads only the stored rows the delta can match (stored_result.touched_storage). Off
+    # for small stored results, where the extra broadcast job costs more than the join it saves.
+    restrict_storage: bool = False
     # The engine's way to compute an intermediate once and read it back as a relation (None:
     # keep it inline). Used for what the SQL reads more than once: a recursion's delta, the
     # changed keys of a key-restricted operator over a derived delta.

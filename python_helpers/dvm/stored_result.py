@@ -185,11 +185,12 @@ class BagResult(MaintainedResult):
 
 def touched_storage(ctx: Context, storage: exp.Expr, delta_rows: exp.Expr, delta_row_id) -> exp.Expr:
     """The stored rows a MERGE can match. With a small delta (the engine counted few change rows)
-    those whose row id is among the delta's, by a semi join that broadcasts the delta's row ids:
-    the stored result is then scanned once, without the shuffle and sort that joining all of it
-    costs (a 1.6 M-row result for 40 changed rows), and the LEFT JOIN after it moves only the
-    rows found. The delta is named twice; Spark reuses its one exchange (consolidation) for both."""
-    if not ctx.small_delta:
+    and a large stored result (ctx.restrict_storage): those whose row id is among the delta's,
+    by a semi join that broadcasts the delta's row ids. The stored result is then scanned once,
+    without the shuffle and sort that joining all of it costs (a 1.6 M-row result for 40 changed
+    rows), and the LEFT JOIN after it moves only the rows found. The delta is named twice; Spark
+    reuses its one exchange (consolidation) for both."""
+    if not (ctx.small_delta and ctx.restrict_storage):
         return storage
     st, dk, k = ctx.alias("st"), ctx.alias("dk"), ctx.alias("k")
     ids = select_from([alias(delta_row_id(dk), "__dvm_rid")], sub(delta_rows.copy(), dk))

@@ -20,6 +20,10 @@ from python_helpers.runtime.refresh.auto import FullIsCheaper
 from python_helpers.runtime.refresh.full import output_names, typed
 from python_helpers.runtime.refresh.planning import Plan
 
+# Stored results from this size on are read through the delta's row ids (touched_storage): on
+# smaller ones the extra broadcast job costs more than the join it saves.
+RESTRICT_STORAGE_BYTES = 8 * 1024 * 1024
+
 _RECURSION_LIMITS = ("RECURSION_LEVEL_LIMIT_EXCEEDED", "RECURSION_ROW_LIMIT_EXCEEDED")
 
 
@@ -46,7 +50,9 @@ def run_differential(attempt: Attempt) -> int:
             read_version = meta["read_version"]
             store_rel, types = bindings.stored(attempt.target, read_version)
             try:  # a recursion's delta is computed here already (Bindings.materialize)
-                merge = result.merge_sql(bindings.context(changed), store_rel, types) if changed else None
+                ctx = bindings.context(changed)
+                ctx.restrict_storage = bindings.read_bytes().get(store_rel.name, 0) >= RESTRICT_STORAGE_BYTES
+                merge = result.merge_sql(ctx, store_rel, types) if changed else None
             except Exception as err:  # noqa: BLE001 - only Spark's recursion limits are handled here
                 recursion_limit(plan, err)
                 raise
