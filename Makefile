@@ -46,7 +46,7 @@ demo-spark: install jars
 # property (a new one each run), the `slow` property variants left out, and a third of the
 # repeated items in a rotation by the day (every item runs at least once in three days; the log
 # says which, and DVM_DAY repeats a day): kill points, each family's smoke shapes, the spark
-# engine's shapes, the cluster's methods, the dbt refresh rounds; 4 race rounds and one
+# engine's shapes, the cluster's methods, the dbt refresh rounds, the TPC-H queries; 4 race rounds and one
 # refresh round per cluster method. make test-long runs every repetition. The budget:
 # DEVELOPERS.md.
 CI_TIER := DVM_HYPOTHESIS_EXAMPLES=1 DVM_ROTATION=3 DVM_DRILL_RACE_ROUNDS=4 DVM_CLUSTER_REFRESH_ROUNDS=1
