@@ -67,6 +67,8 @@ class DbtBench:
     # Also write `<q>_table`: the same query as a plain dbt `table` model (what a user would
     # pick instead), in this file format; "" writes none and keeps the `<q>_full` twins.
     table_format: str = ""
+    # More config of a stream table model, by name (e.g. "unique_key=['id']"), as dbt config text.
+    stream_config: dict = field(default_factory=dict)
 
     @property
     def project(self) -> str:
@@ -87,7 +89,10 @@ class DbtBench:
         for name, sql in self.queries.items():
             body = _source_sql(sql)
             with open(os.path.join(models, f"{name}.sql"), "w") as handle:
-                handle.write("{{ config(materialized='stream_table', refresh_mode='auto', tags=['diff']) }}\n" + body)
+                extra = f", {self.stream_config[name]}" if name in self.stream_config else ""
+                handle.write(
+                    f"{{{{ config(materialized='stream_table', refresh_mode='auto', tags=['diff']{extra}) }}}}\n" + body
+                )
             if self.table_format:
                 with open(os.path.join(models, f"{name}_table.sql"), "w") as handle:
                     handle.write(

@@ -66,5 +66,9 @@ class InvalidConfig(StreamTableError):
     """A config value of the model is not one we accept."""
 
 
+class UniqueKeyViolated(StreamTableError):
+    """A refresh would give a key of the model's unique_key a second row (nothing is written)."""
+
+
 class SourceBehind(StreamTableError):
     """A source is pinned at an older version than the stream table already consumed."""

@@ -20,7 +20,8 @@
           full_refresh=should_full_refresh(), sources=spark_stream__source_delta_paths(model),
           auto_full_threshold=config.get('auto_full_threshold'),
           float_recompute_every=config.get('float_recompute_every'),
-          auto_from_history=config.get('auto_from_history')) -%}
+          auto_from_history=config.get('auto_from_history'),
+          unique_key=config.get('unique_key')) -%}
     {%- do store_result('main', response=response) -%}
     {{ return({'relations': [target_relation]}) }}
   {%- endif -%}
@@ -53,6 +54,7 @@
         docs=spark_stream__persisted_docs(model),
         contract=spark_stream__contract_columns(model),
         auto_from_history=config.get('auto_from_history'),
+        unique_key=config.get('unique_key'),
   ) -%}
   {#- store_result keeps our response object whole: its mode / rows_changed / seconds fields
       land in run_results.json `adapter_response`, its message on the console line. -#}

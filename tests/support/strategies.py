@@ -54,20 +54,31 @@ def initial_rows(min_size=0, max_size=12):
     return _rows()
 
 
+def unique_rows(min_size=0, max_size=12):
+    """Rows of a new source table whose ids are unique (1..n): a declared unique key."""
+
+    @st.composite
+    def _rows(draw):
+        rows = draw(st.lists(source_rows(), min_size=min_size, max_size=max_size))
+        return [dict(r, id=i) for i, r in enumerate(rows, start=1)]
+
+    return _rows()
+
+
 def _updates(columns):
     return st.sets(st.sampled_from(columns), min_size=1, max_size=3).flatmap(
         lambda cols: st.fixed_dictionaries({c: COLUMN_VALUES[c] for c in sorted(cols)})
     )
 
 
-def change_op(tables, columns=S.VALUE_COLUMNS):
-    """One change to one of `tables`."""
+def change_op(tables, columns=S.VALUE_COLUMNS, unique_ids=False):
+    """One change to one of `tables` (`unique_ids`: none that repeats an id)."""
     table = st.sampled_from(list(tables))
     picks = st.lists(st.integers(0, 1000), min_size=1, max_size=3)
     extreme_col = st.sampled_from([c for c in ("v", "x", "d", "dt", "g") if c in columns] or ["v"])
     return st.one_of(
         st.builds(S.Insert, table, st.lists(source_rows(), min_size=1, max_size=4)),
-        st.builds(S.InsertDuplicates, table, picks),
+        st.builds(S.InsertDuplicates, table, picks) if not unique_ids else st.nothing(),
         st.builds(S.UpdateRows, table, picks, _updates(list(columns))),
         st.sampled_from(["k", "g"]).flatmap(
             lambda c: st.builds(S.UpdateWhere, table, st.just(c), COLUMN_VALUES[c], _updates(list(columns)))
@@ -90,9 +101,9 @@ def change_op(tables, columns=S.VALUE_COLUMNS):
     )
 
 
-def change_batch(tables, min_size=1, max_size=5, delete_all_weight=0.08):
+def change_batch(tables, min_size=1, max_size=5, delete_all_weight=0.08, unique_ids=False):
     """A batch of changes applied between two refreshes (each op is its own Delta commit)."""
-    ops = st.lists(change_op(tables), min_size=min_size, max_size=max_size)
+    ops = st.lists(change_op(tables, unique_ids=unique_ids), min_size=min_size, max_size=max_size)
 
     @st.composite
     def _batch(draw):

@@ -293,6 +293,31 @@ def test_stored_result_layouts():
     assert distinct.distinct and "explode" not in distinct.view_sql(exp.to_table("store")).sql("spark").lower()
 
 
+def test_a_unique_key_stores_one_row_per_key_without_grouping_or_repeating():
+    from python_helpers.dvm.stored_result import KeyedBagResult
+    from python_helpers.errors import InvalidConfig
+
+    sql = "select o.id, o.amount, c.region from shop.orders o join shop.customers c on o.customer_id = c.id"
+    keyed = plan_stored_result("m", tree_of(sql), ["id", "amount", "region"], unique_key=["ID"])
+    assert isinstance(keyed, KeyedBagResult)
+    full = render(keyed.full_sql(ctx(())))
+    assert "GROUP BY" not in full.upper()  # a projection: nothing grouped by every column
+    assert "explode" not in keyed.view_sql(exp.to_table("store")).sql("spark").lower()
+    merge = render(keyed.merge_sql(ctx(), exp.to_table("store"), {}))
+    assert "raise_error" in merge.lower() and "unique_key (id)" in merge
+    assert "store" in tables_in(merge)  # for its row ids: a new row under a stored key breaks the key
+    # An aggregate is stored by its group key already; a name the query lacks is refused.
+    agg = plan_stored_result(
+        "m",
+        tree_of("select status, count(*) n from shop.orders group by status"),
+        ["status", "n"],
+        unique_key=["status"],
+    )
+    assert isinstance(agg, AggregateResult)
+    with pytest.raises(InvalidConfig, match="nope"):
+        plan_stored_result("m", tree_of(sql), ["id", "amount", "region"], unique_key=["nope"])
+
+
 def test_duplicate_output_names_are_rejected():
     with pytest.raises(UnsupportedSql, match="(?i)two columns named .id."):
         storage_names("m", ["id", "ID"])

@@ -12,7 +12,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 from dbt.adapters.base.meta import available
 from dbt.adapters.base.relation import AdapterTrackingRelationInfo
@@ -92,6 +92,7 @@ class SparkStreamAdapter(SparkAdapter):
         docs: Optional[Dict] = None,
         contract: Optional[list] = None,
         auto_from_history: Optional[bool] = None,
+        unique_key: Any = None,
     ) -> StreamTableResponse:
         """Create or refresh one stream table; called by the `stream_table` materialization.
 
@@ -113,6 +114,7 @@ class SparkStreamAdapter(SparkAdapter):
             float_recompute_every,
             retention_hours,
             auto_from_history,
+            unique_key,
         )
         request.docs = dict(docs or {})
         request.contract = [tuple(c) for c in contract] if contract else None
@@ -233,6 +235,7 @@ class SparkStreamAdapter(SparkAdapter):
         float_recompute_every,
         retention_hours=None,
         auto_from_history=None,
+        unique_key=None,
     ):
         """(the Spark session, the engine's RefreshRequest) for one model."""
         credentials = self.connections.get_thread_connection().credentials
@@ -266,6 +269,9 @@ class SparkStreamAdapter(SparkAdapter):
             request.retention_hours = retention_hours
         if auto_from_history is not None:
             request.auto_from_history = auto_from_history
+        if unique_key is not None:
+            # dbt's forms: one column name, or a list of them (validated by the engine).
+            request.unique_key = [unique_key] if isinstance(unique_key, str) else list(unique_key)
         return spark, request
 
     @available
@@ -281,6 +287,7 @@ class SparkStreamAdapter(SparkAdapter):
         auto_full_threshold: Optional[float] = None,
         float_recompute_every: Optional[int] = None,
         auto_from_history: Optional[bool] = None,
+        unique_key: Any = None,
     ) -> StreamTableResponse:
         """What the next refresh of a stream table would do and its operator tree; changes nothing."""
         spark, request = self._request(
@@ -296,6 +303,7 @@ class SparkStreamAdapter(SparkAdapter):
             float_recompute_every,
             None,
             auto_from_history,
+            unique_key,
         )
         from python_helpers.errors import StreamTableError
         from python_helpers.runtime.refresh.run import explain

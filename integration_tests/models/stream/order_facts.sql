@@ -1,1 +1,2 @@
+{{ config(unique_key='order_id') }}
 {{ order_facts_sql() }}

@@ -98,7 +98,9 @@ class Attempt:
         """The stored layout as the last refresh recorded it (no Spark analysis)."""
         assert self.plan.tree is not None, "only a maintained result records its analysis"
         cached = (self.meta or {}).get("analysis") or {}
-        result = plan_stored_result(self.model, self.plan.tree, cached["names"], self.plan.top_k)
+        result = plan_stored_result(
+            self.model, self.plan.tree, cached["names"], self.plan.top_k, self.request.unique_key
+        )
         result.arg_types = dict(cached.get("arg_types") or {})
         return result
 

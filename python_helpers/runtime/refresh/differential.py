@@ -10,9 +10,9 @@ delta SQL's reads.
 from __future__ import annotations
 
 from python_helpers.dvm.sqlgen import render
-from python_helpers.dvm.stored_result import MaintainedResult, plan_stored_result
+from python_helpers.dvm.stored_result import UNIQUE_KEY_BROKEN, MaintainedResult, plan_stored_result
 from python_helpers.dvm.tree import Recursive, walk
-from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh
+from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh, UniqueKeyViolated
 from python_helpers.runtime.delta.base import Bindings, ConcurrentCommit
 from python_helpers.runtime.refresh import auto, costs, steps
 from python_helpers.runtime.refresh.attempt import Attempt, schema_key
@@ -81,8 +81,9 @@ def run_differential(attempt: Attempt) -> int:
                 f"another refresh committed to the stored result first ({err}); nothing was applied",
                 "run the refresh again",
             ) from None
-        except Exception as err:  # noqa: BLE001 - only Spark's recursion limits are handled here
+        except Exception as err:  # noqa: BLE001 - Spark's recursion limits and a broken unique_key
             recursion_limit(plan, err)
+            unique_key_broken(request.model, err)
             raise
         if merged.rows:
             attempt.counters.update(
@@ -104,7 +105,11 @@ def analyzed(attempt: Attempt, bindings: Bindings) -> MaintainedResult:
     plan = attempt.plan
     assert plan.tree is not None, "only a query with an operator tree is refreshed differentially"
     names = output_names(attempt.conn, attempt.model, plan, bindings)
-    result = typed(attempt.conn, plan_stored_result(attempt.model, plan.tree, names, plan.top_k), bindings)
+    result = typed(
+        attempt.conn,
+        plan_stored_result(attempt.model, plan.tree, names, plan.top_k, attempt.request.unique_key),
+        bindings,
+    )
     if cached and (
         cached.get("names") != list(result.output_names) or (cached.get("arg_types") or {}) != result.arg_types
     ):
@@ -114,6 +119,21 @@ def analyzed(attempt: Attempt, bindings: Bindings) -> MaintainedResult:
             "since the last refresh, so the stored state no longer fits them",
         )
     return result
+
+
+def unique_key_broken(model: str, err: Exception) -> None:
+    """The MERGE rows' query stopped on the model's unique_key (raise_error): a typed error."""
+    text = str(err)
+    if UNIQUE_KEY_BROKEN not in text:
+        return
+    start = text.find("unique_key (")
+    problem = text[start:].split(". SQLSTATE")[0].splitlines()[0] if start >= 0 else UNIQUE_KEY_BROKEN
+    raise UniqueKeyViolated(
+        model,
+        f"{problem}; nothing was written",
+        "fix the query (or the source rows) so the key is unique, or change or remove unique_key; "
+        "then run dbt with --full-refresh",
+    ) from None
 
 
 def recursion_limit(plan: Plan, err: Exception) -> None:

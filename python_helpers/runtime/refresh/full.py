@@ -40,7 +40,9 @@ def run_full(attempt: Attempt) -> int:
                 )
             result: StoredResult
             if plan.tree is not None:
-                maintained = typed(conn, plan_stored_result(request.model, plan.tree, names, plan.top_k), bindings)
+                maintained = typed(
+                    conn, plan_stored_result(request.model, plan.tree, names, plan.top_k, request.unique_key), bindings
+                )
                 sql = render(maintained.full_sql(bindings.context(set())))
                 result = maintained
             else:

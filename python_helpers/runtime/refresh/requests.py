@@ -46,6 +46,10 @@ class RefreshRequest:
     auto_from_history: bool = True
     # The dbt invocation that runs the refresh (recorded in its history entry), when dbt runs it.
     invocation_id: Optional[str] = None
+    # Output columns the model declares unique (dbt's `unique_key`): a bag result is then stored
+    # one row per key, built without grouping by every column and refreshed without reading the
+    # stored rows (dvm/stored_result.py, KeyedBagResult). Part of the fingerprint.
+    unique_key: list = field(default_factory=list)
     # Recompute in full after this many differential refreshes when the result holds algebraic
     # aggregates over floating point (SUM/AVG/VAR of DOUBLE), so rounding drift cannot pile up.
     # 0 (the default) never does.
@@ -59,6 +63,12 @@ class RefreshRequest:
     docs: dict = field(default_factory=dict)
     # An enforced dbt contract: [(column name, data type), ...] the query's output must match.
     contract: Optional[list] = None
+
+    def shaping(self) -> dict:
+        """What shapes the stored result (its fingerprint): the shaping config and the key."""
+        if not self.unique_key:
+            return dict(self.shaping_config)
+        return {**self.shaping_config, "unique_key": repr([k.lower() for k in self.unique_key])}
 
 
 @dataclass

@@ -98,7 +98,7 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
         target = delta.stored_location(request.schema, request.identifier)
         meta = delta.read_metadata(target)
         read_consumed_commits(delta, plan, meta)
-        print_fp = fingerprint(plan.definition, request.shaping_config, metadata_format.FORMAT_VERSION)
+        print_fp = fingerprint(plan.definition, request.shaping(), metadata_format.FORMAT_VERSION)
         session = recorded_settings(delta.conn, plan.function_code)
         schema_now = read_schema(plan)
         try:
@@ -197,6 +197,13 @@ def _validate(request: RefreshRequest) -> None:
             f"auto_from_history must be true or false, got {request.auto_from_history!r}",
             "fix the model's config",
         )
+    key = request.unique_key
+    if not isinstance(key, list) or not all(isinstance(k, str) and k.strip() for k in key):
+        raise InvalidConfig(
+            request.model,
+            f"unique_key must be a column name or a list of them, got {key!r}",
+            "fix the model's config",
+        )
     every = request.float_recompute_every
     if not isinstance(every, int) or isinstance(every, bool) or every < 0:
         raise InvalidConfig(
@@ -225,7 +232,7 @@ def explain(spark, request: RefreshRequest) -> str:
         plan = plan_request(delta, request)
         meta = delta.read_metadata(delta.stored_location(request.schema, request.identifier))
         read_consumed_commits(delta, plan, meta)
-        print_fp = fingerprint(plan.definition, request.shaping_config, metadata_format.FORMAT_VERSION)
+        print_fp = fingerprint(plan.definition, request.shaping(), metadata_format.FORMAT_VERSION)
         try:
             decision = decide(
                 request, plan, meta, print_fp, recorded_settings(delta.conn, plan.function_code), read_schema(plan)
