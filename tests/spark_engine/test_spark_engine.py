@@ -219,3 +219,31 @@ def test_the_spark_engine_needs_delta_lake_in_spark(env):
         stream.refresh()
     text = str(info.value)
     assert stream.model in text and "Delta Lake" in text and "engine: embedded" in text
+
+
+def test_a_keyed_result_merges_per_key_and_refuses_a_second_row_of_a_key(delta_env):
+    """unique_key on the spark engine: the MERGE rows per key inside Delta's MERGE INTO, and the
+    key's check (raise_error) stopping that statement before its commit."""
+    from deltalake import DeltaTable
+
+    from python_helpers.errors import UniqueKeyViolated
+    from python_helpers.runtime.delta.locations import storage_path
+    from tests.spark.test_unique_key import BATCHES, SHAPES, T1, T2
+
+    delta_env.source("t1", T1)
+    delta_env.source("t2", T2)
+    sql, key = SHAPES["keyed_fact"]
+    stream = delta_env.stream("keyed_fact", sql, engine="spark", unique_key=key)
+    run_cycles(delta_env, [stream], BATCHES[:2])
+    assert [r.mode for r in stream.results] == ["full", "differential", "differential"]
+    stored = f"{delta_env.target}.__dvm_stored__keyed_fact"
+    counts = delta_env.spark.sql(f"SELECT count(*), count(DISTINCT __dvm_row_id), max(__dvm_count) FROM {stored}")
+    total, distinct, most = counts.collect()[0]
+    assert total == distinct and most in (None, 1)
+    location = storage_path(delta_env.spark, delta_env.target, "keyed_fact")
+    version = DeltaTable(location).version()
+    # Two new rows of one key, both joining t2's id 2: a second row of key 50.
+    delta_env.apply([S.Insert("t1", [S.row(50, 2, "z", 1), S.row(50, 2, "y", 2)])])
+    with pytest.raises(UniqueKeyViolated, match=r"unique_key \(id\) is not unique"):
+        stream.refresh()
+    assert DeltaTable(location).version() == version, "nothing is committed"

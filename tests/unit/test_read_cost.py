@@ -19,6 +19,17 @@ def test_each_reference_of_a_view_counts():
     assert reason is not None and "3 reads" in reason and "2.8x" in reason
 
 
+def test_an_identical_grouped_derived_table_is_read_once():
+    # A consolidated delta named twice (the MERGE rows and the row ids they look up): one shuffle.
+    grouped = "(SELECT k, SUM(w) AS w FROM chg JOIN v_new n ON n.k = chg.k GROUP BY k)"
+    query = parse_one(f"SELECT * FROM {grouped} AS a JOIN (SELECT k FROM {grouped} AS b) AS c ON a.k = c.k")
+    est = read_cost.estimate(query, {"v_new": 100}, full_bytes=100)
+    assert (est.differential_bytes, est.references) == (100, 1)
+    # Not grouped: Spark reads the view again.
+    plain = parse_one("SELECT * FROM (SELECT k FROM v_new) a JOIN (SELECT k FROM v_new) b ON a.k = b.k")
+    assert read_cost.estimate(plain, {"v_new": 100}, full_bytes=100).references == 2
+
+
 def test_a_cte_is_read_at_each_use():
     query = parse_one("WITH c AS (SELECT * FROM v_new WHERE k > 1) SELECT * FROM c JOIN c AS d ON c.k = d.k")
     est = read_cost.estimate(query, {"V_NEW": 10}, full_bytes=10)

@@ -64,7 +64,10 @@ def estimate(query: exp.Expr, view_bytes: dict, full_bytes: int) -> ReadEstimate
 
     def cost(node: exp.Expr, seen: frozenset) -> tuple[int, int]:
         total = refs = 0
+        reused = _reused_tables(node)
         for table in node.find_all(exp.Table):
+            if id(table) in reused:
+                continue
             name = table.name.lower()
             if table.db or not name:
                 continue
@@ -85,6 +88,25 @@ def estimate(query: exp.Expr, view_bytes: dict, full_bytes: int) -> ReadEstimate
         cte.pop()  # the bodies are counted where they are referenced
     differential, references = cost(outer, frozenset())
     return ReadEstimate(differential, int(full_bytes), references)
+
+
+def _reused_tables(node: exp.Expr) -> set:
+    """Tables under a grouped derived table identical to one met before: Spark computes an
+    identical shuffle once and reuses its output (ReuseExchange), as when a delta's consolidation
+    is named twice (the MERGE rows and the stored row ids they look up)."""
+    seen: set = set()
+    reused: set = set()
+    for derived in node.find_all(exp.Subquery):
+        inner = derived.this
+        if not isinstance(inner, exp.Select) or not inner.args.get("group"):
+            continue
+        if any(id(t) in reused for t in inner.find_all(exp.Table)):
+            continue  # inside a copy already skipped
+        text = inner.sql()
+        if text in seen:
+            reused.update(id(t) for t in inner.find_all(exp.Table))
+        seen.add(text)
+    return reused
 
 
 def _size(n: int) -> str:

@@ -58,7 +58,13 @@ def unavailable(text: str) -> bool:
 
 
 class SparkBindings(BoundViews):
-    """files_read / files_skipped stay 0: Delta prunes files itself (Spark's metrics count them)."""
+    """files_read / files_skipped stay 0: Delta prunes files itself (Spark's metrics count them).
+    `detail`: the engine's DESCRIBE DETAIL of a location, as this refresh already read it."""
+
+    def __init__(self, conn, pinned: dict, old_versions: dict, columns: dict, model: str, detail=None):
+        super().__init__(conn, pinned, old_versions, columns, model)
+        self._detail = detail or (lambda location: None)
+        self._stored_bytes: dict = {}
 
     def _columns(self, relation: str) -> list:
         src = self.pinned[relation]
@@ -177,18 +183,15 @@ class SparkBindings(BoundViews):
     def stored(self, target: str, version: int) -> tuple[exp.Table, dict]:
         name = self.view_name("store")
         self.conn.view_of_query(name, f"SELECT * FROM {delta_sql.at_version(target, version)}")
-        # Its size (the newest version's, from the log): whether a small change reads the stored
-        # rows through its row ids (touched_storage) depends on it.
-        try:
-            detail = self.conn.records(delta_sql.detail(target))
-            self._stored_bytes = {name: int((detail[0] if detail else {}).get("sizeInBytes") or 0)}
-        except Exception:  # noqa: BLE001 - unknown size: read as a small table
-            self._stored_bytes = {}
+        # Its size, from the DESCRIBE DETAIL this refresh read its metadata with (no statement
+        # more: each costs a Spark job here): whether a small change reads the stored rows
+        # through its row ids (touched_storage) depends on it.
+        self._stored_bytes = {name: int((self._detail(target) or {}).get("sizeInBytes") or 0)}
         return exp.to_table(name), {c.name: c.type for c in self.conn.output_columns(f"SELECT * FROM {name}")}
 
     def read_bytes(self) -> dict:
         """Only the stored result's size (sources: Delta prunes their files itself)."""
-        return dict(getattr(self, "_stored_bytes", {}))
+        return dict(self._stored_bytes)
 
     def full_read_bytes(self) -> Optional[int]:
         return None  # the read estimate of `auto` needs file-level statistics: not asked of Spark here

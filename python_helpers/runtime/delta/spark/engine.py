@@ -138,7 +138,7 @@ class SparkDelta:
 
     # One refresh's reads.
     def bindings(self, pinned: dict, old_versions: dict, columns: dict, model: str) -> base.Bindings:
-        return SparkBindings(self.conn, pinned, old_versions, columns, model)
+        return SparkBindings(self.conn, pinned, old_versions, columns, model, detail=self._detail)
 
     # The stored result.
     def refresh_commits(self, target: str) -> list:
