@@ -9,8 +9,8 @@ Three layouts, each keyed by `__dvm_row_id` (md5 of the key, 128 bits):
 * BagResult — anything else: one stored row per distinct tuple with its multiplicity
   `__dvm_count` (the counting algorithm); the view repeats a tuple `__dvm_count` times, or
   shows it once for SELECT DISTINCT / UNION.
-* KeyedBagResult — a bag the model declares unique by `unique_key`: one stored row per key,
-  built without grouping and refreshed without reading the stored rows.
+* KeyedBagResult (dvm/keyed_result.py) — a bag the model declares unique by `unique_key`: one
+  stored row per key, built without grouping and refreshed reading only the stored row ids.
 
 `full_sql` computes the whole stored table; `merge_sql` computes, for the groups / tuples the
 delta touches, the new stored row and an action ('U' upsert, 'D' delete), leaving out rows
@@ -41,8 +41,6 @@ from python_helpers.dvm.sqlgen import (
 from python_helpers.dvm.tree import WEIGHT, Aggregate, Distinct, Filter, Node, Project
 from python_helpers.errors import UnsupportedSql
 
-# Spark's raise_error text when a refresh would break a declared unique_key (KeyedBagResult).
-UNIQUE_KEY_BROKEN = "is not unique: this change gives a key a second row"
 ROW_ID = "__dvm_row_id"
 ACTION = "__dvm_action"
 COUNT = "__dvm_count"
@@ -185,107 +183,6 @@ class BagResult(MaintainedResult):
         out.append(_cast(col(COUNT), "bigint").as_(COUNT))
         keep = exp.Not(this=exp.and_(gone.copy(), exp.Not(this=col("__dvm_existed"))))
         return select_from(out, sub(m, mm)).where(keep, copy=False)
-
-
-class KeyedBagResult(BagResult):
-    """A bag whose rows the model declares unique by `unique_key` (dbt's config of that name):
-    one stored row per key, its row id the key's, so nothing is grouped by every column.
-
-    A full build is a projection (no GROUP BY over all columns, no digest of every column), the
-    view shows the stored rows as they are (no repetition), and a refresh reads only the stored
-    row ids: per key of the consolidated delta, a tuple gaining weight is upserted and a key that
-    only loses one is deleted. The key is checked where a refresh can see it break: a change
-    that gives one key two tuples, removes one twice, or adds a tuple under a key the stored
-    result already holds (without removing that one) fails the refresh, naming the model and
-    the key, before anything is written."""
-
-    def __init__(self, model, output_names, user_columns, input_node: Node, distinct: bool, key: list[str]):
-        super().__init__(model, output_names, user_columns, input_node, distinct)
-        self.key = list(key)  # input column names
-        self.kind = "keyed"
-
-    def _view(self, query: exp.Select) -> exp.Select:
-        return query  # one stored row per key, each shown once
-
-    def full_sql(self, ctx: Context) -> exp.Select:
-        b = ctx.alias("b")
-        return select_from(
-            [alias(row_id(self.key, b), ROW_ID)]
-            + [alias(col(c, b), u) for c, u in zip(self.input.columns, self.user_columns)]
-            + [alias(_bigint(1), COUNT)],
-            sub(plain(self.input, ctx, "new"), b),
-        )
-
-    def merge_sql(self, ctx: Context, storage: exp.Expr, types: dict):
-        d = delta(self.input, ctx)
-        if d is None:
-            return None
-        cols = self.input.columns
-        c, k, st = ctx.alias("c"), ctx.alias("k"), ctx.alias("st")
-        values = [f"__dvm_v{i}" for i in range(len(cols))]
-        w = col(WEIGHT, c)
-        zero = exp.Literal.number(0)
-        gained = exp.Sum(this=exp.If(this=exp.GT(this=w.copy(), expression=zero.copy()), true=w.copy(), false=zero))
-        lost = exp.Sum(
-            this=exp.If(
-                this=exp.LT(this=w.copy(), expression=zero.copy()), true=exp.Neg(this=w.copy()), false=zero.copy()
-            )
-        )
-        # The tuple of the largest weight: the new one where the key gains a tuple.
-        fields = [x for v, n in zip(values, cols) for x in (exp.Literal.string(v), col(n, c))]
-        newest = exp.Anonymous(
-            this="max_by", expressions=[exp.Anonymous(this="named_struct", expressions=fields), w.copy()]
-        )
-        consolidated = consolidate(ctx, d, cols)
-        per_key = select_from(
-            [
-                alias(row_id(self.key, c), ROW_ID),
-                alias(gained, "__dvm_gained"),
-                alias(lost, "__dvm_lost"),
-                alias(newest, "__dvm_new"),
-            ],
-            sub(consolidated, c),
-        ).group_by(row_id(self.key, c), copy=False)
-        # Only the stored row ids (a column of the stored result), of the keys the change names.
-        touched = touched_storage(ctx, storage, consolidated, lambda t: row_id(self.key, t))
-        if isinstance(touched, exp.Table):
-            touched = select_from([exp.Star()], touched.copy())
-        stored_ids = select_from([col(ROW_ID)], sub(touched, ctx.alias("ts")))
-        gains, loses = col("__dvm_gained", k), col("__dvm_lost", k)
-        one = exp.Literal.number(1)
-        stored = exp.Not(this=exp.Is(this=col(ROW_ID, st), expression=exp.Null()))
-        broken = exp.or_(
-            exp.GT(this=gains.copy(), expression=one.copy()),
-            exp.GT(this=loses.copy(), expression=one.copy()),
-            exp.and_(exp.EQ(this=loses.copy(), expression=zero.copy()), stored),
-        )
-        action = exp.Case(
-            ifs=[
-                exp.If(this=broken, true=exp.Cast(this=self._violation(), to=exp.DataType.build("string"))),
-                exp.If(this=exp.EQ(this=gains.copy(), expression=one.copy()), true=exp.Literal.string("U")),
-            ],
-            default=exp.Literal.string("D"),
-        )
-        out = [col(ROW_ID, k), alias(action, ACTION)]
-        for v, u in zip(values, self.user_columns):
-            field = exp.Dot(this=col("__dvm_new", k), expression=exp.to_identifier(v))
-            out.append(alias(_cast(field, types.get(u)), u))
-        out.append(alias(_bigint(1), COUNT))
-        on = exp.EQ(this=col(ROW_ID, st), expression=col(ROW_ID, k))
-        return select_from(out, sub(per_key, k)).join(sub(stored_ids, st), on=on, join_type="LEFT", copy=False)
-
-    def _violation(self) -> exp.Expr:
-        cols = self.input.columns
-        names = ", ".join(self.output_names[cols.index(n)] for n in self.key)
-        text = (
-            f"unique_key ({names}) {UNIQUE_KEY_BROKEN} (two new rows, or a new row under a key the stream "
-            "table already holds)"
-        )
-        return exp.Anonymous(this="raise_error", expressions=[exp.Literal.string(text)])
-
-
-def _bigint(n: int) -> exp.Expr:
-    return exp.Cast(this=exp.Literal.number(n), to=exp.DataType.build("bigint"))
 
 
 def touched_storage(ctx: Context, storage: exp.Expr, delta_rows: exp.Expr, delta_row_id) -> exp.Expr:
@@ -525,23 +422,10 @@ def plan_stored_result(
     return result
 
 
-def _key_columns(model: str, unique_key: list[str], output_names: list[str], columns: list[str]) -> list[str]:
-    """The input columns of the `unique_key` output names (case-insensitive, as Spark)."""
-    by_name = {n.lower(): c for n, c in zip(output_names, columns)}
-    missing = [k for k in unique_key if k.lower() not in by_name]
-    if missing:
-        from python_helpers.errors import InvalidConfig
-
-        raise InvalidConfig(
-            model,
-            f"unique_key names {', '.join(missing)}, which the query does not return "
-            f"(its columns: {', '.join(output_names)})",
-            "name columns of the query's result in unique_key, or remove it",
-        )
-    return [by_name[k.lower()] for k in unique_key]
-
-
 def _layout(model: str, root: Node, output_names: list[str], unique_key: list[str]) -> MaintainedResult:
+    # keyed_result's class is a BagResult (it imports this module): imported here, when asked for.
+    from python_helpers.dvm.keyed_result import KeyedBagResult, key_columns
+
     users = storage_names(model, output_names)
     bag_input, distinct = (root.child, True) if isinstance(root, Distinct) else (root, False)
     if isinstance(root, Project):
@@ -551,9 +435,9 @@ def _layout(model: str, root: Node, output_names: list[str], unique_key: list[st
             below = below.child
         if isinstance(below, Aggregate):
             if unique_key:  # checked, but an aggregate is stored by its group key already
-                _key_columns(model, unique_key, output_names, output_names)
+                key_columns(model, unique_key, output_names, output_names)
             return AggregateResult(model, output_names, users, root, having, below)
     if unique_key:
-        key = _key_columns(model, unique_key, output_names, bag_input.columns)
+        key = key_columns(model, unique_key, output_names, bag_input.columns)
         return KeyedBagResult(model, output_names, users, bag_input, distinct, key)
     return BagResult(model, output_names, users, bag_input, distinct=distinct)

@@ -294,7 +294,7 @@ def test_stored_result_layouts():
 
 
 def test_a_unique_key_stores_one_row_per_key_without_grouping_or_repeating():
-    from python_helpers.dvm.stored_result import KeyedBagResult
+    from python_helpers.dvm.keyed_result import KeyedBagResult
     from python_helpers.errors import InvalidConfig
 
     sql = "select o.id, o.amount, c.region from shop.orders o join shop.customers c on o.customer_id = c.id"

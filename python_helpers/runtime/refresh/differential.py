@@ -9,8 +9,9 @@ delta SQL's reads.
 
 from __future__ import annotations
 
+from python_helpers.dvm.keyed_result import UNIQUE_KEY_BROKEN
 from python_helpers.dvm.sqlgen import render
-from python_helpers.dvm.stored_result import UNIQUE_KEY_BROKEN, MaintainedResult, plan_stored_result
+from python_helpers.dvm.stored_result import MaintainedResult, plan_stored_result
 from python_helpers.dvm.tree import Recursive, walk
 from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh, UniqueKeyViolated
 from python_helpers.runtime.delta.base import Bindings, ConcurrentCommit
