@@ -271,7 +271,7 @@ class SparkStreamAdapter(SparkAdapter):
             request.auto_from_history = auto_from_history
         if unique_key is not None:
             # dbt's forms: one column name, or a list of them (validated by the engine).
-            request.unique_key = [unique_key] if isinstance(unique_key, str) else list(unique_key)
+            request.unique_key = list(unique_key) if isinstance(unique_key, (list, tuple)) else [unique_key]
         return spark, request
 
     @available
