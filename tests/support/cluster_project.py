@@ -46,14 +46,17 @@ def local_cluster(work: Path, extra_conf: Optional[dict] = None) -> Iterator:
 
 
 class ClusterProject:
-    def __init__(self, path: Path, env: dict):
+    def __init__(self, path: Path, env: dict, models: Optional[list] = None):
         self.path, self.env = path, env
+        # The stream tables this project's runs and tests select (None: the whole project).
+        self.models = sorted(models) if models else None
         self.first_run: dict = {}
 
     @classmethod
-    def copied(cls, where: Path, work: Path, server, engine: str) -> "ClusterProject":
+    def copied(cls, where: Path, work: Path, server, engine: str, models: Optional[list] = None) -> "ClusterProject":
         """A copy of the example project under `where`, its profile pointed at `server` (a
-        ConnectServer with thrift=True), its sources under `work`, the profile's `engine`."""
+        ConnectServer with thrift=True), its sources under `work`, the profile's `engine`;
+        `models`: the stream tables its runs select (with their recompute views), None: all."""
         path = where / "integration_tests"
         shutil.copytree(PROJECT_SRC, path, ignore=shutil.ignore_patterns("target", "logs", "__pycache__"))
         env = {
@@ -66,13 +69,13 @@ class ClusterProject:
             "DBT_SPARK_STREAM_THRIFT_PORT": str(server.thrift_port or 0),
         }
         env.pop("SPARK_REMOTE", None)
-        return cls(path, env)
+        return cls(path, env, models)
 
     @classmethod
-    def built(cls, where: Path, work: Path, server, target: str) -> "ClusterProject":
+    def built(cls, where: Path, work: Path, server, target: str, models: Optional[list] = None) -> "ClusterProject":
         """copied() with engine: auto, the shop data created and a first `dbt run` over `target`
         (its refreshes in `first_run`)."""
-        proj = cls.copied(where, work, server, engine="auto")
+        proj = cls.copied(where, work, server, engine="auto", models=models)
         proj.shop_data("create", "--force")
         proj.first_run = proj.run(target)
         return proj
@@ -90,19 +93,30 @@ class ClusterProject:
             timeout=900,
         )
 
+    @property
+    def stream_tables(self) -> list:
+        return self.models or STREAM_TABLES
+
+    def selection(self, *, recompute: bool) -> list:
+        """dbt's --select for the chosen models (and their recompute views), [] for all."""
+        if self.models is None:
+            return []
+        names = [*self.models, *([f"{m}_recompute" for m in self.models] if recompute else [])]
+        return ["--select", *names]
+
     def run(self, target: str, *args: str) -> dict:
-        done = self.dbt(target, "run", *args)
+        done = self.dbt(target, "run", *self.selection(recompute=True), *args)
         refreshes = run_results.refreshes(run_results.load(self.path))
         failed = {m: r["message"] for m, r in refreshes.items() if r["status"] != "success"}
         assert done.returncode == 0 and not failed, f"dbt run failed: {failed}\n{done.stdout[-4000:]}"
         return refreshes
 
     def test(self, target: str) -> None:
-        done = self.dbt(target, "test")
+        done = self.dbt(target, "test", *self.selection(recompute=False))
         assert done.returncode == 0, f"dbt test failed:\n{done.stdout[-4000:]}"
         results = run_results.load(self.path)["results"]
         bad = [f"{r['unique_id']}: {r['status']} {r.get('message')}" for r in results if r["status"] != "pass"]
-        assert len(results) >= len(STREAM_TABLES) and not bad, bad
+        assert len(results) >= len(self.stream_tables) and not bad, bad
 
     def shop_data(self, *args: str) -> None:
         subprocess.run(
@@ -114,9 +128,10 @@ class ClusterProject:
         )
 
 
-def assert_modes(refreshes: dict, expected: str, engine: str | None = None) -> None:
-    """Every stream table refreshed, in `expected` mode (FULL_ONLY ones in full), by `engine`."""
-    assert sorted(refreshes) == STREAM_TABLES
+def assert_modes(refreshes: dict, expected: str, engine: str | None = None, models: Optional[list] = None) -> None:
+    """Every stream table (of `models`, None: all) refreshed, in `expected` mode (FULL_ONLY ones
+    in full), by `engine`."""
+    assert sorted(refreshes) == (sorted(models) if models else STREAM_TABLES)
     for model, info in refreshes.items():
         want = "full" if model in FULL_ONLY else expected
         assert info["mode"] == want, f"{model}: {info['mode']} refresh, expected {want} ({info['message']})"
