@@ -779,3 +779,54 @@ def test_a_source_view_is_published_by_one_process_at_a_time(env, monkeypatch):
     shown = {r[0] for r in env.spark.sql(f"SELECT id FROM {env.src}.t1").collect()}
     assert 500 in shown
     stream.check()
+
+
+# --- source views that no stream table reads any more ----------------------------------------
+
+
+def test_a_source_view_no_stream_table_read_for_the_retention_is_dropped_with_its_files(env):
+    """A model dropped from the project never refreshes again: its source's view and the
+    generation it reads used to stay for ever, their hard links keeping the source's old files
+    on disk after the source's VACUUM. The next refresh publishing into that schema drops a
+    view of ours unread for the retention (7 days) and its files; a user's view is left; a
+    stream table reading the source again publishes it again."""
+    import time
+
+    env.source("t1", ROWS)
+    env.source("t2", ROWS)
+    env.source("t3", ROWS)
+    env.spark.sql(f"CREATE DATABASE IF NOT EXISTS {env.src}")
+    env.spark.sql(f"CREATE VIEW {env.src}.t3 AS SELECT 42 AS answer")  # the user's, not ours
+    dropped = env.stream("dropped_model", AGG)
+    kept = env.stream("kept_model", AGG.replace("t1", "t2"))
+    users = env.stream("over_users_view", AGG.replace("t1", "t3"))
+    for stream in (dropped, kept, users):
+        stream.refresh(expect="full")
+    conn = as_connection(env.spark)
+    schema_dir = publishing.source_schema_dir(conn, f"{env.src}.t1")
+    roots = {t: published_files.source_root(schema_dir, t) for t in ("t1", "t2", "t3")}
+    assert all(os.path.isdir(r) for r in roots.values())
+    # Eight days pass: nothing read t1 or t3 since (dropped_model is gone from the project, and
+    # the model over the user's view too); the last sweep of the schema was as long ago.
+    old = time.time() - 8 * 24 * 3600
+    sources_dir = os.path.dirname(roots["t1"])
+    for name in os.listdir(sources_dir):
+        os.utime(os.path.join(sources_dir, name), (old, old))
+    for table in ("t1", "t3"):
+        for name in os.listdir(roots[table]):
+            os.utime(os.path.join(roots[table], name), (old, old))
+    said = []
+    env.apply([S.Insert("t2", [S.row(80, k=1, v=2)])])
+    result = refresh_stream_table(env.spark, kept.request(), log=lambda level, text: said.append(text))
+    assert result.mode == "differential"
+    kept.check()
+    assert not env.spark.catalog.tableExists(f"{env.src}.t1")
+    assert not os.path.exists(roots["t1"])
+    assert any("dropped the source views" in t and f"{env.src}.t1" in t for t in said), said
+    assert [tuple(r) for r in env.spark.table(f"{env.src}.t3").collect()] == [(42,)]  # never ours
+    assert env.spark.table(f"{env.src}.t2").count() == len(ROWS) + 1
+    # A stream table reading t1 again (the model is back) publishes its view again.
+    env.apply([S.Insert("t1", [S.row(81, k=2, v=3)])])
+    dropped.refresh(expect="differential")
+    dropped.check()
+    assert env.spark.table(f"{env.src}.t1").count() == len(ROWS) + 1

@@ -6,7 +6,9 @@ its sources are published as persistent views over the parquet files of one vers
 
 Ownership: every view this project creates carries the table property
 `dbt_spark_stream.role` (`stream_table` or `source`). The project alters only objects that carry
-it and never drops a catalog object. A source name that already belongs to someone else (a
+it, and drops only one kind: a source view of its own that no stream table has read for longer
+than the retention (`drop_own_view`; the next stream table reading the source makes it again).
+A source name that already belongs to someone else (a
 managed or external table, a view of the user's) is left as it is and not published; the
 stream table's own name is taken over only when the caller says it owns the name (dbt does, for
 a model's relation, as its table materialization does).
@@ -214,6 +216,17 @@ class Catalog:
                     "drop or rename it, or give the stream table another name",
                 )
             _PUBLISHED[key] = text
+            return True
+
+    def drop_own_view(self, schema: str, name: str, role: str) -> bool:
+        """Drop the view `schema.name` when it carries `role` (this project made it); anything
+        else is left alone. Returns whether it dropped it."""
+        with _DDL_LOCK:
+            exists, owner = self.role(schema, name)
+            if not exists or owner != role:
+                return False
+            self.conn.execute(f"DROP VIEW IF EXISTS {quote(schema, name)}")
+            _PUBLISHED.pop((self.conn.key, schema.lower(), name.lower()), None)
             return True
 
     def check_name(self, schema: str, name: str, model: str, take_over: bool = False) -> None:

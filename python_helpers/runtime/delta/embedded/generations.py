@@ -18,7 +18,10 @@ not from an old file that predates an added column.
 
 `published-<catalog>.json` in the root records what the view shows in one catalog (the marker;
 several metastores can publish views of the same storage). It is written after the view, so a
-crash in between leaves the marker behind and the next refresh publishes again.
+crash in between leaves the marker behind and the next refresh publishes again. A source's
+root also holds `read-<catalog>`, whose time says when a stream table last read the source
+(touched at most hourly): a source view no stream table read for longer than its retention
+is swept (publishing.sweep_sources), so the models that were dropped do not pin its files.
 
 Where links cannot be made (remote storage, another file system) `link_generation` returns None
 and the caller names the files in the view instead.
@@ -105,6 +108,52 @@ def read_marker(root: str, catalog: str = "default") -> Optional[dict]:
 
 def write_marker(root: str, marker: dict, catalog: str = "default") -> None:
     paths.write_text_atomic(paths.join(root, _marker_name(catalog)), json.dumps(marker, sort_keys=True))
+
+
+READ_STAMP_PREFIX = "read-"
+# A read stamp is touched when older than this: one stat per source per refresh, rarely a write.
+READ_STAMP_EVERY_SECONDS = 3600.0
+
+
+def note_read(root: str, catalog: str = "default", now: Optional[float] = None) -> None:
+    """Record that a refresh read the source published under `root` in `catalog`."""
+    if paths.is_uri(root):
+        return
+    stamp = os.path.join(paths.local(root), f"{READ_STAMP_PREFIX}{catalog}")
+    now = time.time() if now is None else now
+    if now - _mtime(stamp) < READ_STAMP_EVERY_SECONDS:
+        return
+    try:
+        os.makedirs(paths.local(root), exist_ok=True)
+        with open(stamp, "a"):
+            pass
+        os.utime(stamp, (now, now))
+    except OSError:
+        pass  # storage this process may not write: the source is then never swept
+
+
+def last_read(root: str, catalog: str = "default") -> float:
+    """When a refresh last read (or published) the source under `root` in `catalog`; 0: never
+    recorded."""
+    local = paths.local(root)
+    return max(
+        _mtime(os.path.join(local, f"{READ_STAMP_PREFIX}{catalog}")), _mtime(os.path.join(local, _marker_name(catalog)))
+    )
+
+
+def forget_catalog(root: str, catalog: str = "default") -> bool:
+    """Remove what `root` holds for `catalog` (marker, read stamp), and the whole root when no
+    other catalog publishes from it. Returns whether the root is gone."""
+    local = paths.local(root)
+    for name in (_marker_name(catalog), f"{READ_STAMP_PREFIX}{catalog}"):
+        _remove(os.path.join(local, name))
+    if not os.path.isdir(local):
+        return True
+    if any(n.startswith(MARKER_PREFIX) for n in os.listdir(local)):
+        prune(root)
+        return False
+    shutil.rmtree(local, ignore_errors=True)
+    return not os.path.isdir(local)
 
 
 def _live_generations(root: str) -> set:

@@ -335,9 +335,81 @@ def publish(
         retention_seconds=retention_seconds,
         docs=request.docs,
     )
+    schema_dirs = {}
     for relation, src in plan.pinned.items():
         if not is_stored_table(relation):  # an upstream stream table's stored table has its own view
             publish_source(conn, relation, src, request.model, log, retention_seconds)
+            schema_dirs[relation.split(".")[-2]] = source_schema_dir(conn, relation)
+    note_reads(conn, plan)
+    orphan_hours = max(float(getattr(request, "retention_hours", 0) or 0), DEFAULT_ORPHAN_HOURS)
+    try:
+        sweep_sources(conn, schema_dirs, orphan_hours, request.model, log)
+    except Exception as err:  # noqa: BLE001 - housekeeping never fails a published refresh
+        log("warn", f"{request.model}: sweeping unread source views failed ({type(err).__name__}: {err})")
+
+
+# A source view no stream table has read for this long (or the refreshing model's retention_hours,
+# when longer) is dropped with its generations: its readers were dropped, or have not run for
+# longer than their own sources' files are kept.
+DEFAULT_ORPHAN_HOURS = 168.0
+SWEEP_EVERY_SECONDS = 3600.0
+SWEPT_PREFIX = ".swept-"
+
+
+def note_reads(conn: Connection, plan) -> None:
+    """Stamp every source this refresh read as read now (at most hourly: generations.note_read)."""
+    catalog = catalog_views.catalog_key(conn)
+    for relation in plan.pinned:
+        if not is_stored_table(relation):
+            root = published_files.source_root(source_schema_dir(conn, relation), relation.split(".")[-1])
+            published_files.note_read(root, catalog)
+
+
+def sweep_sources(
+    conn: Connection, schema_dirs: dict, orphan_hours: float, model: str, log: Log, now: Optional[float] = None
+) -> list:
+    """Drop the source views of `schema_dirs` ({schema: its directory}) that no stream table read
+    for `orphan_hours`, with their generations (which pin the sources' old files against their
+    VACUUM): only views this project made (role property), each under its publishing lock, each
+    schema at most hourly. Returns the views swept."""
+    catalog = catalog_views.catalog_key(conn)
+    now = time.time() if now is None else now
+    swept = []
+    for schema, schema_dir in sorted(schema_dirs.items()):
+        sources = paths.local(paths.dirname(published_files.source_root(schema_dir, "_")))
+        if paths.is_uri(sources) or not os.path.isdir(sources):
+            continue
+        stamp = os.path.join(sources, f"{SWEPT_PREFIX}{catalog}")
+        if os.path.exists(stamp) and now - os.stat(stamp).st_mtime < SWEEP_EVERY_SECONDS:
+            continue
+        with open(stamp, "a"):
+            pass
+        os.utime(stamp, (now, now))
+        for name in sorted(os.listdir(sources)):
+            root = os.path.join(sources, name)
+            if name.startswith(".") or not os.path.isdir(root):
+                continue
+            if not _unread(root, catalog, orphan_hours, now):
+                continue
+            with _view_lock(root, catalog, model):
+                if not _unread(root, catalog, orphan_hours, now):
+                    continue  # read while we waited for the lock
+                Catalog(conn).drop_own_view(schema, name, catalog_views.SOURCE)
+                published_files.forget_catalog(root, catalog)
+                swept.append(f"{schema}.{name}")
+    if swept:
+        log(
+            "info",
+            f"{model}: dropped the source views {', '.join(swept)} and their published files: no stream table "
+            f"has read them for {orphan_hours:g} hours (a stream table that reads one again publishes it again)",
+        )
+    return swept
+
+
+def _unread(root: str, catalog: str, orphan_hours: float, now: float) -> bool:
+    """Published in `catalog` (a marker or a read stamp) and not read for `orphan_hours`."""
+    last = published_files.last_read(root, catalog)
+    return last > 0 and now - last > orphan_hours * 3600
 
 
 def up_to_date(conn: Connection, request, plan, target: str) -> bool:
@@ -350,6 +422,7 @@ def up_to_date(conn: Connection, request, plan, target: str) -> bool:
     if own is None or not _newer(own, str(stored.metadata().id), stored.version()):
         return False
     key = catalog_views.catalog_key(conn)
+    note_reads(conn, plan)
     for relation, src in plan.pinned.items():
         if is_stored_table(relation):
             continue
