@@ -154,7 +154,7 @@ def test_a_refresh_killed_at_every_step_loses_nothing(server, tmp_path):
     print(
         f"\nkill drill: {len(died)} of {len(killed)} kill points hit a live refresh; "
         f"{checks + 1} checks after them, every one equal to the recompute, offsets caught up, "
-        f"{results[-1]['source_views']} source views at the sources' newest versions"
+        f"{results[-1]['source_views']} source views showing the sources' newest versions row for row"
     )
     assert len(died) >= len(killed) - 2, killed  # "+delay" points may land after the step's work ended
 
