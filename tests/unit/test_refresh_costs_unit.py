@@ -200,3 +200,28 @@ def test_a_publishing_lock_held_too_long_fails_with_the_lock_file_named(tmp_path
         holder.close()  # closing releases it
     with publishing._process_lock(root, "m", wait_seconds=0.3):
         pass
+
+
+def test_the_stored_size_is_summed_from_the_commits_since_the_last_full_write():
+    from python_helpers.runtime.delta.spark.sizes import size_from_history
+
+    def commit(version, operation, mode=None, **metrics):
+        return {
+            "version": version,
+            "operation": operation,
+            "operationParameters": {"mode": mode} if mode else {},
+            "operationMetrics": {k: str(v) for k, v in metrics.items()},
+        }
+
+    full = commit(3, "CREATE OR REPLACE TABLE AS SELECT", numOutputBytes=10_000, numFiles=2)
+    merge = commit(4, "MERGE", numTargetBytesAdded=700, numTargetBytesRemoved=200)
+    vacuum = commit(5, "VACUUM END")
+    append = commit(6, "WRITE", mode="Append", numOutputBytes=0)
+    optimize = commit(7, "OPTIMIZE", numAddedBytes=9_000, numRemovedBytes=10_500)
+    assert size_from_history([append, full, merge, vacuum, optimize]) == 10_000 + 500 - 1_500
+    # Nothing that says the whole size, an overwrite, an unknown operation, a missing metric: ask Spark.
+    assert size_from_history([merge, vacuum]) is None
+    assert size_from_history([full, commit(4, "WRITE", mode="Overwrite", numOutputBytes=5)]) is None
+    assert size_from_history([full, commit(4, "RESTORE")]) is None
+    assert size_from_history([full, commit(4, "MERGE", numTargetBytesAdded=1)]) is None
+    assert size_from_history([]) is None

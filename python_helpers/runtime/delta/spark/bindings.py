@@ -59,11 +59,11 @@ def unavailable(text: str) -> bool:
 
 class SparkBindings(BoundViews):
     """files_read / files_skipped stay 0: Delta prunes files itself (Spark's metrics count them).
-    `detail`: the engine's DESCRIBE DETAIL of a location, as this refresh already read it."""
+    `stored_bytes`: the engine's answer to the stored result's size (SparkDelta._stored_bytes)."""
 
-    def __init__(self, conn, pinned: dict, old_versions: dict, columns: dict, model: str, detail=None):
+    def __init__(self, conn, pinned: dict, old_versions: dict, columns: dict, model: str, stored_bytes=None):
         super().__init__(conn, pinned, old_versions, columns, model)
-        self._detail = detail or (lambda location: None)
+        self._size_of = stored_bytes or (lambda location: 0)
         self._stored_bytes: dict = {}
 
     def _columns(self, relation: str) -> list:
@@ -183,10 +183,10 @@ class SparkBindings(BoundViews):
     def stored(self, target: str, version: int) -> tuple[exp.Table, dict]:
         name = self.view_name("store")
         self.conn.view_of_query(name, f"SELECT * FROM {delta_sql.at_version(target, version)}")
-        # Its size, from the DESCRIBE DETAIL this refresh read its metadata with (no statement
-        # more: each costs a Spark job here): whether a small change reads the stored rows
-        # through its row ids (touched_storage) depends on it.
-        self._stored_bytes = {name: int((self._detail(target) or {}).get("sizeInBytes") or 0)}
+        # Its size (from the commits this refresh read its metadata from, where they tell it):
+        # whether a small change reads the stored rows through their row ids (touched_storage)
+        # depends on it.
+        self._stored_bytes = {name: int(self._size_of(target))}
         return exp.to_table(name), {c.name: c.type for c in self.conn.output_columns(f"SELECT * FROM {name}")}
 
     def read_bytes(self) -> dict:

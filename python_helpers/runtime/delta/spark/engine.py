@@ -34,6 +34,7 @@ from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta import base, locations
 from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.delta.base import ConcurrentCommit, Log, Merged, TableState
+from python_helpers.runtime.delta.spark import sizes
 from python_helpers.runtime.delta.spark import sql as delta_sql
 from python_helpers.runtime.delta.spark.bindings import SparkBindings
 from python_helpers.runtime.refresh import steps
@@ -56,6 +57,7 @@ class SparkDelta:
         # replaced log is what the digest detects from one refresh to the next).
         self._details: dict[str, Optional[dict]] = {}
         self._histories: dict[str, list] = {}
+        self._pinned_versions: dict[str, int] = {}  # the newest version each source was pinned at
         self._newest: Optional[dict] = None  # the commit this refresh made (its metrics, version)
         self._wrote_full = False  # a full write may change the columns the views show
 
@@ -103,6 +105,7 @@ class SparkDelta:
             return None
         if version is None:
             version = int(self._history(location, 1)[0]["version"])
+            self._pinned_versions[location] = version
         columns = self.conn.output_columns(f"SELECT * FROM {delta_sql.at_version(location, version)}")
         # Every column nullable: a Thrift server cannot say which are NOT NULL (DESCRIBE QUERY has
         # no nullability), and a plan that never assumes NOT NULL is right either way, whichever
@@ -123,7 +126,13 @@ class SparkDelta:
     def commit_digest(self, location: str, version: int) -> Optional[str]:
         history = self._histories.get(location) or []
         if not any(int(c["version"]) == int(version) for c in history):
-            history = self._histories[location] = self._history(location, None)
+            # The commits from `version` to the pinned one (a consumed version is near the newest):
+            # DESCRIBE HISTORY without a limit reads every commit file the log still holds.
+            pinned = self._pinned_versions.get(location)
+            limit = pinned - int(version) + 1 if pinned is not None and pinned >= int(version) else None
+            history = self._histories[location] = self._history(location, limit)
+            if limit is not None and not any(int(c["version"]) == int(version) for c in history):
+                history = self._histories[location] = self._history(location, None)
         commit = next((c for c in history if int(c["version"]) == int(version)), None)
         if commit is None:
             return None
@@ -138,7 +147,15 @@ class SparkDelta:
 
     # One refresh's reads.
     def bindings(self, pinned: dict, old_versions: dict, columns: dict, model: str) -> base.Bindings:
-        return SparkBindings(self.conn, pinned, old_versions, columns, model, detail=self._detail)
+        return SparkBindings(self.conn, pinned, old_versions, columns, model, stored_bytes=self._stored_bytes)
+
+    def _stored_bytes(self, target: str) -> int:
+        """The stored result's size: from the commits read_metadata read (sizes.py), else from
+        DESCRIBE DETAIL (a Spark job over the table's state)."""
+        size = sizes.size_from_history(self._histories.get(target) or [])
+        if size is None:
+            size = int((self._detail(target) or {}).get("sizeInBytes") or 0)
+        return size
 
     # The stored result.
     def refresh_commits(self, target: str) -> list:
@@ -150,12 +167,16 @@ class SparkDelta:
         )
 
     def read_metadata(self, target: str) -> Optional[dict]:
-        if self._detail(target, fresh=True) is None:
-            return None
         for limit in (32, None):  # the newest commits nearly always hold it
-            history = self._history(target, limit)
+            try:
+                # No DESCRIBE DETAIL first: it computes the table's size with a Spark job (about
+                # 1 s); DESCRIBE HISTORY fails the same way where no Delta table is.
+                history = self._history(target, limit)
+            except Exception:  # noqa: BLE001 - not a Delta table (or nothing there)
+                return None
             if not history:
                 return None
+            self._histories[target] = history
             read_version = max(int(c["version"]) for c in history)
             found = metadata_format.newest_refresh(
                 (
@@ -174,9 +195,11 @@ class SparkDelta:
         return None
 
     def stored_version(self, target: str) -> Optional[int]:
-        if self._detail(target, fresh=True) is None:
+        try:
+            history = self._history(target, 1)  # fails where no Delta table is (as DESCRIBE DETAIL)
+        except Exception:  # noqa: BLE001
             return None
-        return int(self._history(target, 1)[0]["version"])
+        return int(history[0]["version"]) if history else None
 
     @contextlib.contextmanager
     def _committing(self, target: str, metadata: dict, read_version: Optional[int]) -> Iterator[str]:
