@@ -335,15 +335,18 @@ def publish(
         retention_seconds=retention_seconds,
         docs=request.docs,
     )
-    schema_dirs = {}
+    catalog = catalog_views.catalog_key(conn)
+    sources_dirs = {}
     for relation, src in plan.pinned.items():
         if not is_stored_table(relation):  # an upstream stream table's stored table has its own view
             publish_source(conn, relation, src, request.model, log, retention_seconds)
-            schema_dirs[relation.split(".")[-2]] = source_schema_dir(conn, relation)
-    note_reads(conn, plan)
+            schema, name = relation.split(".")[-2:]
+            root = published_files.source_root(source_schema_dir(conn, relation), name)
+            published_files.note_read(root, catalog)
+            sources_dirs[schema] = paths.dirname(root)
     orphan_hours = max(float(getattr(request, "retention_hours", 0) or 0), DEFAULT_ORPHAN_HOURS)
     try:
-        sweep_sources(conn, schema_dirs, orphan_hours, request.model, log)
+        sweep_sources(conn, catalog, sources_dirs, orphan_hours, request.model, log)
     except Exception as err:  # noqa: BLE001 - housekeeping never fails a published refresh
         log("warn", f"{request.model}: sweeping unread source views failed ({type(err).__name__}: {err})")
 
@@ -356,27 +359,24 @@ SWEEP_EVERY_SECONDS = 3600.0
 SWEPT_PREFIX = ".swept-"
 
 
-def note_reads(conn: Connection, plan) -> None:
-    """Stamp every source this refresh read as read now (at most hourly: generations.note_read)."""
-    catalog = catalog_views.catalog_key(conn)
-    for relation in plan.pinned:
-        if not is_stored_table(relation):
-            root = published_files.source_root(source_schema_dir(conn, relation), relation.split(".")[-1])
-            published_files.note_read(root, catalog)
-
-
 def sweep_sources(
-    conn: Connection, schema_dirs: dict, orphan_hours: float, model: str, log: Log, now: Optional[float] = None
+    conn: Connection,
+    catalog: str,
+    sources_dirs: dict,
+    orphan_hours: float,
+    model: str,
+    log: Log,
+    now: Optional[float] = None,
 ) -> list:
-    """Drop the source views of `schema_dirs` ({schema: its directory}) that no stream table read
-    for `orphan_hours`, with their generations (which pin the sources' old files against their
-    VACUUM): only views this project made (role property), each under its publishing lock, each
-    schema at most hourly. Returns the views swept."""
-    catalog = catalog_views.catalog_key(conn)
+    """Drop the source views published in `catalog` from `sources_dirs` ({schema: the directory
+    of its sources' published roots}) that no stream table read for `orphan_hours`, with their
+    generations (which pin the sources' old files against their VACUUM): only views this project
+    made (role property), each under its publishing lock, each schema at most hourly. Returns the
+    views swept."""
     now = time.time() if now is None else now
     swept = []
-    for schema, schema_dir in sorted(schema_dirs.items()):
-        sources = paths.local(paths.dirname(published_files.source_root(schema_dir, "_")))
+    for schema, sources_dir in sorted(sources_dirs.items()):
+        sources = paths.local(sources_dir)
         if paths.is_uri(sources) or not os.path.isdir(sources):
             continue
         stamp = os.path.join(sources, f"{SWEPT_PREFIX}{catalog}")
@@ -422,12 +422,13 @@ def up_to_date(conn: Connection, request, plan, target: str) -> bool:
     if own is None or not _newer(own, str(stored.metadata().id), stored.version()):
         return False
     key = catalog_views.catalog_key(conn)
-    note_reads(conn, plan)
     for relation, src in plan.pinned.items():
         if is_stored_table(relation):
             continue
         schema, name = relation.split(".")[-2:]
-        marker = published_files.read_marker(published_files.source_root(source_schema_dir(conn, relation), name), key)
+        root = published_files.source_root(source_schema_dir(conn, relation), name)
+        published_files.note_read(root, key)  # read now, even when nothing is published
+        marker = published_files.read_marker(root, key)
         if marker is None or not _newer(marker, src.state.table_id, src.state.version):
             return False
         if not marker.get("skipped") and not _shows(conn, schema, name, marker):

@@ -97,6 +97,14 @@ class SparkDelta:
     def _history(self, location: str, limit: Optional[int]) -> list[dict]:
         return self.conn.records(delta_sql.history(location, limit))
 
+    def _history_or_none(self, location: str, limit: Optional[int]) -> Optional[list[dict]]:
+        """_history, or None where no Delta table is (DESCRIBE HISTORY fails there as DESCRIBE
+        DETAIL does, without the Spark job DESCRIBE DETAIL runs to compute the table's size)."""
+        try:
+            return self._history(location, limit)
+        except Exception:  # noqa: BLE001 - not a Delta table (or nothing there)
+            return None
+
     def table_state(self, location: str, version: Optional[int] = None) -> Optional[TableState]:
         # The newest version is pinned with a fresh answer (the table's id must be the one of the
         # log the version comes from); a given version reuses it.
@@ -168,12 +176,7 @@ class SparkDelta:
 
     def read_metadata(self, target: str) -> Optional[dict]:
         for limit in (32, None):  # the newest commits nearly always hold it
-            try:
-                # No DESCRIBE DETAIL first: it computes the table's size with a Spark job (about
-                # 1 s); DESCRIBE HISTORY fails the same way where no Delta table is.
-                history = self._history(target, limit)
-            except Exception:  # noqa: BLE001 - not a Delta table (or nothing there)
-                return None
+            history = self._history_or_none(target, limit)
             if not history:
                 return None
             self._histories[target] = history
@@ -195,10 +198,7 @@ class SparkDelta:
         return None
 
     def stored_version(self, target: str) -> Optional[int]:
-        try:
-            history = self._history(target, 1)  # fails where no Delta table is (as DESCRIBE DETAIL)
-        except Exception:  # noqa: BLE001
-            return None
+        history = self._history_or_none(target, 1)
         return int(history[0]["version"]) if history else None
 
     @contextlib.contextmanager
