@@ -128,6 +128,20 @@ SHAPES = [
         SELECT g, COUNT(DISTINCT v) AS dv, COUNT(DISTINCT k) AS dk, SUM(DISTINCT v) AS sdv
         FROM {src}.t1 GROUP BY g""",
     ),
+    # DISTINCT aggregates of one value: an aggregate over the distinct (group, value) pairs.
+    Shape(
+        "agg_distinct_one_value",
+        "aggregate",
+        """
+        SELECT g, COUNT(DISTINCT v) AS dv, SUM(DISTINCT v) AS sdv, AVG(DISTINCT v) AS adv, MIN(v) AS mn
+        FROM {src}.t1 GROUP BY g HAVING COUNT(DISTINCT v) > 0""",
+    ),
+    Shape(
+        "agg_distinct_global_join",
+        "aggregate",
+        """
+        SELECT COUNT(DISTINCT b.g) AS ng, MAX(b.g) AS mg FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k WHERE a.v > 0""",
+    ),
     Shape(
         "agg_group_expr",
         "aggregate",
@@ -181,6 +195,19 @@ SHAPES = [
         SELECT k, g, MAX(v) AS mv, COUNT(x) AS nx FROM {src}.t1 GROUP BY GROUPING SETS ((k), (g), ())""",
     ),
     Shape("grouping_cube", "aggregate", "SELECT k, g, SUM(d) AS sd FROM {src}.t1 GROUP BY CUBE(k, g)"),
+    Shape(
+        "grouping_rollup_join_expr",
+        "aggregate",
+        """
+        SELECT b.g, a.k + 1 AS k1, COUNT(*) AS n, AVG(a.x) AS ax, MIN(a.v) AS mn, GROUPING(a.k + 1) AS gk
+        FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k GROUP BY ROLLUP(b.g, a.k + 1)""",
+    ),
+    # A repeated grouping set: Spark returns its rows twice (the UNION ALL form of the rewrite).
+    Shape(
+        "grouping_sets_repeated",
+        "aggregate",
+        "SELECT k, COUNT(*) AS n, SUM(v) AS sv FROM {src}.t1 GROUP BY GROUPING SETS ((k), (k), ())",
+    ),
     Shape(
         "agg_global",
         "aggregate",

@@ -13,6 +13,7 @@ from python_helpers.sql import rewrites
 from python_helpers.sql.parse import parse_query, qualify_query
 from python_helpers.sql.rewrites import (
     blocks,
+    distinct_aggregates,
     exists_values,
     grouping_sets,
     having_subqueries,
@@ -43,22 +44,69 @@ def same(a: str, b: str) -> bool:
     return sqlglot.parse_one(a, read="spark").sql("spark") == sqlglot.parse_one(b, read="spark").sql("spark")
 
 
-def test_rollup_becomes_one_group_by_branch_per_grouping_set():
+def test_rollup_becomes_one_group_by_over_the_rows_repeated_per_grouping_set():
     out = run(
         grouping_sets,
         "select o.ck, o.st, sum(o.amt) as t, grouping(o.st) as g, grouping_id() as gid "
         "from s.o o group by rollup(o.ck, o.st)",
     )
+    st = "CASE WHEN (SHIFTRIGHT(__dvm_gs1.__dvm_gid2, 0)) & 1 = 0 THEN o.st END"
+    ck = "CASE WHEN (SHIFTRIGHT(__dvm_gs1.__dvm_gid2, 1)) & 1 = 0 THEN o.ck END"
     assert same(
         out,
-        "SELECT o.ck AS ck, o.st AS st, SUM(o.amt) AS t, CAST(0 AS TINYINT) AS g, CAST(0 AS BIGINT) "
-        "AS gid FROM s.o AS o GROUP BY o.ck, o.st UNION ALL SELECT o.ck AS ck, NULL AS st, SUM(o.amt) "
-        "AS t, CAST(1 AS TINYINT) AS g, CAST(1 AS BIGINT) AS gid FROM s.o AS o GROUP BY o.ck UNION ALL "
-        "SELECT NULL AS ck, NULL AS st, SUM(o.amt) AS t, CAST(1 AS TINYINT) AS g, CAST(3 AS BIGINT) "
-        "AS gid FROM s.o AS o GROUP BY TRUE",
+        f"SELECT {ck} AS ck, {st} AS st, SUM(o.amt) AS t, "
+        "CAST((SHIFTRIGHT(__dvm_gs1.__dvm_gid2, 0)) & 1 AS TINYINT) AS g, CAST(__dvm_gs1.__dvm_gid2 AS BIGINT) AS gid "
+        "FROM s.o AS o LATERAL VIEW EXPLODE(ARRAY(0, 1, 3)) __dvm_gs1 AS __dvm_gid2 "
+        f"GROUP BY {ck}, {st}, __dvm_gs1.__dvm_gid2",
     ), out
     cube = run(grouping_sets, "select o.ck, count(*) as n from s.o o group by cube(o.ck, o.st)")
-    assert cube.count("UNION ALL") == 3
+    assert "EXPLODE(ARRAY(0, 1, 2, 3))" in cube and "UNION" not in cube
+    # A column in every set is never NULLed; GROUPING_ID of some columns picks their bits.
+    sets = run(
+        grouping_sets,
+        "select o.ck, o.st, count(*) as n, grouping_id(o.st) as gs from s.o o group by o.ck, grouping sets ((o.st), ())",
+    )
+    assert same(
+        sets,
+        "SELECT o.ck AS ck, CASE WHEN (SHIFTRIGHT(__dvm_gs1.__dvm_gid2, 0)) & 1 = 0 THEN o.st END AS st, "
+        "COUNT(*) AS n, CAST(0 + (SHIFTLEFT(((SHIFTRIGHT(__dvm_gs1.__dvm_gid2, 0)) & 1), 0)) AS BIGINT) AS gs "
+        "FROM s.o AS o LATERAL VIEW EXPLODE(ARRAY(0, 1)) __dvm_gs1 AS __dvm_gid2 "
+        "GROUP BY o.ck, CASE WHEN (SHIFTRIGHT(__dvm_gs1.__dvm_gid2, 0)) & 1 = 0 THEN o.st END, __dvm_gs1.__dvm_gid2",
+    ), sets
+
+
+def test_distinct_aggregates_of_one_value_become_an_aggregate_over_the_distinct_pairs():
+    out = run(
+        distinct_aggregates,
+        "select o.st, count(distinct o.ck) as n, sum(distinct o.ck) as s, max(o.ck) as m "
+        "from s.o o where o.amt > 0 group by o.st having count(distinct o.ck) > 1",
+    )
+    assert same(
+        out,
+        "SELECT __dvm_dv1.__dvm_k3 AS st, COUNT(__dvm_dv1.__dvm_v2) AS n, SUM(__dvm_dv1.__dvm_v2) AS s, "
+        "MAX(__dvm_dv1.__dvm_v2) AS m FROM (SELECT o.st AS __dvm_k3, o.ck AS __dvm_v2 FROM s.o AS o "
+        "WHERE o.amt > 0 GROUP BY o.st, o.ck) AS __dvm_dv1 GROUP BY __dvm_dv1.__dvm_k3 "
+        "HAVING COUNT(__dvm_dv1.__dvm_v2) > 1",
+    ), out
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "select o.st, count(distinct o.ck) as n, count(*) as c from s.o o group by o.st",  # COUNT(*) counts rows
+        "select o.st, count(distinct o.ck) as n, count(distinct o.ok) as k from s.o o group by o.st",  # two values
+        "select o.st, max(o.ck) as m from s.o o group by o.st",  # nothing DISTINCT
+        "select o.st, count(distinct o.ck) filter (where o.amt > 0) as n from s.o o group by o.st",
+    ],
+)
+def test_distinct_aggregates_beside_other_aggregates_are_left_as_they_are(sql):
+    assert "__dvm_dv" not in run(distinct_aggregates, sql)
+
+
+def test_a_repeated_grouping_set_keeps_one_branch_per_set():
+    # Spark returns a repeated set's rows twice: one aggregate over the expansion would add them.
+    out = run(grouping_sets, "select o.ck, count(*) as n from s.o o group by grouping sets ((o.ck), (o.ck), ())")
+    assert out.count("UNION ALL") == 2 and "EXPLODE" not in out
 
 
 def test_exists_inside_or_becomes_disjoint_union_branches():

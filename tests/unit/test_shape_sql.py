@@ -77,3 +77,21 @@ def test_every_shape_renders_build_delta_and_merge_sql(shape):
             # at both versions (no key to restrict it by).
             for r in changed:
                 assert _bound(r, "chg") in read or {_bound(r, "old"), _bound(r, "new")} <= read, (r, text)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_plan_digest_of_every_shape_is_the_same_when_planned_again(shape):
+    """The digest the stored metadata carries (runtime/refresh/attempt.plan_digest): a refresh
+    plans the query again in each process, and an equal plan must give an equal digest, or every
+    refresh would rebuild."""
+    from python_helpers.runtime.refresh.attempt import plan_digest
+
+    def planned():
+        sql = shape.sql.replace("{src}", "src")
+        tree, top_k = query_tree(shape.name, parse_query(shape.name, sql), SCHEMAS)
+        result = plan_stored_result(shape.name, tree, [f"c{i}" for i in range(len(tree.columns))], top_k)
+        result.arg_types = {name: ARG_TYPE for name, _ in result.typed_args()}
+        return result
+
+    first, again = plan_digest(planned()), plan_digest(planned())
+    assert first == again and first.startswith(planned().kind + ":")

@@ -15,7 +15,9 @@ from typing import Iterable, Optional
 METADATA_KEY = "dbt_spark_stream"
 # 2: offsets, settings and the schema of the read columns in every commit; commits that
 # conflict with each other (an application transaction in each).
-FORMAT_VERSION = 2
+# 3: the digest of the plan the stored state was kept by (`plan`), checked by every
+# differential refresh; a stored result of format 2 is rebuilt once.
+FORMAT_VERSION = 3
 # Every refresh commit carries a Delta application transaction of this id. Two commits that both
 # carry one conflict in Delta's optimistic concurrency check, whatever else they do, so no
 # refresh commit (not even one that only moves the offsets) can slip in after another refresh

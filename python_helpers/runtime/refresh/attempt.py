@@ -12,6 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
+from sqlglot import exp
+
+from python_helpers.dvm.sqlgen import Context, render
 from python_helpers.dvm.stored_result import MaintainedResult, StoredResult, plan_stored_result
 from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta import metadata as metadata_format
@@ -51,12 +54,14 @@ class Attempt:
     def metadata(self, mode: str, result: Optional[StoredResult]) -> dict:
         """What the storage commit records beside the rows (offsets first of all)."""
         previous = self.meta or {}
+        plan = plan_digest(result) if isinstance(result, MaintainedResult) else None
         meta = {
             "format": metadata_format.FORMAT_VERSION,
             "model": self.model,
             "fingerprint": self.print_fp,
             "mode": mode,
             "layout": result.kind if result is not None else "recompute",
+            "plan": plan,
             "offsets": {
                 r: {
                     "version": s.state.version,
@@ -72,8 +77,10 @@ class Attempt:
             # differential refreshes since the last full one (float_recompute_every counts them)
             "differential_since_full": previous.get("differential_since_full", 0) + 1 if mode == "differential" else 0,
             # what the last refreshes cost, this one's length completed by the next (costs.py)
+            # Refreshes of another plan (an earlier release maintained the query another way)
+            # say nothing of this one's cost: its history starts again.
             "history": costs.extended(
-                self.meta,
+                self.meta if previous.get("plan") == plan else None,
                 costs.entry(
                     mode,
                     self.started_ms,
@@ -109,6 +116,19 @@ class Attempt:
         self.delta.publish(self.request, self.plan, self.target, result.view_sql, self.log)
         steps.reached("published")
         self.delta.tidy(self.target, self.request.retention_hours, self.log, self.model)
+
+
+def plan_digest(result: MaintainedResult) -> str:
+    """What the stored state means: the result's full build rendered over abstract relations (the
+    rewrites, the operator tree, the state columns and how each is computed). A release that
+    maintains the query another way has another digest, and the next refresh rebuilds once
+    instead of applying new delta rules to state the old ones kept."""
+    abstract = Context(
+        changes=lambda r: exp.to_table(f"changes_of_{r.replace('.', '_')}"),
+        snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"),
+    )
+    text = f"{result.kind}|{','.join(result.storage_columns())}|{render(result.full_sql(abstract))}"
+    return f"{result.kind}:{hashlib.md5(text.encode()).hexdigest()[:16]}"
 
 
 def schema_key(plan: Plan) -> str:

@@ -11,6 +11,8 @@ Passes run in this order, each over every SELECT block (inner blocks first), one
                          join with a (grouped) derived table
 6. sublinks_in_or     -- EXISTS / IN inside OR or NOT: disjoint UNION ALL branches (to a fixed point)
 7. semi_anti_joins    -- EXISTS / NOT EXISTS / IN / NOT IN in WHERE: semi and anti joins
+8. distinct_aggregates -- COUNT / SUM / AVG (DISTINCT x): the same aggregate over the distinct
+                         (group, x) pairs of an inner GROUP BY
 
 What no pass removed (NOT IN or a correlated IN used as a value, a subquery in a JOIN's ON
 clause or GROUP BY) is rejected at the end with the place named. docs/supported-sql.md states
@@ -24,6 +26,7 @@ from sqlglot import exp
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql.rewrites import (
     blocks,
+    distinct_aggregates,
     exists_values,
     grouping_sets,
     having_subqueries,
@@ -41,6 +44,7 @@ PASSES = (
     scalar_subqueries,
     sublinks_in_or,
     semi_anti_joins,
+    distinct_aggregates,
 )
 
 

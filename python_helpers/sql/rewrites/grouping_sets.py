@@ -1,15 +1,26 @@
-"""Pass 2: GROUPING SETS, ROLLUP and CUBE become a UNION ALL of plain GROUP BY branches.
+"""Pass 2: GROUPING SETS, ROLLUP and CUBE become one plain GROUP BY over the rows repeated once
+per grouping set (as Spark's own Expand does), or a UNION ALL of plain GROUP BY branches.
 
     SELECT a, b, SUM(x), GROUPING(b) FROM t GROUP BY ROLLUP(a, b)
- => SELECT a, b, SUM(x), CAST(0 AS TINYINT) FROM t GROUP BY a, b
+ => SELECT a, CASE WHEN g & 1 = 0 THEN b END AS b, SUM(x), CAST(g >> 0 & 1 AS TINYINT)
+    FROM t LATERAL VIEW EXPLODE(ARRAY(0, 1, 3)) s AS g
+    GROUP BY a, CASE WHEN g & 1 = 0 THEN b END, g
+
+`g` is the set's GROUPING_ID() (a bit per grouping column, the first the highest, 1 where the
+column is outside the set). Each row is counted once in each set's group, where the columns
+outside the set read NULL; aggregate arguments keep the real values. One aggregate is maintained
+with its state in the stored result (COUNT / SUM / AVG add the change; nothing is recomputed
+from the snapshots), where a UNION ALL of aggregates recomputes each touched group at both
+versions. Like Spark, no row over an empty input (the empty set too).
+
+The UNION ALL form (used when two sets are the same set, whose rows Spark repeats, or a GROUPING
+function names a column outside the grouping columns):
+
+    SELECT a, b, SUM(x), CAST(0 AS TINYINT) FROM t GROUP BY a, b
     UNION ALL SELECT a, NULL, SUM(x), CAST(1 AS TINYINT) FROM t GROUP BY a
     UNION ALL SELECT NULL, NULL, SUM(x), CAST(1 AS TINYINT) FROM t GROUP BY TRUE
 
-Equivalent: each grouping set aggregates the same filtered rows by its own keys, and shows the
-grouping columns outside the set as NULL; GROUPING(c) is 1 exactly for those, GROUPING_ID() their
-bit vector (first column the highest bit). The empty set groups by a constant, so (as in Spark)
-it yields no row over an empty input. SELECT DISTINCT makes the union distinct. More than
-MAX_BRANCHES sets is rejected (each branch is maintained, and costs, on its own).
+SELECT DISTINCT makes the union distinct. More than MAX_BRANCHES sets is rejected.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ def rewrite(model: str, query: exp.Expr, fresh: blocks.FreshNames) -> exp.Expr:
         group = select.args.get("group")
         if group is None or not _has_sets(group):
             continue
-        query = blocks.replace_block(query, select, _expand(model, select))
+        query = blocks.replace_block(query, select, _expand(model, select, fresh))
     return query
 
 
@@ -101,7 +112,7 @@ def _sets_of(model: str, group: exp.Group) -> tuple[list, list]:
     return columns, sets
 
 
-def _expand(model: str, select: exp.Select) -> exp.Expr:
+def _expand(model: str, select: exp.Select, fresh: blocks.FreshNames) -> exp.Expr:
     if select.args["group"].args.get("grouping_sets"):
         raise UnsupportedSql(model, "GROUP BY a, b GROUPING SETS (...) (write GROUP BY GROUPING SETS (...))")
     if any(isinstance(n, exp.Window) for p in select.expressions for n in blocks.here(p)):
@@ -110,6 +121,8 @@ def _expand(model: str, select: exp.Select) -> exp.Expr:
         )
     columns, sets = _sets_of(model, select.args["group"])
     texts = [c.sql("spark") for c in columns]
+    if _expandable(select, texts, sets):
+        return _one_aggregate(select, columns, sets, fresh)
     branches = []
     for s in sets:
         present = {c.sql("spark") for c in s}
@@ -151,3 +164,86 @@ def _inside_aggregate(node: exp.Expr) -> bool:
             return True
         parent = parent.parent
     return False
+
+
+def _set_id(texts: list, grouping_set: list) -> int:
+    """GROUPING_ID() of the set: bit n-1-i set where column i is outside it."""
+    present = {c.sql("spark") for c in grouping_set}
+    return sum(1 << (len(texts) - 1 - i) for i, t in enumerate(texts) if t not in present)
+
+
+def _grouping_args(select: exp.Select) -> list:
+    """The arguments of every GROUPING / GROUPING_ID call of the block (texts; [] for GROUPING_ID())."""
+    found = []
+    for node in select.walk():
+        if isinstance(node, (exp.Grouping, exp.GroupingId)) or (
+            isinstance(node, exp.Anonymous) and node.name.lower() in ("grouping", "grouping_id")
+        ):
+            found.append([a.sql("spark") for a in node.expressions])
+    return found
+
+
+def _expandable(select: exp.Select, texts: list, sets: list) -> bool:
+    ids = [_set_id(texts, s) for s in sets]
+    if len(set(ids)) != len(ids) or len(texts) > 62:  # a set repeated: Spark repeats its rows
+        return False
+    return all(a in texts for args in _grouping_args(select) for a in args)
+
+
+def _one_aggregate(select: exp.Select, columns: list, sets: list, fresh: blocks.FreshNames) -> exp.Select:
+    """The block as one GROUP BY over its rows repeated per grouping set (the module's text)."""
+    texts = [c.sql("spark") for c in columns]
+    n = len(texts)
+    view, name = fresh("__dvm_gs"), fresh("__dvm_gid")
+    set_id = exp.column(name, table=view)
+    ids = [_set_id(texts, s) for s in sets]
+
+    def bit(i: int) -> exp.Expr:  # 1 where column i is outside the row's set
+        shifted = exp.BitwiseRightShift(this=set_id.copy(), expression=exp.Literal.number(n - 1 - i))
+        return exp.BitwiseAnd(this=exp.paren(shifted, copy=False), expression=exp.Literal.number(1))
+
+    keys = {}
+    for i, (c, t) in enumerate(zip(columns, texts)):
+        if all(_set_id(texts, s) >> (n - 1 - i) & 1 == 0 for s in sets):
+            keys[t] = c.copy()  # in every set: never NULLed
+        else:
+            keys[t] = exp.Case(ifs=[exp.If(this=exp.EQ(this=bit(i), expression=exp.Literal.number(0)), true=c.copy())])
+
+    def fill(node):
+        grouping = isinstance(node, exp.Grouping) or (
+            isinstance(node, exp.Anonymous) and node.name.lower() == "grouping"
+        )
+        if grouping:
+            return exp.Cast(this=bit(texts.index(node.expressions[0].sql("spark"))), to=exp.DataType.build("tinyint"))
+        if isinstance(node, exp.GroupingId) or (isinstance(node, exp.Anonymous) and node.name.lower() == "grouping_id"):
+            args = [a.sql("spark") for a in node.expressions]
+            if not args or args == texts:
+                return exp.Cast(this=set_id.copy(), to=exp.DataType.build("bigint"))
+            value: exp.Expr = exp.Literal.number(0)
+            for j, a in enumerate(args):
+                shifted = exp.BitwiseLeftShift(
+                    this=exp.paren(bit(texts.index(a))), expression=exp.Literal.number(len(args) - 1 - j)
+                )
+                value = exp.Add(this=value, expression=exp.paren(shifted, copy=False))
+            return exp.Cast(this=value, to=exp.DataType.build("bigint"))
+        text = None if isinstance(node, (exp.Identifier, exp.Literal, exp.Star)) else node.sql("spark")
+        if text in keys and not _inside_aggregate(node):
+            return keys[text].copy()
+        return node
+
+    out = select.copy()
+    out.set("expressions", [_keep_alias(p, p.copy().transform(fill)) for p in select.expressions])
+    if select.args.get("having") is not None:
+        out.set("having", exp.Having(this=select.args["having"].this.copy().transform(fill)))
+    if select.args.get("order") is not None:
+        out.set("order", select.args["order"].copy().transform(fill))
+    out.set("group", exp.Group(expressions=[keys[t].copy() for t in texts] + [set_id.copy()]))
+    generator = exp.Explode(this=exp.Array(expressions=[exp.Literal.number(i) for i in ids]))
+    lateral = exp.Lateral(
+        this=generator,
+        view=True,
+        outer=False,
+        alias=exp.TableAlias(this=exp.to_identifier(view), columns=[exp.to_identifier(name)]),
+    )
+    out.set("laterals", list(out.args.get("laterals") or []) + [lateral])
+    return out
