@@ -44,7 +44,9 @@ def test_shapes_through_refresh_cycles_equal_their_recompute(delta_env):
     _sources(delta_env)
     chosen = rotation.todays(SHAPE_NAMES)
     print(f"\nspark engine shapes: {chosen} ({rotation.where()})")
-    streams = [delta_env.stream(s.name, s.sql, engine="spark") for s in SHAPES if s.name in chosen]
+    streams = [
+        delta_env.stream(s.name, s.sql, engine="spark", refresh_mode="differential") for s in SHAPES if s.name in chosen
+    ]
     assert len(streams) == len(chosen)
     run_cycles(delta_env, streams, SMOKE_BATCHES[:3])  # the fourth (a refill) adds no new kind of write
     for stream in streams:

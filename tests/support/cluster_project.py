@@ -16,7 +16,9 @@ from python_helpers.testing import run_results
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_SRC = ROOT / "integration_tests"
 STREAM_TABLES = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
-FULL_ONLY = {"larger_orders"}  # auto falls back to full (non-equality correlation)
+# auto refreshes these in full after a source change: a subquery correlated by a non-equality
+# (larger_orders), a window without PARTITION BY over the changed source (spend_rank)
+FULL_ONLY = {"larger_orders", "spend_rank"}
 DBT = [sys.executable, "-c", "from dbt.cli.main import cli; cli()"]
 
 

@@ -111,3 +111,51 @@ def test_history_rows_one_per_refresh_commit_with_its_versions_and_length():
         "s", "t", metadata.refresh_commits([(0, 3_000, "WRITE", metadata.encode({"mode": "full", "offsets": {}}))])
     )
     assert old[0]["mode"] == "full" and old[0]["seconds"] is None and old[0]["started_at"] is None
+
+
+def _tree(sql: str):
+    from python_helpers.dvm.plan_query import query_tree
+    from python_helpers.sql.parse import parse_query
+
+    types = {"id": "bigint", "k": "int", "g": "string", "v": "int"}
+    tree, _ = query_tree("m", parse_query("m", sql), {"src.t1": dict(types), "src.t2": dict(types)})
+    return tree
+
+
+WHOLE = "SELECT k, SUM(v) AS sv, RANK() OVER (ORDER BY SUM(v) DESC) AS r FROM src.t1 GROUP BY k"
+
+
+def test_a_window_without_partition_by_over_every_changed_source_refreshes_in_full_under_auto():
+    request = RefreshRequest(model="m", schema="s", identifier="m", sql=WHOLE)
+    with pytest.raises(FullIsCheaper, match="without PARTITION BY"):
+        auto.check_whole_input_windows(request, _tree(WHOLE), {"src.t1"}, [])
+    # Asked for differential: the rule is auto's only.
+    differential = RefreshRequest(model="m", schema="s", identifier="m", sql=WHOLE, refresh_mode="differential")
+    auto.check_whole_input_windows(differential, _tree(WHOLE), {"src.t1"}, [])
+    # A probe is due after PROBE_AFTER_FULL full refreshes: measured, not assumed.
+    fulls = [_e("differential", 9.0, 10)] + [_e("full", 2.0)] * auto.PROBE_AFTER_FULL
+    auto.check_whole_input_windows(request, _tree(WHOLE), {"src.t1"}, fulls)
+
+
+@pytest.mark.parametrize(
+    "sql, changed",
+    [
+        # a changed source read outside the window too: that part refreshes by its change
+        (
+            "SELECT w.k, w.r, b.v FROM (SELECT k, RANK() OVER (ORDER BY v) AS r FROM src.t1) w "
+            "JOIN src.t2 b ON w.k = b.k",
+            {"src.t1", "src.t2"},
+        ),
+        # partitioned windows recompute only the touched partitions
+        ("SELECT k, v, RANK() OVER (PARTITION BY k ORDER BY v) AS r FROM src.t1", {"src.t1"}),
+        # nothing under the window changed
+        (
+            "SELECT w.k, w.r, b.v FROM (SELECT k, RANK() OVER (ORDER BY v) AS r FROM src.t1) w "
+            "JOIN src.t2 b ON w.k = b.k",
+            {"src.t2"},
+        ),
+    ],
+)
+def test_a_window_rule_leaves_differential_refreshes_that_read_less(sql, changed):
+    request = RefreshRequest(model="m", schema="s", identifier="m", sql=sql)
+    auto.check_whole_input_windows(request, _tree(sql), changed, [])

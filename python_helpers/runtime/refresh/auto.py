@@ -10,9 +10,12 @@ run.py turns into a full refresh with the rule's reason:
    counted from the Delta log, before it is read;
 2. change size (`check_change_size`): a source changed by more than `auto_full_threshold` of
    its rows;
-3. read cost (`check_read_cost`): the delta SQL would read several times the bytes a rebuild
+3. a window over the whole input (`check_whole_input_windows`): every changed source lies under
+   a window function without PARTITION BY, which a differential refresh computes over its
+   whole input at both versions: twice a rebuild's work before the MERGE;
+4. read cost (`check_read_cost`): the delta SQL would read several times the bytes a rebuild
    reads (read_cost.py);
-4. a delta recursion that reaches Spark's limit (differential.recursion_limit; not a cost rule,
+5. a delta recursion that reaches Spark's limit (differential.recursion_limit; not a cost rule,
    but the same way out).
 """
 
@@ -22,6 +25,7 @@ from typing import Optional
 
 from sqlglot import exp
 
+from python_helpers.dvm.tree import Node, Scan, Window, walk
 from python_helpers.runtime.delta.base import Bindings
 from python_helpers.runtime.refresh import costs, read_cost
 from python_helpers.runtime.refresh.requests import RefreshRequest
@@ -59,15 +63,8 @@ def check_history(request: RefreshRequest, history: list, change_rows: int) -> N
 def history_reason(history: list, change_rows: int) -> Optional[str]:
     """Why a full refresh is faster for `change_rows` change rows, from a history (costs.py), or
     None: too little history, a differential refresh is due as a probe, or it is not slower."""
-    if not history:
-        return None
-    since_differential = 0
-    for e in reversed(history):
-        if e.get("mode") == "differential":
-            break
-        since_differential += 1
-    if since_differential >= PROBE_AFTER_FULL:
-        return None  # probe: measure a differential refresh again
+    if not history or _probe_due(history):
+        return None  # nothing to judge by, or a probe: measure a differential refresh again
     limit = COMPARABLE_FACTOR * max(0, change_rows) + COMPARABLE_SLACK_ROWS
     fulls = [e for e in history if e.get("mode") == "full" and e.get("seconds") is not None][-RECENT:]
     differentials = [
@@ -89,6 +86,41 @@ def history_reason(history: list, change_rows: int) -> Optional[str]:
         f"{'' if n == 1 else ' (median)'}, a full refresh {full_s:.1f} s: a full refresh is faster "
         f"for {change_rows:,} change rows"
     )
+
+
+def check_whole_input_windows(request: RefreshRequest, tree: Node, changed: set, history: list) -> None:
+    """Rule 3: judged from the operator tree and which sources changed, before the change is read.
+    A window without PARTITION BY is recomputed over its whole input at both versions when
+    anything under it changed (supported-sql.md, partition recompute); when every changed source
+    is under one, no part of the refresh is smaller than a rebuild. Yields to history's probe
+    (a differential refresh after PROBE_AFTER_FULL full ones), so the choice can be measured."""
+    if request.refresh_mode != "auto" or not changed or _probe_due(history):
+        return
+    read = {n.relation for n in walk(tree) if isinstance(n, Scan) and n.relation in changed}
+    if read and not _outside_windows(tree, read):
+        raise FullIsCheaper(
+            "a window function without PARTITION BY reads the changed sources: a differential refresh "
+            "computes it over its whole input at both versions, twice a rebuild's work"
+        )
+
+
+def _outside_windows(node: Node, changed: set) -> bool:
+    """Is a changed source read somewhere not under a window without PARTITION BY?"""
+    if isinstance(node, Window) and not node.partition_keys:
+        return False
+    if isinstance(node, Scan):
+        return node.relation in changed
+    return any(_outside_windows(c, changed) for c in node.children())
+
+
+def _probe_due(history: list) -> bool:
+    """PROBE_AFTER_FULL full refreshes in a row: time to measure a differential one again."""
+    since_differential = 0
+    for e in reversed(history):
+        if e.get("mode") == "differential":
+            break
+        since_differential += 1
+    return since_differential >= PROBE_AFTER_FULL
 
 
 def check_change_size(request: RefreshRequest, counts: dict, total_rows) -> None:

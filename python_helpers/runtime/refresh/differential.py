@@ -9,6 +9,8 @@ delta SQL's reads.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from python_helpers.dvm.keyed_result import UNIQUE_KEY_BROKEN
 from python_helpers.dvm.sqlgen import render
 from python_helpers.dvm.stored_result import MaintainedResult, plan_stored_result
@@ -16,7 +18,7 @@ from python_helpers.dvm.tree import Recursive, walk
 from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh, UniqueKeyViolated
 from python_helpers.runtime.delta.base import Bindings, ConcurrentCommit
 from python_helpers.runtime.refresh import auto, costs, steps
-from python_helpers.runtime.refresh.attempt import Attempt, schema_key
+from python_helpers.runtime.refresh.attempt import Attempt, plan_digest, schema_key
 from python_helpers.runtime.refresh.auto import FullIsCheaper
 from python_helpers.runtime.refresh.full import output_names, typed
 from python_helpers.runtime.refresh.planning import Plan
@@ -40,7 +42,10 @@ def run_differential(attempt: Attempt) -> int:
             counts = bindings.count_changes()
             steps.reached("changes_counted")
             attempt.change_rows = sum(counts.values())
-            auto.check_history(request, costs.completed(meta), attempt.change_rows)
+            history = costs.completed(meta)
+            auto.check_history(request, history, attempt.change_rows)
+            if plan.tree is not None:
+                auto.check_whole_input_windows(request, plan.tree, {r for r, n in counts.items() if n}, history)
             auto.check_change_size(
                 request, counts, lambda r: delta.row_count(plan.pinned[r].path, plan.pinned[r].state.version)
             )
@@ -50,6 +55,7 @@ def run_differential(attempt: Attempt) -> int:
             result = analyzed(attempt, bindings)
             read_version = meta["read_version"]
             store_rel, types = bindings.stored(attempt.target, read_version)
+            check_plan(request.model, result, meta.get("plan"))
             try:  # a recursion's delta is computed here already (Bindings.materialize)
                 ctx = bindings.context(changed)
                 ctx.restrict_storage = bindings.read_bytes().get(store_rel.name, 0) >= RESTRICT_STORAGE_BYTES
@@ -120,6 +126,18 @@ def analyzed(attempt: Attempt, bindings: Bindings) -> MaintainedResult:
             "since the last refresh, so the stored state no longer fits them",
         )
     return result
+
+
+def check_plan(model: str, result: MaintainedResult, stored_plan: Optional[str]) -> None:
+    """The stored state must be what this release's plan of the query keeps (attempt.plan_digest):
+    a release that maintains the query another way (e.g. GROUPING SETS as one aggregate) rebuilds
+    it once, in full, instead of applying its delta rules to state the old ones kept."""
+    if stored_plan != plan_digest(result):
+        raise ChangesUnavailable(
+            model,
+            "this version of dbt-spark-stream maintains the query with another plan than the one "
+            "the stored result was built with",
+        )
 
 
 def unique_key_broken(model: str, err: Exception) -> None:
