@@ -147,6 +147,8 @@ def test_a_bag_upstream_is_joined_by_its_counts_not_its_repeated_rows(env):
     import time
 
     from python_helpers.dvm.operators import scan
+    from python_helpers.dvm.sqlgen import render
+    from python_helpers.runtime.refresh.attempt import DIGEST_PREFIX
 
     env.source("t1", [S.row(i, k=i % 2, v=1) for i in range(300_000)])
     env.source("t2", [S.row(i, k=i % 2, g="ab"[i % 2]) for i in range(4)])
@@ -160,7 +162,9 @@ def test_a_bag_upstream_is_joined_by_its_counts_not_its_repeated_rows(env):
     real = scan.plain
 
     def no_expansion(node, ctx, version):
-        rendered.append(node.relation)
+        # The plan's digest renders the full build over abstract relations, only to hash it.
+        if not render(ctx.snapshot(node.relation, version)).startswith(DIGEST_PREFIX):
+            rendered.append(node.relation)
         return real(node, ctx, version)
 
     import python_helpers.dvm.operators.scan as scan_module

@@ -118,14 +118,18 @@ class Attempt:
         self.delta.tidy(self.target, self.request.retention_hours, self.log, self.model)
 
 
+# The relations the digest renders over (never read: the SQL is only hashed).
+DIGEST_PREFIX = "__dvm_digest_"
+
+
 def plan_digest(result: MaintainedResult) -> str:
     """What the stored state means: the result's full build rendered over abstract relations (the
     rewrites, the operator tree, the state columns and how each is computed). A release that
     maintains the query another way has another digest, and the next refresh rebuilds once
     instead of applying new delta rules to state the old ones kept."""
     abstract = Context(
-        changes=lambda r: exp.to_table(f"changes_of_{r.replace('.', '_')}"),
-        snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"),
+        changes=lambda r: exp.to_table(f"{DIGEST_PREFIX}changes_{r.replace('.', '_')}"),
+        snapshot=lambda r, v: exp.to_table(f"{DIGEST_PREFIX}{v}_{r.replace('.', '_')}"),
     )
     text = f"{result.kind}|{','.join(result.storage_columns())}|{render(result.full_sql(abstract))}"
     return f"{result.kind}:{hashlib.md5(text.encode()).hexdigest()[:16]}"
