@@ -199,7 +199,8 @@ SHAPES = [
         "grouping_rollup_join_expr",
         "aggregate",
         """
-        SELECT b.g, a.k + 1 AS k1, COUNT(*) AS n, AVG(a.x) AS ax, MIN(a.v) AS mn, GROUPING(a.k + 1) AS gk
+        SELECT b.g, a.k + 1 AS k1, COUNT(*) AS n, AVG(a.x) AS ax, MIN(a.v) AS mn, GROUPING(a.k + 1) AS gk,
+               COUNT(*) FILTER (WHERE b.g = 'a') AS na
         FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k GROUP BY ROLLUP(b.g, a.k + 1)""",
     ),
     # A repeated grouping set: Spark returns its rows twice (the UNION ALL form of the rewrite).

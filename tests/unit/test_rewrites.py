@@ -103,6 +103,18 @@ def test_distinct_aggregates_beside_other_aggregates_are_left_as_they_are(sql):
     assert "__dvm_dv" not in run(distinct_aggregates, sql)
 
 
+def test_grouping_sets_keep_real_values_in_filter_clauses_and_a_branch_per_set_beside_subqueries():
+    # FILTER reads the input row, as an aggregate's argument does: never the set's NULL.
+    out = run(grouping_sets, "select o.st, count(*) filter (where o.st = 'a') as n from s.o o group by rollup(o.st)")
+    assert "FILTER(WHERE o.st = 'a')" in out and "EXPLODE" in out, out
+    # A subquery becomes a join, whose ON clause cannot read a LATERAL VIEW's column.
+    out = run(
+        grouping_sets,
+        "select o.st, sum(o.amt) as t, (select max(l.qty) from s.l l where l.ok = 1) as q from s.o o group by rollup(o.st)",
+    )
+    assert "EXPLODE" not in out and out.count("UNION ALL") == 1, out
+
+
 def test_a_repeated_grouping_set_keeps_one_branch_per_set():
     # Spark returns a repeated set's rows twice: one aggregate over the expansion would add them.
     out = run(grouping_sets, "select o.ck, count(*) as n from s.o o group by grouping sets ((o.ck), (o.ck), ())")

@@ -158,9 +158,10 @@ def _keep_alias(original: exp.Expr, new: exp.Expr) -> exp.Expr:
 
 
 def _inside_aggregate(node: exp.Expr) -> bool:
+    """In an aggregate's argument or its FILTER clause: both read the real input row."""
     parent = node.parent
     while parent is not None:
-        if is_aggregate(parent):
+        if is_aggregate(parent) or isinstance(parent, exp.Filter):
             return True
         parent = parent.parent
     return False
@@ -186,6 +187,11 @@ def _grouping_args(select: exp.Select) -> list:
 def _expandable(select: exp.Select, texts: list, sets: list) -> bool:
     ids = [_set_id(texts, s) for s in sets]
     if len(set(ids)) != len(ids) or len(texts) > 62:  # a set repeated: Spark repeats its rows
+        return False
+    # A subquery becomes a join later (passes 4-7), and a join's ON clause cannot read the
+    # LATERAL VIEW's set id (Spark applies LATERAL VIEW after the joins).
+    parts = list(select.expressions) + [select.args[k] for k in ("having", "order") if select.args.get(k)]
+    if any(isinstance(n, exp.Subquery) or blocks.is_sublink(n) for p in parts for n in p.walk()):
         return False
     return all(a in texts for args in _grouping_args(select) for a in args)
 
