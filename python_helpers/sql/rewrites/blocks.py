@@ -8,6 +8,7 @@ from typing import Iterator
 
 from sqlglot import exp
 
+from python_helpers.sql.aggregates import is_aggregate
 from python_helpers.sql.predicates import conjuncts
 
 _SCOPES = (exp.Select, exp.SetOperation, exp.Subquery)
@@ -142,3 +143,19 @@ def transform_here(expression: exp.Expr, fn) -> exp.Expr:
         elif isinstance(child, list):
             expression.set(key, [transform_here(c, fn) if isinstance(c, exp.Expression) else c for c in child])
     return expression
+
+
+def keep_alias(original: exp.Expr, new: exp.Expr) -> exp.Expr:
+    """`new` under the output name `original` had (a rewritten SELECT item keeps its column)."""
+    return new if isinstance(new, exp.Alias) else exp.alias_(new, original.alias_or_name)
+
+
+def inside_aggregate(node: exp.Expr) -> bool:
+    """In an aggregate's argument or its FILTER clause: both read the real input row, not the
+    grouped value."""
+    parent = node.parent
+    while parent is not None:
+        if is_aggregate(parent) or isinstance(parent, exp.Filter):
+            return True
+        parent = parent.parent
+    return False

@@ -73,7 +73,7 @@ def _split(select: exp.Select, fresh: blocks.FreshNames) -> Optional[exp.Select]
     nodes = [n for p in parts for n in blocks.here(p)]
     if any(isinstance(n, (exp.Window, exp.Filter, exp.Subquery)) or blocks.is_sublink(n) for n in nodes):
         return None
-    calls = [n for n in nodes if is_aggregate(n) and not _inside_aggregate(n)]
+    calls = [n for n in nodes if is_aggregate(n) and not blocks.inside_aggregate(n)]
     if not calls:
         return None
     seen = [_value_of(c) for c in calls]
@@ -96,9 +96,9 @@ def _split(select: exp.Select, fresh: blocks.FreshNames) -> Optional[exp.Select]
     read_value = exp.column(value_name, table=derived)
 
     def outer_of(node: exp.Expr) -> exp.Expr:
-        if is_aggregate(node) and not _inside_aggregate(node):
+        if is_aggregate(node) and not blocks.inside_aggregate(node):
             return node.__class__(this=read_value.copy())
-        if not _inside_aggregate(node):
+        if not blocks.inside_aggregate(node):
             text = None if isinstance(node, (exp.Identifier, exp.Literal, exp.Star)) else node.sql("spark")
             if text in by_text:
                 return by_text[text].copy()
@@ -110,7 +110,7 @@ def _split(select: exp.Select, fresh: blocks.FreshNames) -> Optional[exp.Select]
     outer.from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(derived))), copy=False)
     outer.set(
         "expressions",
-        [_keep_alias(p, blocks.transform_here(p.copy(), outer_of)) for p in select.expressions],
+        [blocks.keep_alias(p, blocks.transform_here(p.copy(), outer_of)) for p in select.expressions],
     )
     for key in ("having", "order"):
         if select.args.get(key) is not None:
@@ -126,16 +126,3 @@ def _split(select: exp.Select, fresh: blocks.FreshNames) -> Optional[exp.Select]
 
 def _output_names(select: exp.Select) -> set:
     return {p.alias_or_name for p in select.expressions}
-
-
-def _keep_alias(original: exp.Expr, new: exp.Expr) -> exp.Expr:
-    return new if isinstance(new, exp.Alias) else exp.alias_(new, original.alias_or_name)
-
-
-def _inside_aggregate(node: exp.Expr) -> bool:
-    parent = node.parent
-    while parent is not None:
-        if is_aggregate(parent):
-            return True
-        parent = parent.parent
-    return False

@@ -30,7 +30,6 @@ import itertools
 from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
-from python_helpers.sql.aggregates import is_aggregate
 from python_helpers.sql.rewrites import blocks
 
 MAX_BRANCHES = 32
@@ -142,29 +141,15 @@ def _expand(model: str, select: exp.Select, fresh: blocks.FreshNames) -> exp.Exp
                 args = [a.sql("spark") for a in node.expressions] or texts
                 value = sum(1 << (len(args) - 1 - i) for i, a in enumerate(args) if a not in present)
                 return exp.Cast(this=exp.Literal.number(value), to=exp.DataType.build("bigint"))
-            if node.sql("spark") in texts and node.sql("spark") not in present and not _inside_aggregate(node):
+            if node.sql("spark") in texts and node.sql("spark") not in present and not blocks.inside_aggregate(node):
                 return exp.Null()
             return node
 
-        branch.set("expressions", [_keep_alias(p, p.copy().transform(fill)) for p in select.expressions])
+        branch.set("expressions", [blocks.keep_alias(p, p.copy().transform(fill)) for p in select.expressions])
         if select.args.get("having") is not None:
             branch.set("having", exp.Having(this=select.args["having"].this.copy().transform(fill)))
         branches.append(branch)
     return blocks.union_of(branches, select)
-
-
-def _keep_alias(original: exp.Expr, new: exp.Expr) -> exp.Expr:
-    return new if isinstance(new, exp.Alias) else exp.alias_(new, original.alias_or_name)
-
-
-def _inside_aggregate(node: exp.Expr) -> bool:
-    """In an aggregate's argument or its FILTER clause: both read the real input row."""
-    parent = node.parent
-    while parent is not None:
-        if is_aggregate(parent) or isinstance(parent, exp.Filter):
-            return True
-        parent = parent.parent
-    return False
 
 
 def _set_id(texts: list, grouping_set: list) -> int:
@@ -233,12 +218,12 @@ def _one_aggregate(select: exp.Select, columns: list, sets: list, fresh: blocks.
                 value = exp.Add(this=value, expression=exp.paren(shifted, copy=False))
             return exp.Cast(this=value, to=exp.DataType.build("bigint"))
         text = None if isinstance(node, (exp.Identifier, exp.Literal, exp.Star)) else node.sql("spark")
-        if text in keys and not _inside_aggregate(node):
+        if text in keys and not blocks.inside_aggregate(node):
             return keys[text].copy()
         return node
 
     out = select.copy()
-    out.set("expressions", [_keep_alias(p, p.copy().transform(fill)) for p in select.expressions])
+    out.set("expressions", [blocks.keep_alias(p, p.copy().transform(fill)) for p in select.expressions])
     if select.args.get("having") is not None:
         out.set("having", exp.Having(this=select.args["having"].this.copy().transform(fill)))
     if select.args.get("order") is not None:
