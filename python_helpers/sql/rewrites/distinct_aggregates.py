@@ -116,13 +116,11 @@ def _split(select: exp.Select, fresh: blocks.FreshNames) -> Optional[exp.Select]
         if select.args.get(key) is not None:
             outer.set(key, blocks.transform_here(select.args[key].copy(), outer_of))
     outer.set("group", exp.Group(expressions=list(by_text.values())) if keys else None)
-    # Every column the outer block reads must now come from the derived table.
+    # Every column the outer block reads must now come from the derived table (or be an output
+    # name, as ORDER BY may read).
+    outputs = {p.alias_or_name for p in outer.expressions}
     for part in _parts(outer):
         for column in blocks.columns_here(part):
-            if column.table != derived and column.name not in _output_names(outer):
+            if column.table != derived and column.name not in outputs:
                 return None
     return outer
-
-
-def _output_names(select: exp.Select) -> set:
-    return {p.alias_or_name for p in select.expressions}
