@@ -38,7 +38,7 @@ from python_helpers.dvm.sqlgen import (
     select_from,
     sub,
 )
-from python_helpers.dvm.tree import WEIGHT, Aggregate, Distinct, Filter, Node, Project
+from python_helpers.dvm.tree import RESCAN, SEMI_ALGEBRAIC, WEIGHT, Aggregate, Distinct, Filter, Node, Project
 from python_helpers.errors import UnsupportedSql
 
 ROW_ID = "__dvm_row_id"
@@ -309,7 +309,12 @@ class AggregateResult(MaintainedResult):
         # 3. Groups flagged for rescan take their whole state from the new snapshot.
         mm, r = ctx.alias("m"), ctx.alias("r")
         state_names = self.state_columns()
-        rescanned = self._rescan(ctx, m)
+        flags_first = self._flags_first(ctx)
+        if flags_first:
+            # Few groups: their new state is computed once, and the rescan (a scan of the whole
+            # input) only runs when one of them needs it; mostly none does.
+            m = ctx.materialize(m)  # type: ignore[misc,assignment]
+        rescanned = self._rescan(ctx, m, flags_first)
         if rescanned is None:
             pick: list[exp.Expr] = [col(c, mm) for c in state_names]
         else:
@@ -355,7 +360,23 @@ class AggregateResult(MaintainedResult):
         )
         return select_from(outs, sub(finished, f)).where(keep, copy=False)
 
-    def _rescan(self, ctx: Context, m: exp.Select):
+    def _flags_first(self, ctx: Context) -> bool:
+        """Compute the groups' new state and their rescan flags before the rescan? When the engine
+        can materialize, the delta is small and the aggregate is grouped, and every aggregate only
+        rescans on a condition (MIN/MAX losing its extremum, a wide value): an empty set of
+        flagged groups then lets Spark drop the rescan of the input (bound_views.materialize).
+        An aggregate that always rescans its touched groups gains nothing from it."""
+        return (
+            self.keyed
+            and ctx.small_delta
+            and ctx.materialize is not None
+            and all(a.strategy != RESCAN for a in self.agg.aggs)
+            and any(
+                a.strategy == SEMI_ALGEBRAIC or state.may_rescan(a, self.arg_types.get(a.name)) for a in self.agg.aggs
+            )
+        )
+
+    def _rescan(self, ctx: Context, m: exp.Select, flags_first: bool = False):
         needs_rescan = any(
             a.strategy != "algebraic" or state.may_rescan(a, self.arg_types.get(a.name)) for a in self.agg.aggs
         )
@@ -370,11 +391,13 @@ class AggregateResult(MaintainedResult):
             # (python_helpers.dvm.restrict); the semi join below then only confirms it. The
             # flagged keys are computed first: inlined into the recursion's base, Spark 4.1's
             # optimizer fails on them (MergeScalarSubqueries "generated an invalid plan").
-            if (
+            below_recursion = (
                 ctx.materialize is not None
                 and restricted(self.agg.child, self.agg.keys, flagged, self.key_store) is not None
-            ):
-                flagged = ctx.materialize(flagged)
+            )
+            if flags_first or below_recursion:
+                flagged = ctx.materialize(flagged)  # type: ignore[misc]
+            if below_recursion:
                 below = restricted(self.agg.child, self.agg.keys, flagged, self.key_store)
                 if below is not None:  # the shape just checked, now over the materialized keys
                     rows = plain(below, ctx, "new")

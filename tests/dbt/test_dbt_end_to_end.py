@@ -34,9 +34,10 @@ pytestmark = [pytest.mark.dbt, pytest.mark.xdist_group("dbt_end_to_end")]
 
 STREAM_TABLES = sorted(p.stem for p in (PROJECT_SRC / "models" / "stream").glob("*.sql"))
 FULL_ONLY = {"larger_orders"}  # a subquery correlated by a non-equality: auto falls back to full
-# A window without PARTITION BY over the changed source: auto refreshes it in full when its
-# source changed (a run without changes skips it, as every model).
-FULL_WHEN_CHANGED = {"spend_rank"}
+# A window without PARTITION BY over the changed source (spend_rank) and a scalar subquery over
+# it (status_share): auto refreshes them in full when their source changed (a run without
+# changes skips them, as every model).
+FULL_WHEN_CHANGED = {"spend_rank", "status_share"}
 # Session settings dbt-spark changes on the shared session; restored for the tests after us.
 TOUCHED_CONF = ("spark.sql.ansi.enabled", "spark.sql.shuffle.partitions", "spark.sql.session.timeZone")
 
@@ -110,6 +111,7 @@ def test_refresh_after_source_changes_is_differential_and_correct(project, seed)
     refreshes = project.run()
     _assert_modes(refreshes, "differential")
     assert "window function without PARTITION BY" in refreshes["spend_rank"]["reason"], refreshes["spend_rank"]
+    assert "scalar subquery reads the changed source" in refreshes["status_share"]["reason"], refreshes["status_share"]
     # A batch of changes touches orders and customers; the totals per customer must move.
     assert refreshes["customer_totals"]["rows_changed"] > 0
     assert "differential refresh" in refreshes["customer_totals"]["message"]

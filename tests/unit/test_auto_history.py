@@ -128,13 +128,13 @@ WHOLE = "SELECT k, SUM(v) AS sv, RANK() OVER (ORDER BY SUM(v) DESC) AS r FROM sr
 def test_a_window_without_partition_by_over_every_changed_source_refreshes_in_full_under_auto():
     request = RefreshRequest(model="m", schema="s", identifier="m", sql=WHOLE)
     with pytest.raises(FullIsCheaper, match="without PARTITION BY"):
-        auto.check_whole_input_windows(request, _tree(WHOLE), {"src.t1"}, [])
+        auto.check_whole_input(request, _tree(WHOLE), {"src.t1"}, [])
     # Asked for differential: the rule is auto's only.
     differential = RefreshRequest(model="m", schema="s", identifier="m", sql=WHOLE, refresh_mode="differential")
-    auto.check_whole_input_windows(differential, _tree(WHOLE), {"src.t1"}, [])
+    auto.check_whole_input(differential, _tree(WHOLE), {"src.t1"}, [])
     # A probe is due after PROBE_AFTER_FULL full refreshes: measured, not assumed.
     fulls = [_e("differential", 9.0, 10)] + [_e("full", 2.0)] * auto.PROBE_AFTER_FULL
-    auto.check_whole_input_windows(request, _tree(WHOLE), {"src.t1"}, fulls)
+    auto.check_whole_input(request, _tree(WHOLE), {"src.t1"}, fulls)
 
 
 @pytest.mark.parametrize(
@@ -158,4 +158,39 @@ def test_a_window_without_partition_by_over_every_changed_source_refreshes_in_fu
 )
 def test_a_window_rule_leaves_differential_refreshes_that_read_less(sql, changed):
     request = RefreshRequest(model="m", schema="s", identifier="m", sql=sql)
-    auto.check_whole_input_windows(request, _tree(sql), changed, [])
+    auto.check_whole_input(request, _tree(sql), changed, [])
+
+
+SHARE = "SELECT g, COUNT(*) AS n, COUNT(*) / (SELECT COUNT(*) FROM src.t1) AS share FROM src.t1 GROUP BY g"
+
+
+def test_a_scalar_subquery_over_a_changed_source_refreshes_in_full_under_auto():
+    request = RefreshRequest(model="m", schema="s", identifier="m", sql=SHARE)
+    with pytest.raises(FullIsCheaper, match="scalar subquery reads the changed source src.t1"):
+        auto.check_whole_input(request, _tree(SHARE), {"src.t1"}, [])
+    above = "SELECT id, v FROM src.t1 WHERE v > (SELECT AVG(v) FROM src.t2)"
+    with pytest.raises(FullIsCheaper, match="changed source src.t2"):
+        auto.check_whole_input(
+            RefreshRequest(model="m", schema="s", identifier="m", sql=above), _tree(above), {"src.t2"}, []
+        )
+    # Asked for differential, or a probe due: measured, not assumed.
+    differential = RefreshRequest(model="m", schema="s", identifier="m", sql=SHARE, refresh_mode="differential")
+    auto.check_whole_input(differential, _tree(SHARE), {"src.t1"}, [])
+    fulls = [_e("differential", 9.0, 10)] + [_e("full", 2.0)] * auto.PROBE_AFTER_FULL
+    auto.check_whole_input(request, _tree(SHARE), {"src.t1"}, fulls)
+
+
+@pytest.mark.parametrize(
+    "sql, changed",
+    [
+        # the scalar's source did not change: only the rows' own change is read
+        ("SELECT id, v FROM src.t1 WHERE v > (SELECT AVG(v) FROM src.t2)", {"src.t1"}),
+        # correlated: a grouped aggregate restricted to the changed keys, not a value over everything
+        ("SELECT a.id, (SELECT MAX(b.v) FROM src.t2 b WHERE b.k = a.k) AS m FROM src.t1 a", {"src.t2"}),
+        # a global aggregate alone keeps its state
+        ("SELECT COUNT(*) AS n, SUM(v) AS s FROM src.t1", {"src.t1"}),
+    ],
+)
+def test_the_scalar_rule_leaves_values_that_are_maintained(sql, changed):
+    request = RefreshRequest(model="m", schema="s", identifier="m", sql=sql)
+    auto.check_whole_input(request, _tree(sql), changed, [])

@@ -48,7 +48,12 @@ class BoundViews:
         reads it several times then does not recompute it (Spark would, for each reference)."""
         name = self.view_name(f"m{len(self.views)}")
         self.conn.view_of_query(name, render(query), materialize=True)
-        return exp.select("*").from_(exp.to_table(name))
+        served = exp.select("*").from_(exp.to_table(name))
+        if not self.conn.rows(f"SELECT 1 FROM {name} LIMIT 1"):
+            # Spark cannot see that a computed relation is empty; `WHERE FALSE` it can, and its
+            # optimizer then drops what only reads it (a group rescan when no group needs one).
+            served = served.where(exp.false(), copy=False)
+        return served
 
     def close(self) -> None:
         for name in self.views:

@@ -10,9 +10,11 @@ run.py turns into a full refresh with the rule's reason:
    counted from the Delta log, before it is read;
 2. change size (`check_change_size`): a source changed by more than `auto_full_threshold` of
    its rows;
-3. a window over the whole input (`check_whole_input_windows`): every changed source lies under
-   a window function without PARTITION BY, which a differential refresh computes over its
-   whole input at both versions: twice a rebuild's work before the MERGE;
+3. the whole input (`check_whole_input`): every changed source lies under a window function
+   without PARTITION BY, which a differential refresh computes over its whole input at both
+   versions (twice a rebuild's work before the MERGE); or a changed source feeds a scalar
+   subquery (a value over a whole relation, joined to every row), computed at both versions,
+   whose new value re-reads every row it meets;
 4. read cost (`check_read_cost`): the delta SQL would read several times the bytes a rebuild
    reads (read_cost.py);
 5. a delta recursion that reaches Spark's limit (differential.recursion_limit; not a cost rule,
@@ -25,7 +27,7 @@ from typing import Optional
 
 from sqlglot import exp
 
-from python_helpers.dvm.tree import Node, Scan, Window, walk
+from python_helpers.dvm.tree import Aggregate, Filter, Join, Node, Project, Scan, Window, walk
 from python_helpers.runtime.delta.base import Bindings
 from python_helpers.runtime.refresh import costs, read_cost
 from python_helpers.runtime.refresh.requests import RefreshRequest
@@ -88,12 +90,17 @@ def history_reason(history: list, change_rows: int) -> Optional[str]:
     )
 
 
-def check_whole_input_windows(request: RefreshRequest, tree: Node, changed: set, history: list) -> None:
+def check_whole_input(request: RefreshRequest, tree: Node, changed: set, history: list) -> None:
     """Rule 3: judged from the operator tree and which sources changed, before the change is read.
-    A window without PARTITION BY is recomputed over its whole input at both versions when
-    anything under it changed (supported-sql.md, partition recompute); when every changed source
-    is under one, no part of the refresh is smaller than a rebuild. Yields to history's probe
-    (a differential refresh after PROBE_AFTER_FULL full ones), so the choice can be measured."""
+    Yields to history's probe (a differential refresh after PROBE_AFTER_FULL full ones), so the
+    choice can be measured.
+    - A window without PARTITION BY is recomputed over its whole input at both versions when
+      anything under it changed (supported-sql.md, partition recompute); when every changed
+      source is under one, no part of the refresh is smaller than a rebuild.
+    - An uncorrelated scalar subquery (a global aggregate joined to every row) over a changed
+      source is computed at both versions, and a new value meets every row of the other side
+      at both: its input read twice and the rest of the query re-read, where a rebuild reads
+      each once. Its value nearly always moves with its input (a count, a sum, an average)."""
     if request.refresh_mode != "auto" or not changed or _probe_due(history):
         return
     read = {n.relation for n in walk(tree) if isinstance(n, Scan) and n.relation in changed}
@@ -101,6 +108,12 @@ def check_whole_input_windows(request: RefreshRequest, tree: Node, changed: set,
         raise FullIsCheaper(
             "a window function without PARTITION BY reads the changed sources: a differential refresh "
             "computes it over its whole input at both versions, twice a rebuild's work"
+        )
+    relation = _scalar_over_changed(tree, changed)
+    if relation is not None:
+        raise FullIsCheaper(
+            f"a scalar subquery reads the changed source {relation}: a differential refresh computes its "
+            "value at both versions and, as it changes, re-reads every row it meets; a rebuild reads each once"
         )
 
 
@@ -111,6 +124,23 @@ def _outside_windows(node: Node, changed: set) -> bool:
     if isinstance(node, Scan):
         return node.relation in changed
     return any(_outside_windows(c, changed) for c in node.children())
+
+
+def _scalar_over_changed(tree: Node, changed: set) -> Optional[str]:
+    """A changed source read by a scalar side of a cross join (an uncorrelated scalar subquery:
+    a global aggregate, under projections and filters), or None."""
+    for node in walk(tree):
+        if not (isinstance(node, Join) and node.condition is None):
+            continue
+        for side in (node.left, node.right):
+            inner = side
+            while isinstance(inner, (Project, Filter)):
+                inner = inner.child
+            if isinstance(inner, Aggregate) and not inner.keys:
+                found = sorted(n.relation for n in walk(inner) if isinstance(n, Scan) and n.relation in changed)
+                if found:
+                    return found[0]
+    return None
 
 
 def _probe_due(history: list) -> bool:

@@ -45,7 +45,7 @@ def run_differential(attempt: Attempt) -> int:
             history = costs.completed(meta)
             auto.check_history(request, history, attempt.change_rows)
             if plan.tree is not None:
-                auto.check_whole_input_windows(request, plan.tree, {r for r, n in counts.items() if n}, history)
+                auto.check_whole_input(request, plan.tree, {r for r, n in counts.items() if n}, history)
             auto.check_change_size(
                 request, counts, lambda r: delta.row_count(plan.pinned[r].path, plan.pinned[r].state.version)
             )
