@@ -72,6 +72,11 @@ QUERIES = {
                MIN(ntz) AS first_ntz, MAX(s) AS ms, SUM(small) AS ss
         FROM {src}.typed GROUP BY to_date(ts), flag""",
     "types_distinct": "SELECT DISTINCT flag, date_trunc('DAY', ntz) AS d, pt.a AS pa FROM {src}.typed",
+    # Both inputs changed: each is read once for the changed keys and its old rows are the new
+    # ones minus the change, which must match value for value in every type read.
+    "types_outer": """
+        SELECT a.id, a.ts, a.ntz, a.flag, a.big, a.f, a.small, a.pt.a AS pa, size(a.tags) AS nt, b.id AS bid
+        FROM {src}.typed a LEFT JOIN {src}.typed b ON a.s = b.s AND a.id <> b.id""",
     "types_join": """
         SELECT a.id, b.id AS bid, a.ts, b.s FROM {src}.typed a JOIN {src}.typed b
         ON a.s = b.s AND a.id < b.id""",

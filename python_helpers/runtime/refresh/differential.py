@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from python_helpers.dvm.keyed_result import UNIQUE_KEY_BROKEN
+from python_helpers.dvm.operators.key_restricted import OLD_ROWS_BROKEN
 from python_helpers.dvm.sqlgen import render
 from python_helpers.dvm.stored_result import MaintainedResult, plan_stored_result
 from python_helpers.dvm.tree import Recursive, walk
@@ -60,8 +61,9 @@ def run_differential(attempt: Attempt) -> int:
                 ctx = bindings.context(changed)
                 ctx.restrict_storage = bindings.read_bytes().get(store_rel.name, 0) >= RESTRICT_STORAGE_BYTES
                 merge = result.merge_sql(ctx, store_rel, types) if changed else None
-            except Exception as err:  # noqa: BLE001 - only Spark's recursion limits are handled here
+            except Exception as err:  # noqa: BLE001 - Spark's recursion limits, a change that does not fit
                 recursion_limit(plan, err)
+                old_rows_broken(request.model, err)
                 raise
             metadata = attempt.metadata("differential", result)
             if merge is not None:
@@ -88,9 +90,10 @@ def run_differential(attempt: Attempt) -> int:
                 f"another refresh committed to the stored result first ({err}); nothing was applied",
                 "run the refresh again",
             ) from None
-        except Exception as err:  # noqa: BLE001 - Spark's recursion limits and a broken unique_key
+        except Exception as err:  # noqa: BLE001 - Spark's recursion limits, a broken unique_key, a misfit change
             recursion_limit(plan, err)
             unique_key_broken(request.model, err)
+            old_rows_broken(request.model, err)
             raise
         if merged.rows:
             attempt.counters.update(
@@ -153,6 +156,19 @@ def unique_key_broken(model: str, err: Exception) -> None:
         "fix the query (or the source rows) so the key is unique, or change or remove unique_key; "
         "then run dbt with --full-refresh",
     ) from None
+
+
+def old_rows_broken(model: str, err: Exception) -> None:
+    """A source's old rows, read as its new rows minus its change (key_restricted), came out with
+    a negative count (raise_error): the change rows did not match the snapshot's value for value.
+    Nothing was written; the refresh runs in full instead of trusting either."""
+    # Spark's own text for raise_error, not the query's: an analysis error prints the SQL too.
+    if f"USER_RAISED_EXCEPTION] {OLD_ROWS_BROKEN}" in str(err):
+        raise ChangesUnavailable(
+            model,
+            f"{OLD_ROWS_BROKEN} value for value (a source's old rows are read as its new rows minus "
+            "its change), so the change cannot be applied",
+        ) from None
 
 
 def recursion_limit(plan: Plan, err: Exception) -> None:
