@@ -38,7 +38,7 @@ from python_helpers.dvm.sqlgen import (
     select_from,
     sub,
 )
-from python_helpers.dvm.tree import RESCAN, SEMI_ALGEBRAIC, WEIGHT, Aggregate, Distinct, Filter, Node, Project
+from python_helpers.dvm.tree import RESCAN, WEIGHT, Aggregate, Distinct, Filter, Node, Project
 from python_helpers.errors import UnsupportedSql
 
 ROW_ID = "__dvm_row_id"
@@ -371,16 +371,15 @@ class AggregateResult(MaintainedResult):
             and ctx.small_delta
             and ctx.materialize is not None
             and all(a.strategy != RESCAN for a in self.agg.aggs)
-            and any(
-                a.strategy == SEMI_ALGEBRAIC or state.may_rescan(a, self.arg_types.get(a.name)) for a in self.agg.aggs
-            )
+            and any(self._may_rescan(a) for a in self.agg.aggs)
         )
 
+    def _may_rescan(self, agg) -> bool:
+        """Can a group need a rescan for this aggregate (always, or on a condition)?"""
+        return agg.strategy != "algebraic" or state.may_rescan(agg, self.arg_types.get(agg.name))
+
     def _rescan(self, ctx: Context, m: exp.Select, flags_first: bool = False):
-        needs_rescan = any(
-            a.strategy != "algebraic" or state.may_rescan(a, self.arg_types.get(a.name)) for a in self.agg.aggs
-        )
-        if not needs_rescan:
+        if not any(self._may_rescan(a) for a in self.agg.aggs):
             return None
         rows = plain(self.agg.child, ctx, "new")
         if self.keyed:
