@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.dvm.differentiate import delta, plain
-from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, row_id, select_from, sub
+from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, key_id, select_from, sub
 from python_helpers.dvm.stored_result import ACTION, COUNT, ROW_ID, BagResult, _cast, touched_storage
 from python_helpers.dvm.tree import WEIGHT, Node
 from python_helpers.errors import InvalidConfig
@@ -17,7 +17,8 @@ UNIQUE_KEY_BROKEN = "is not unique: this change gives a key a second row"
 
 class KeyedBagResult(BagResult):
     """A bag whose rows the model declares unique by `unique_key` (dbt's config of that name):
-    one stored row per key, its row id the key's, so nothing is grouped by every column.
+    one stored row per key, its row id the key itself (sqlgen.key_id: its JSON form, exact, no
+    digest), so nothing is grouped by every column.
 
     A full build is a projection (no GROUP BY over all columns, no digest of every column), the
     view shows the stored rows as they are (no repetition), and a refresh reads only the stored
@@ -38,7 +39,7 @@ class KeyedBagResult(BagResult):
     def full_sql(self, ctx: Context) -> exp.Select:
         b = ctx.alias("b")
         return select_from(
-            [alias(row_id(self.key, b), ROW_ID)]
+            [alias(key_id(self.key, b), ROW_ID)]
             + [alias(col(c, b), u) for c, u in zip(self.input.columns, self.user_columns)]
             + [alias(_bigint(1), COUNT)],
             sub(plain(self.input, ctx, "new"), b),
@@ -67,15 +68,15 @@ class KeyedBagResult(BagResult):
         consolidated = consolidate(ctx, d, cols)
         per_key = select_from(
             [
-                alias(row_id(self.key, c), ROW_ID),
+                alias(key_id(self.key, c), ROW_ID),
                 alias(gained, "__dvm_gained"),
                 alias(lost, "__dvm_lost"),
                 alias(newest, "__dvm_new"),
             ],
             sub(consolidated, c),
-        ).group_by(row_id(self.key, c), copy=False)
+        ).group_by(key_id(self.key, c), copy=False)
         # Only the stored row ids (a column of the stored result), of the keys the change names.
-        touched = touched_storage(ctx, storage, consolidated, lambda t: row_id(self.key, t))
+        touched = touched_storage(ctx, storage, consolidated, lambda t: key_id(self.key, t))
         if isinstance(touched, exp.Table):
             touched = select_from([exp.Star()], touched.copy())
         stored_ids = select_from([col(ROW_ID)], sub(touched, ctx.alias("ts")))

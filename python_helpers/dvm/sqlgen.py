@@ -133,6 +133,22 @@ def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expr:
     """
     if not columns:
         return exp.Literal.string("__dvm_single_row")
+    return exp.MD5(this=_json_of(columns, table))
+
+
+def key_id(columns: list[str], table: Optional[str] = None) -> exp.Expr:
+    """The exact identity of a declared key: its JSON form itself, no digest.
+
+    For the keyed layout, whose keys are a model's few declared key columns: injective (no two
+    keys share it, at any row count) and cheaper than `row_id` where it counts, a fact of
+    millions of rows: an md5 per row plus 32 incompressible characters per stored row cost the
+    6 M-row fact's build a third more than the same query written plainly."""
+    if not columns:
+        return exp.Literal.string("__dvm_single_row")
+    return _json_of(columns, table)
+
+
+def _json_of(columns: list[str], table: Optional[str]) -> exp.Expr:
     args = []
     for i, c in enumerate(columns):
         args.extend([exp.Literal.string(f"k{i}"), col(c, table)])
@@ -153,7 +169,7 @@ def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expr:
             )
         ],
     )
-    return exp.MD5(this=exp.Anonymous(this="to_json", expressions=[struct, options]))
+    return exp.Anonymous(this="to_json", expressions=[struct, options])
 
 
 _COMPOUND = (exp.Binary, exp.Not, exp.Neg, exp.Is)

@@ -1,6 +1,7 @@
 """How the root of the tree is stored, and how a delta becomes rows to MERGE into it.
 
-Three layouts, each keyed by `__dvm_row_id` (md5 of the key, 128 bits):
+Three layouts, each keyed by `__dvm_row_id` (md5 of the key, 128 bits; the keyed layout's is
+the declared key itself):
 
 * AggregateResult — root is Project(Filter?(Aggregate)): one stored row per group with the
   group key, each aggregate's state (python_helpers.dvm.aggregate_state), `__dvm_count` (rows in

@@ -3,7 +3,7 @@ not depend on session settings."""
 
 import pytest
 
-from python_helpers.dvm.sqlgen import render, row_id
+from python_helpers.dvm.sqlgen import key_id, render, row_id
 
 pytestmark = pytest.mark.spark
 
@@ -29,3 +29,21 @@ def test_row_ids_are_distinct_and_independent_of_the_session_time_zone(spark):
     assert len(set(ids)) == len(ids) == 4  # microseconds, NULL vs 'null' vs '', 0.1+0.2 vs 0.3
     assert seen["America/New_York"] == ids and seen["Asia/Kolkata"] == ids
     assert all(len(h) == 32 for h in ids)  # 128-bit md5
+
+
+def test_key_ids_are_the_keys_themselves_distinct_and_independent_of_the_session_time_zone(spark):
+    query = f"select {render(key_id(['a', 'b', 'c', 'd']))} as h from {VALUES}"
+    before = spark.conf.get("spark.sql.session.timeZone")
+    try:
+        seen = {}
+        for tz in ("UTC", "America/New_York", "Asia/Kolkata"):
+            spark.conf.set("spark.sql.session.timeZone", tz)
+            seen[tz] = [r.h for r in spark.sql(query).collect()]
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+    ids = seen["UTC"]
+    assert len(set(ids)) == len(ids) == 4
+    assert seen["America/New_York"] == ids and seen["Asia/Kolkata"] == ids
+    # Exact, not a digest: the key's own JSON form (NULL fields left out, positional names).
+    assert ids[0] == '{"k0":"2024-01-01T10:00:00.000001Z","k1":"2024-01-01T10:00:00.000000","k2":0.30000000000000004}'
+    assert ids[1].endswith('"k3":"null"}') and ids[2].endswith('"k3":""}')
