@@ -7,7 +7,7 @@ from sqlglot import exp
 
 from python_helpers.dvm.differentiate import delta, plain
 from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, key_id, select_from, sub
-from python_helpers.dvm.stored_result import ACTION, COUNT, ROW_ID, BagResult, _cast, touched_storage
+from python_helpers.dvm.stored_result import ACTION, COUNT, ROW_ID, BagResult, _cast, delta_once, touched_storage
 from python_helpers.dvm.tree import WEIGHT, Node
 from python_helpers.errors import InvalidConfig
 
@@ -65,7 +65,7 @@ class KeyedBagResult(BagResult):
         newest = exp.Anonymous(
             this="max_by", expressions=[exp.Anonymous(this="named_struct", expressions=fields), w.copy()]
         )
-        consolidated = consolidate(ctx, d, cols)
+        consolidated = delta_once(ctx, consolidate(ctx, d, cols))
         per_key = select_from(
             [
                 alias(key_id(self.key, c), ROW_ID),

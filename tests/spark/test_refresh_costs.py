@@ -435,7 +435,8 @@ def test_a_failed_refresh_is_recorded_and_a_history_it_cannot_write_changes_noth
 def test_a_small_change_joins_only_the_stored_rows_it_can_match(env, monkeypatch, shape):
     """The restricted read of the stored result (a semi join broadcasting the delta's row ids),
     which the suite's small tables would not reach, forced on: the result equals the recompute
-    after inserts, updates and deletes, and the MERGE rows' query did restrict its read."""
+    after inserts, updates and deletes, the MERGE rows' query did restrict its read, and the
+    delta it then names twice was computed once."""
     from python_helpers.dvm import stored_result
     from python_helpers.runtime.refresh import differential
 
@@ -449,6 +450,15 @@ def test_a_small_change_joins_only_the_stored_rows_it_can_match(env, monkeypatch
         return out
 
     monkeypatch.setattr(stored_result, "touched_storage", spy)
+    once = []
+    computed_once = stored_result.delta_once
+
+    def once_spy(ctx, rows):
+        out = computed_once(ctx, rows)
+        once.append(out is not rows)
+        return out
+
+    monkeypatch.setattr(stored_result, "delta_once", once_spy)
     env.source("t1", INITIAL["t1"])
     env.source("t2", INITIAL["t2"])
     stream = env.stream(f"restricted_{shape}", SHAPES_BY_NAME[shape].sql)
@@ -462,6 +472,9 @@ def test_a_small_change_joins_only_the_stored_rows_it_can_match(env, monkeypatch
         stream.refresh(expect="differential")
         stream.check()
     assert restricted and all(restricted), restricted
+    # The delta the MERGE rows' query names twice (its rows, the row ids they reach) is
+    # materialized once.
+    assert once and all(once), once
 
 
 def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(env, monkeypatch):

@@ -82,6 +82,31 @@ def test_keyed_results_stay_equal_to_recompute_through_changes(env):
         assert set(counts) <= {1} and len(counts) == env.spark.table(stream.view).count(), stream.identifier
 
 
+def test_a_keyed_fact_with_its_stored_read_restricted_computes_its_delta_once(env, monkeypatch):
+    """The restricted read of the stored row ids (touched_storage), which the suite's small
+    tables would not reach, forced on: the delta, named twice by the MERGE rows' query, is
+    computed once (delta_once materializes it) and the result equals the recompute."""
+    from python_helpers.dvm import keyed_result
+    from python_helpers.runtime.refresh import differential
+
+    monkeypatch.setattr(differential, "RESTRICT_STORAGE_BYTES", 0)
+    once = []
+    original = keyed_result.delta_once
+
+    def spy(ctx, rows):
+        out = original(ctx, rows)
+        once.append(out is not rows)
+        return out
+
+    monkeypatch.setattr(keyed_result, "delta_once", spy)
+    env.source("t1", T1)
+    env.source("t2", T2)
+    streams = _keyed(env, ["keyed_fact"])
+    run_cycles(env, streams, BATCHES)
+    assert [r.mode for r in streams[0].results] == ["full"] + ["differential"] * len(BATCHES)
+    assert once and all(once), once
+
+
 def _stored(env, stream) -> str:
     """The stored result's Delta table."""
     return storage_path(env.spark, env.target, stream.identifier)
