@@ -69,3 +69,49 @@ def test_small_sources_are_not_judged():
     assert est.ratio == 4.0
     assert est.full_reason(threshold=3.0, min_full_bytes=11) is None
     assert "4.0x" in est.full_reason(threshold=3.0, min_full_bytes=10)
+
+
+class _Bindings:
+    """What the budget asks of an engine's bindings: the bytes each bound view covers and a
+    rebuild's reads."""
+
+    def __init__(self, views: dict, full: int):
+        self.views, self.full, self.full_asked = views, full, 0
+
+    def read_bytes(self):
+        return dict(self.views)
+
+    def full_read_bytes(self):
+        self.full_asked += 1
+        return self.full
+
+
+def test_an_intermediate_computed_first_is_judged_before_it_runs_and_counted_after():
+    import pytest
+
+    from python_helpers.runtime.refresh import auto
+    from python_helpers.runtime.refresh.requests import RefreshRequest
+
+    mb = 1024 * 1024
+    bindings = _Bindings({"v_new": 60 * mb, "v_old": 60 * mb, "store": 30 * mb}, full=100 * mb)
+    counters: dict = {}
+    budget = auto.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), bindings, counters)
+    ran = []
+    materialize = budget.guard(lambda q: ran.append(q) or exp.select("*").from_("m0"))
+    # The delta (both snapshots: 120 MB, 1.2x a rebuild) is computed first: allowed, and paid.
+    served = materialize(parse_one("SELECT k, SUM(w) FROM v_new JOIN v_old USING (k) GROUP BY k"))
+    assert len(ran) == 1
+    # The final query reads only the materialized delta and the stored result, yet the budget
+    # holds both: 150 MB, 1.5x; still under the 2x switch.
+    final = parse_one(f"SELECT * FROM ({served.sql()}) d JOIN store s ON s.k = d.k")
+    estimate = budget.check(final)
+    assert estimate is not None and (estimate.differential_bytes, estimate.references) == (150 * mb, 3)
+    assert counters["read_ratio_pct"] == 150
+    # A second intermediate that would bring it over 2x is refused before it runs.
+    with pytest.raises(auto.FullIsCheaper, match=r"\(4 reads\), 2\.4x"):
+        materialize(parse_one("SELECT * FROM v_new JOIN v_old USING (k)"))
+    assert len(ran) == 1
+    # Under refresh_mode='differential' nothing is refused; the rebuild's bytes are read once.
+    forced = auto.ReadBudget(RefreshRequest("m", "s", "t", "select 1", refresh_mode="differential"), bindings, {})
+    forced.guard(lambda q: q)(parse_one("SELECT * FROM v_new JOIN v_old USING (k) JOIN v_new n2 USING (k)"))
+    assert bindings.full_asked == 2

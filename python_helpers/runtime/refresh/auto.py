@@ -15,15 +15,15 @@ run.py turns into a full refresh with the rule's reason:
    versions (twice a rebuild's work before the MERGE); or a changed source feeds a scalar
    subquery (a value over a whole relation, joined to every row), computed at both versions,
    whose new value re-reads every row it meets;
-4. read cost (`check_read_cost`): the delta SQL would read several times the bytes a rebuild
-   reads (read_cost.py);
+4. read cost (`ReadBudget`): the delta SQL, intermediates computed first included, would read
+   several times the bytes a rebuild reads (read_cost.py);
 5. a delta recursion that reaches Spark's limit (differential.recursion_limit; not a cost rule,
    but the same way out).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from sqlglot import exp
 
@@ -171,18 +171,51 @@ def check_change_size(request: RefreshRequest, counts: dict, total_rows) -> None
             )
 
 
-def check_read_cost(request: RefreshRequest, merge: exp.Expr, bindings: Bindings, counters: dict) -> None:
-    """Rule 3: the delta SQL would read several times the bytes a rebuild reads (read_cost.py),
-    judged from the Delta logs before the query runs."""
-    full_bytes = bindings.full_read_bytes()
-    if full_bytes is None:
-        return  # the engine cannot tell without reading: the rule does not apply
-    estimate = read_cost.estimate(merge, bindings.read_bytes(), full_bytes)
-    counters.update(
-        read_bytes=estimate.differential_bytes,
-        full_read_bytes=estimate.full_bytes,
-        read_ratio_pct=int(round(estimate.ratio * 100)),
-    )
-    reason = estimate.full_reason(read_cost.FULL_WHEN_READ_RATIO_OVER, read_cost.MIN_FULL_BYTES)
-    if reason is not None and request.refresh_mode == "auto":
-        raise FullIsCheaper(reason)
+class ReadBudget:
+    """Rule 4 over everything the delta SQL reads, judged before each read is paid.
+
+    Some intermediates are computed first and served as views (ctx.materialize: a small delta
+    named twice, the groups a MIN/MAX may rescan, a key-restricted operator's keys). Each is
+    judged before it runs, with what the ones before it read; the final query's estimate adds
+    them all (each read once; the final query reads their results, not the snapshots). A rule
+    judged only on the final query would see none of their reads, after they were paid."""
+
+    def __init__(self, request: RefreshRequest, bindings: Bindings, counters: dict):
+        self.request, self.bindings, self.counters = request, bindings, counters
+        self.spent = read_cost.ReadEstimate(0, 0, 0)  # what the materialized intermediates read
+        self._full_bytes: Optional[int] = None
+        self._full_known = False
+
+    def guard(self, materialize: Callable[[exp.Expr], exp.Expr]) -> Callable[[exp.Expr], exp.Expr]:
+        def judged(query: exp.Expr) -> exp.Expr:
+            estimate = self.check(query)
+            if estimate is not None:
+                self.spent = estimate
+            return materialize(query)
+
+        return judged
+
+    def check(self, query: exp.Expr) -> Optional[read_cost.ReadEstimate]:
+        """Raise FullIsCheaper (under `auto`) when `query`, with what was materialized before
+        it, reads several times the bytes a rebuild reads (read_cost.py), judged from the Delta
+        logs before the query runs. None when the engine cannot tell without reading."""
+        if not self._full_known:  # once per refresh: it opens every source's log
+            self._full_bytes, self._full_known = self.bindings.full_read_bytes(), True
+        full_bytes = self._full_bytes
+        if full_bytes is None:
+            return None  # the rule does not apply
+        own = read_cost.estimate(query, self.bindings.read_bytes(), full_bytes)
+        estimate = read_cost.ReadEstimate(
+            own.differential_bytes + self.spent.differential_bytes,
+            own.full_bytes,
+            own.references + self.spent.references,
+        )
+        self.counters.update(
+            read_bytes=estimate.differential_bytes,
+            full_read_bytes=estimate.full_bytes,
+            read_ratio_pct=int(round(estimate.ratio * 100)),
+        )
+        reason = estimate.full_reason(read_cost.FULL_WHEN_READ_RATIO_OVER, read_cost.MIN_FULL_BYTES)
+        if reason is not None and self.request.refresh_mode == "auto":
+            raise FullIsCheaper(reason)
+        return estimate

@@ -60,6 +60,9 @@ def run_differential(attempt: Attempt) -> int:
             try:  # a recursion's delta is computed here already (Bindings.materialize)
                 ctx = bindings.context(changed)
                 ctx.restrict_storage = bindings.read_bytes().get(store_rel.name, 0) >= RESTRICT_STORAGE_BYTES
+                budget = auto.ReadBudget(request, bindings, attempt.counters)
+                if ctx.materialize is not None:
+                    ctx.materialize = budget.guard(ctx.materialize)
                 merge = result.merge_sql(ctx, store_rel, types) if changed else None
             except Exception as err:  # noqa: BLE001 - Spark's recursion limits, a change that does not fit
                 recursion_limit(plan, err)
@@ -67,7 +70,7 @@ def run_differential(attempt: Attempt) -> int:
                 raise
             metadata = attempt.metadata("differential", result)
             if merge is not None:
-                auto.check_read_cost(request, merge, bindings, attempt.counters)
+                budget.check(merge)
         attempt.counters.update(
             change_rows=dict(bindings.change_counts),
             files_read=bindings.files_read,
