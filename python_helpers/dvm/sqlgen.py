@@ -155,11 +155,15 @@ def _json_of(columns: list[str], table: Optional[str]) -> exp.Expr:
     struct = exp.Anonymous(this="named_struct", expressions=args)
     # Timestamps in UTC with all six fractional digits: an id must not depend on the session's
     # time zone, and two keys a microsecond apart must not share one (the default keeps millis).
+    # NULL fields left out whatever spark.sql.jsonGenerator.ignoreNullFields says: the session
+    # setting would otherwise decide whether (1, NULL) is {"k0":1} or {"k0":1,"k1":null}.
     options = exp.Anonymous(
         this="map",
         expressions=[
             exp.Literal.string(x)
             for x in (
+                "ignoreNullFields",
+                "true",
                 "timeZone",
                 "UTC",
                 "timestampFormat",

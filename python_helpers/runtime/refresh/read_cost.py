@@ -91,9 +91,10 @@ def estimate(query: exp.Expr, view_bytes: dict, full_bytes: int) -> ReadEstimate
 
 
 def _reused_tables(node: exp.Expr) -> set:
-    """Tables under a grouped derived table identical to one met before: Spark computes an
-    identical shuffle once and reuses its output (ReuseExchange), as when a delta's consolidation
-    is named twice (the MERGE rows and the stored row ids they look up)."""
+    """Tables under a grouped derived table identical to one met before, counted once. Spark
+    does not always reuse such a shuffle: the one place the delta SQL names its consolidated
+    delta twice (the MERGE rows and the stored row ids they look up) materializes it first
+    where the engine can (stored_result.delta_once), and ReadBudget counts that read once."""
     seen: set = set()
     reused: set = set()
     for derived in node.find_all(exp.Subquery):
