@@ -170,13 +170,16 @@ def compact_until(spark, done: str, timeout: float = 300) -> dict:
     rewrites, lost = 0, 0
     deadline = time.monotonic() + timeout
     while not os.path.exists(done) and time.monotonic() < deadline:
+        # A rewrite lands at a random moment of the refresh it races (which plans for about a
+        # second first): one right at the barrier would come before the refresh reads anything.
+        time.sleep(rng.uniform(0.3, 1.5))
         for target in targets:
             try:
                 DeltaTable(target).optimize.z_order(["__dvm_row_id"])
                 rewrites += 1
             except (CommitFailedError, DeltaError, OSError):
                 lost += 1  # a refresh committed first (or the table is being replaced)
-        time.sleep(rng.uniform(1.0, 3.0))  # rewrites now and then: refreshes that lose start over
+        time.sleep(rng.uniform(1.0, 3.0))  # then a pause: the loser's next attempt can commit
     return {"rewrites": rewrites, "rewrites_lost": lost}
 
 
