@@ -15,6 +15,7 @@ from python_helpers.runtime.delta.embedded import generations as published_files
 from python_helpers.runtime.delta.embedded import publishing
 from python_helpers.runtime.delta.locations import storage_path
 from tests.support import sources as S
+from tests.support import spies
 from tests.support.shapes import INITIAL, SHAPES_BY_NAME, SMOKE_BATCHES
 
 pytestmark = pytest.mark.spark
@@ -441,24 +442,8 @@ def test_a_small_change_joins_only_the_stored_rows_it_can_match(env, monkeypatch
     from python_helpers.runtime.refresh import differential
 
     monkeypatch.setattr(differential, "RESTRICT_STORAGE_BYTES", 0)
-    restricted = []
-    original = stored_result.touched_storage
-
-    def spy(ctx, storage, *args):
-        out = original(ctx, storage, *args)
-        restricted.append(out is not storage)
-        return out
-
-    monkeypatch.setattr(stored_result, "touched_storage", spy)
-    once = []
-    computed_once = stored_result.delta_once
-
-    def once_spy(ctx, rows):
-        out = computed_once(ctx, rows)
-        once.append(out is not rows)
-        return out
-
-    monkeypatch.setattr(stored_result, "delta_once", once_spy)
+    restricted = spies.replaced(monkeypatch, stored_result, "touched_storage")
+    once = spies.replaced(monkeypatch, stored_result, "delta_once")
     env.source("t1", INITIAL["t1"])
     env.source("t2", INITIAL["t2"])
     stream = env.stream(f"restricted_{shape}", SHAPES_BY_NAME[shape].sql)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from python_helpers import errors as E
 from python_helpers.runtime.delta.locations import storage_path
-from tests.support import rotation
+from tests.support import rotation, spies
 from tests.support import sources as S
 from tests.support import strategies as gen
 from tests.support.harness import run_cycles
@@ -90,15 +90,7 @@ def test_a_keyed_fact_with_its_stored_read_restricted_computes_its_delta_once(en
     from python_helpers.runtime.refresh import differential
 
     monkeypatch.setattr(differential, "RESTRICT_STORAGE_BYTES", 0)
-    once = []
-    original = keyed_result.delta_once
-
-    def spy(ctx, rows):
-        out = original(ctx, rows)
-        once.append(out is not rows)
-        return out
-
-    monkeypatch.setattr(keyed_result, "delta_once", spy)
+    once = spies.replaced(monkeypatch, keyed_result, "delta_once")
     env.source("t1", T1)
     env.source("t2", T2)
     streams = _keyed(env, ["keyed_fact"])

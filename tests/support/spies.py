@@ -1,0 +1,19 @@
+"""Spies on the rewrites that may hand back their input unchanged: a test learns whether each
+call did its work (returned something else) while the refresh runs as it would."""
+
+from __future__ import annotations
+
+
+def replaced(monkeypatch, module, name: str) -> list:
+    """Wrap `module.name` (called with the input as its second argument, after the context); the
+    list returned gets, per call, whether the result differs from that input."""
+    original = getattr(module, name)
+    calls: list = []
+
+    def spy(ctx, given, *args):
+        out = original(ctx, given, *args)
+        calls.append(out is not given)
+        return out
+
+    monkeypatch.setattr(module, name, spy)
+    return calls
