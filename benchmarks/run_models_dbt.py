@@ -20,7 +20,7 @@ Then per cycle and change mix (1,000 scattered lineitem updates with their order
 refresh functions): change the sources, `dbt run -s tag:diff` (DIFFERENTIAL), `dbt run -s
 tag:table` (the table model on the same source versions), check that each stream table holds
 exactly the table model's rows (Spark's EXCEPT ALL both ways), then `dbt run -s tag:diff
---full-refresh` (FULL). Peak resident memory of the dbt process alone is sampled from /proc.
+--full-refresh` (FULL). Peak resident memory of the dbt process alone is its kernel high-water mark (/proc VmHWM).
 
 Writes benchmarks/results/models_dbt_<engine>_sf<sf>.{md,png}.
 """

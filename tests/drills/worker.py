@@ -2,13 +2,17 @@
 
     python tests/drills/worker.py WORK_DIR ACTIONS... [--remote sc://HOST:PORT] [--metastore NAME]
                                   [--warehouse DIR] [--prefix P] [--barrier DIR]
+                                  [--engine auto|embedded|spark] [--models M,M]
 
 Spark: with --remote, a Spark Connect session to a long-lived server (its warehouse and
 metastore; the process is the client a scheduler would kill); otherwise a Spark session in the
 process (warehouse --warehouse or WORK_DIR/warehouse, Derby metastore WORK_DIR/<NAME>), whose
 JVM dies with it.
+With --engine spark (Delta Lake in Spark: a server started with it, or the jars `make jars`
+fetched loaded into the process's session) the stream tables are Delta tables in the catalog.
 The drill's schemas are drill_<P>_src and drill_<P>_st (default P: d), so several drills can
-share one server.
+share one server. --models refreshes only those of the drill's stream tables (totals, joined,
+rows).
 
 Actions, run in order in one process:
 
@@ -42,6 +46,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+ENGINE = "auto"  # the Delta engine every refresh asks for (--engine)
 SCHEMA = "drill_d_src"
 TARGET = "drill_d_st"
 QUERIES = {
@@ -55,11 +60,12 @@ QUERIES = {
 STREAMS = {name: sql.format(src=SCHEMA) for name, sql in QUERIES.items()}
 
 
-def use_prefix(prefix: str) -> None:
-    """Name the drill's schemas drill_<prefix>_src / drill_<prefix>_st."""
+def use_prefix(prefix: str, models: list | None = None) -> None:
+    """Name the drill's schemas drill_<prefix>_src / drill_<prefix>_st (and refresh only
+    `models` of QUERIES, in their order there)."""
     global SCHEMA, TARGET, STREAMS
     SCHEMA, TARGET = f"drill_{prefix}_src", f"drill_{prefix}_st"
-    STREAMS = {name: sql.format(src=SCHEMA) for name, sql in QUERIES.items()}
+    STREAMS = {name: sql.format(src=SCHEMA) for name, sql in QUERIES.items() if models is None or name in models}
 
 
 def emit(**fields) -> None:
@@ -75,9 +81,14 @@ def session(work: str, metastore: str, remote: str | None = None, warehouse: str
 
     base = os.path.join(work, metastore)
     os.makedirs(base, exist_ok=True)
+    extra = {}
+    if ENGINE == "spark":
+        from python_helpers.testing import delta_lake
+
+        extra = delta_lake.spark_conf()
     # Every process shares one warehouse (the stored results); only the metastore is its own.
     return build_spark_session(
-        base, app_name=f"drill-{metastore}", warehouse=warehouse or os.path.join(work, "warehouse")
+        base, app_name=f"drill-{metastore}", warehouse=warehouse or os.path.join(work, "warehouse"), extra_conf=extra
     )
 
 
@@ -193,6 +204,7 @@ def request(name: str, work: str, full: bool = False):
         sql=STREAMS[name],
         full_refresh=full,
         sources=paths(work),
+        engine=ENGINE,
         # the drills kill differential refreshes: auto must not learn its way to full ones
         auto_from_history=False,
     )
@@ -275,19 +287,25 @@ def wait_for_round(barrier: str, me: str, round_: int, timeout: float = 300) -> 
 
 
 def main(argv: list) -> None:
+    global ENGINE
     argv, metastore = _option(argv, "--metastore", "metastore")
     argv, remote = _option(argv, "--remote")
     argv, prefix = _option(argv, "--prefix")
     argv, barrier = _option(argv, "--barrier")
     argv, warehouse = _option(argv, "--warehouse")
-    if prefix:
-        use_prefix(prefix)
+    argv, engine = _option(argv, "--engine")
+    argv, models = _option(argv, "--models")
+    ENGINE = engine or ENGINE
+    if prefix or models:
+        use_prefix(prefix or "d", models.split(",") if models else None)
     work = argv[1]
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from python_helpers.runtime.delta.embedded import housekeeping
+    from python_helpers.runtime.delta.spark import engine as spark_engine
     from python_helpers.runtime.refresh import steps
 
-    housekeeping.VACUUM_EVERY = 2  # let the drills reach the vacuum step
+    # let the drills reach the vacuum step, on either engine
+    housekeeping.VACUUM_EVERY = spark_engine.VACUUM_EVERY = 2
     spark = None
     for action in argv[2:]:
         name, _, arg = action.partition(":")

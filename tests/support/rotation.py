@@ -31,6 +31,15 @@ def todays(items: Sequence[T], offset: int = 0) -> list:
     return chosen
 
 
+def todays_few(items: Sequence[T], n: int) -> list:
+    """`n` of `items` a day, the next `n` the day after (wrapping round), so every item runs
+    within ceil(len(items) / n) consecutive days; n <= 0 takes today's share (`todays`)."""
+    if n <= 0 or n >= len(items):
+        return todays(items) if n <= 0 else list(items)
+    start = (DAY * n) % len(items)
+    return [items[(start + i) % len(items)] for i in range(n)]
+
+
 def where() -> str:
     """How to repeat today's share."""
     return f"DVM_DAY={DAY} DVM_ROTATION={ROTATION}"

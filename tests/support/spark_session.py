@@ -12,9 +12,15 @@ import os
 import sys
 
 
-def build_spark_session(base_dir: str, app_name: str = "dbt-spark-stream-tests", warehouse: str | None = None):
+def build_spark_session(
+    base_dir: str,
+    app_name: str = "dbt-spark-stream-tests",
+    warehouse: str | None = None,
+    extra_conf: dict | None = None,
+):
     """Create (or return the already running) local SparkSession with warehouse + metastore under
-    base_dir (the warehouse elsewhere when given: processes sharing stored results)."""
+    base_dir (the warehouse elsewhere when given: processes sharing stored results; `extra_conf`:
+    more static settings, e.g. Delta Lake's)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -42,6 +48,8 @@ def build_spark_session(base_dir: str, app_name: str = "dbt-spark-stream-tests",
         .config("spark.driver.memory", os.environ.get("DVM_SPARK_DRIVER_MEMORY", "2g"))
         .enableHiveSupport()
     )
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("DVM_SPARK_LOG_LEVEL", "ERROR"))
     return spark
