@@ -11,8 +11,9 @@ one stored version a no-op that the refresh notices and starts over from. With S
 killed process the MERGE dies half written instead: files without a commit.
 
 The workers are clients of the directory's Delta Lake server (conftest.py); the points are a
-day's part of them (tests/support/rotation.py; make test: two a day and one with Spark in the
-process). Cost here: 221 s in make test (3 points), 591 s with a third of the points (7).
+day's part of them (tests/support/rotation.py; DVM_SPARK_KILL_POINTS=2: two a day and one with
+Spark in the process). Cost here: 212–221 s with two points a day, 591 s with a third of the
+points (7); make test-long (all 17) about 20 minutes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ import pytest
 
 from tests.drills.harness import Drill, kill_drill
 
-pytestmark = [pytest.mark.spark, pytest.mark.drill]
+# make test-long only for now: in the one CI-like run with it in make test, the pytest worker that
+# ran it could not start its own local Spark minutes later (JAVA_GATEWAY_EXITED, no JVM
+# output) while the other worker started the Delta cluster; not reproduced alone (the drill, then
+# that session: both passed). Until that is understood it stays out of make test's budget.
+pytestmark = [pytest.mark.spark, pytest.mark.drill, pytest.mark.slow]
 
 # A Delta MERGE or CREATE OR REPLACE takes a second or more here: a kill that long after the
 # step lands while the server runs it (after the session settings of the commit were set).
