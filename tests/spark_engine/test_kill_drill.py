@@ -13,7 +13,7 @@ killed process the MERGE dies half written instead: files without a commit.
 The workers are clients of the directory's Delta Lake server (conftest.py); the points are a
 day's part of them (tests/support/rotation.py; DVM_SPARK_KILL_POINTS=2: two a day and one with
 Spark in the process). Cost here: 212–221 s with two points a day, 591 s with a third of the
-points (7); make test-long (all 17) about 20 minutes.
+points (7); make test-long (all 17 points) not measured.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ INSIDE = {"merging": 1.0, "computed": 1.0, "vacuuming": 0.5}
 # by the MERGE): a refresh here costs ~10 s a model. Which model of a run dies is the refresh
 # loop's business, the same on both engines (tests/drills kills later models).
 MODELS = ["totals"]
-# Kill points a day (make test: 2, every point within 7 days; unset: the rotation's share).
+# Kill points a day (2: every point within 8 days; unset: the rotation's share, DVM_ROTATION).
 POINTS_A_DAY = int(os.environ.get("DVM_SPARK_KILL_POINTS", "0"))
 # With Spark in the killed process (its JVM dies with it): a MERGE and a table replace half done.
 SESSION_POINTS = [("refresh", "merging+1.0"), ("full", "computed+1.0")]
