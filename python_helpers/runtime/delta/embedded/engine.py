@@ -18,6 +18,7 @@ from python_helpers.runtime.delta import base, locations
 from python_helpers.runtime.delta.base import Log, Merged, TableState
 from python_helpers.runtime.delta.embedded import (
     change_feed,
+    executor_merge,
     executor_writes,
     housekeeping,
     log,
@@ -89,6 +90,10 @@ class EmbeddedDelta:
     ) -> Merged:
         from python_helpers.dvm.stored_result import ACTION, ROW_ID
 
+        if sql is not None and executor_merge.applies_to(target, read_version):
+            # A large stored result: the executors rewrite the touched files, the dbt process
+            # commits (no compaction in the dbt process either).
+            return executor_merge.merge(self.conn, target, sql, metadata, read_version, phases, ROW_ID, ACTION)
         with phases("delta"):
             data = self.conn.arrow(sql) if sql is not None else None
         steps.reached("delta_computed")

@@ -97,7 +97,7 @@ def _nanosecond_fields(t: pa.DataType) -> bool:
     return False
 
 
-def _check_timestamps(schema: pa.Schema) -> None:
+def check_timestamps(schema: pa.Schema) -> None:
     """Refuse files whose timestamps Spark wrote as INT96 (the setting was not in force): they
     read back without their time zone, and committing them would change the column's type."""
     bad = [f.name for f in schema if _nanosecond_fields(f.type)]
@@ -153,7 +153,7 @@ def write_full(
             footers = [files.footer(f) for f in written]
             schema = footers[0].schema.to_arrow_schema() if footers else _empty_schema(conn, sql, names)
             schema = pa.schema([f.remove_metadata() for f in schema])
-            _check_timestamps(schema)
+            check_timestamps(schema)
             adds = [
                 AddAction(
                     f"{directory}/{paths.basename(f.path)}",

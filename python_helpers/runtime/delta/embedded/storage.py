@@ -108,6 +108,20 @@ def commit_files(path: str, schema: pa.Schema, adds: list, metadata: dict, read_
     return DeltaTable(location).version()
 
 
+def commit_rewrite(path: str, removes: list, adds: list, metadata: dict, read_version: int) -> None:
+    """Replace some stored files by others already written under `path` (deltalake
+    RemoveActions and AddActions, paths relative to the table) in one commit with the offsets,
+    against the version the refresh read: a commit by anyone else since makes it fail with
+    ConcurrentCommit, nothing committed."""
+    table = DeltaTable(paths.for_delta_rs(path), version=read_version)
+    try:
+        table.create_write_transaction(
+            [*removes, *adds], mode="append", schema=table.schema(), commit_properties=_commit(metadata, read_version)
+        )
+    except CommitFailedError as err:
+        raise _concurrent(err) from None
+
+
 def merge_rows(
     path: str, rows: pa.Table, columns: list, row_id: str, action: str, metadata: dict, read_version: int
 ) -> dict:

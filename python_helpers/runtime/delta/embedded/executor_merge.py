@@ -1,0 +1,220 @@
+"""A differential refresh of a large stored result, applied by Spark's executors.
+
+delta-rs' MERGE runs in the dbt process and rewrites there every stored file that holds a
+changed row id: at 60 M stored rows that held 1.3-1.6 GiB of the dbt process. Past
+`FROM_STORED_ROWS` the embedded engine applies the change the way a copy-on-write MERGE does,
+with the executors doing the reading and writing:
+
+1. the merge rows are computed once, in Spark (a materialized view);
+2. one job over the stored row ids alone finds the files that hold a changed row id, and counts
+   what the change matches (updates, deletes);
+3. the executors write those files' other rows and the upserts into a new directory of the
+   table (`merge-<id>/`);
+4. the dbt process reads the new files' footers and commits remove (the touched files) + add
+   (the new ones) with the offsets, at the version the refresh read: a rival's commit since
+   makes it fail, nothing applied, like every other commit of a refresh.
+
+No stored row passes through the dbt process. What it costs elsewhere: the commit carries no
+`cdc` files (delta-rs cannot commit them from here), so a stream table that reads this one
+reads the touched files' rows whole, as deletes and inserts that cancel out except for the
+change (change_feed.py consolidates them): correct, and as large as the files rewritten.
+
+What a failure leaves: files in a directory that no commit names; a failed commit removes them,
+a killed process leaves them to the vacuum (as executor_writes.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Callable, Optional
+from urllib.parse import unquote
+
+from deltalake.transaction import AddAction, RemoveAction
+from sqlglot import exp
+
+from python_helpers.dvm.sqlgen import alias, col, render, sub
+from python_helpers.runtime import paths
+from python_helpers.runtime.connections import files
+from python_helpers.runtime.delta.base import Merged
+from python_helpers.runtime.delta.embedded import change_feed, storage, tables
+from python_helpers.runtime.delta.embedded.executor_writes import check_timestamps, stats_of
+from python_helpers.runtime.refresh import scan_settings, steps
+from python_helpers.runtime.spark_types import spark_type_strings
+
+# Stored rows (the log's count at the version read) from which the executors apply the change.
+# Below it delta-rs' MERGE in the dbt process is faster (no Spark job to write files, one commit)
+# and writes cdc files, so a stream table reading this one reads only the change.
+FROM_STORED_ROWS = 5_000_000
+# Merge rows up to which the touched rows meet them in a broadcast join (no shuffle of the
+# touched files' rows); the merge rows' columns are a result's, so a few million fit.
+BROADCAST_MAX_ROWS = 2_000_000
+DIRECTORY_PREFIX = "merge-"
+
+
+def applies_to(target: str, read_version: int) -> bool:
+    """Whether this refresh's change is applied by the executors (the one place that decides)."""
+    table = tables.open_table(target, read_version)
+    if table is None:
+        return False
+    rows, _ = change_feed.table_stats(table)
+    return rows is not None and rows >= FROM_STORED_ROWS
+
+
+def _name(kind: str) -> str:
+    return f"__dvm_{kind}_{uuid.uuid4().hex[:12]}"
+
+
+def _table(name: str) -> exp.Table:
+    return exp.to_table(name)
+
+
+def _touched_query(stored_ids: str, merge_rows: str, row_id: str, action: str) -> str:
+    """Per stored file holding a changed row id and per action: how many rows it matches."""
+    ids = exp.select(alias(exp.Anonymous(this="input_file_name", expressions=[]), "__dvm_file"), col(row_id)).from_(
+        _table(stored_ids)
+    )
+    joined = (
+        exp.select(
+            col("__dvm_file", "s"), alias(col(action, "m"), "__dvm_action"), alias(exp.Count(this=exp.Star()), "n")
+        )
+        .from_(sub(ids, "s"))
+        .join(
+            exp.alias_(_table(merge_rows), "m", table=True),
+            on=exp.EQ(this=col(row_id, "s"), expression=col(row_id, "m")),
+            join_type="INNER",
+        )
+        .group_by(col("__dvm_file", "s"), col(action, "m"))
+    )
+    return render(joined)
+
+
+def _rewrite_query(
+    touched: Optional[str], merge_rows: str, names: list, types: dict, row_id: str, action: str, broadcast: bool
+) -> str:
+    """The touched files' rows that the change leaves, then every upsert, in the stored types."""
+    typed = [alias(exp.Cast(this=col(n, "m"), to=exp.DataType.build(types[n], dialect="spark")), n) for n in names]
+    upserts = (
+        exp.select(*typed)
+        .from_(exp.alias_(_table(merge_rows), "m", table=True))
+        .where(exp.EQ(this=col(action, "m"), expression=exp.Literal.string("U")))
+    )
+    if touched is None:
+        return render(upserts)
+    kept = (
+        exp.select(*[col(n, "s") for n in names])
+        .from_(exp.alias_(_table(touched), "s", table=True))
+        .join(
+            exp.alias_(_table(merge_rows), "m", table=True),
+            on=exp.EQ(this=col(row_id, "s"), expression=col(row_id, "m")),
+            join_type="LEFT ANTI",
+        )
+    )
+    sql = render(exp.union(kept, upserts, distinct=False))
+    if broadcast:
+        # sqlglot does not carry join hints through every rendering; a plain prefix does.
+        sql = sql.replace("SELECT ", "SELECT /*+ BROADCAST(m) */ ", 1)
+    return sql
+
+
+def _relative(spark_path: str, by_text: dict) -> Optional[str]:
+    """The log path of a file as Spark's input_file_name() gives it (a URI, encoded); `by_text`:
+    the log paths by their decoded text."""
+    text = unquote(spark_path)
+    for decoded, rel in by_text.items():
+        if text.endswith("/" + decoded):
+            return rel
+    return None
+
+
+def merge(
+    conn: Any,
+    target: str,
+    sql: str,
+    metadata: dict,
+    read_version: int,
+    phases: Callable,
+    row_id: str,
+    action: str,
+) -> Merged:
+    """Apply the merge rows of `sql` (row id, action 'U'/'D', the stored columns) to the stored
+    result at `target` as it was at `read_version`, in one commit with `metadata`."""
+    table = tables.table_at(target, read_version)
+    schema = tables.arrow_schema(table)
+    names = schema.names
+    types = spark_type_strings(schema)
+    merge_rows, stored_ids, touched_view = _name("merge_rows"), _name("stored_ids"), _name("touched")
+    try:
+        with phases("delta"):
+            # One partition: the upserts become one new file, not one per shuffle partition.
+            conn.view_of_query(merge_rows, sql, one_partition=True, materialize=True)
+            counted = conn.rows(f"SELECT count(*), count_if(`{action}` = 'U') FROM `{merge_rows}`")  # noqa: S608
+        total, upserts = (int(v or 0) for v in counted[0])
+        steps.reached("delta_computed")
+        with phases("merge"):
+            steps.reached("merging")
+            if not total:
+                storage.commit_offsets_only(target, metadata, read_version)
+                steps.reached("committed")
+                return Merged(0)
+            actions = tables.add_actions(table)
+            log_paths = actions.column("path").to_pylist()
+            sizes = dict(zip(log_paths, actions.column("size_bytes").to_pylist()))
+            live_paths = dict(zip(log_paths, tables.file_paths(table, target)))
+            state = tables.state_of(table, target)
+            tables.bind_files(conn, stored_ids, state, table, list(live_paths.values()), columns=[row_id])
+            matched: dict = {}
+            touched: list = []
+            by_text = {unquote(p): p for p in log_paths}
+            for file, what, n in conn.rows(_touched_query(stored_ids, merge_rows, row_id, action)):
+                rel = _relative(str(file), by_text)
+                if rel is None:
+                    raise RuntimeError(f"a stored file Spark read is not in the log at version {read_version}: {file}")
+                if rel not in touched:
+                    touched.append(rel)
+                matched[what] = matched.get(what, 0) + int(n)
+            if touched:
+                tables.bind_files(conn, touched_view, state, table, [live_paths[r] for r in touched])
+            directory = f"{DIRECTORY_PREFIX}{uuid.uuid4().hex[:16]}"
+            where = paths.join(target, directory)
+            rewrite = _rewrite_query(
+                touched_view if touched else None,
+                merge_rows,
+                names,
+                types,
+                row_id,
+                action,
+                broadcast=total <= BROADCAST_MAX_ROWS,
+            )
+            with scan_settings.exactly(conn, files.TIMESTAMP_TYPE_KEY, files.TIMESTAMP_TYPE):
+                files.write_query(conn, rewrite, names, where)
+            steps.reached("rewritten")
+            try:
+                written = files.parquet_files(where)
+                footers = [files.footer(f) for f in written]
+                if footers:
+                    check_timestamps(footers[0].schema.to_arrow_schema())
+                adds = [
+                    AddAction(
+                        f"{directory}/{paths.basename(f.path)}",
+                        f.size,
+                        {},
+                        f.modified_ms,
+                        True,
+                        json.dumps(stats_of(meta, schema)),
+                    )
+                    for f, meta in zip(written, footers)
+                ]
+                now = int(time.time() * 1000)
+                removes = [RemoveAction(rel, True, now, sizes.get(rel), {}) for rel in touched]
+                storage.commit_rewrite(target, removes, adds, metadata, read_version)
+            except BaseException:
+                files.remove(where)  # named by no commit (a rival's commit stands, or none was made)
+                raise
+            steps.reached("committed")
+            updated, deleted = matched.get("U", 0), matched.get("D", 0)
+            return Merged(total, upserts - updated, updated, deleted)
+    finally:
+        for name in (merge_rows, stored_ids, touched_view):
+            conn.drop_view(name)
