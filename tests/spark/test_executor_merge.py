@@ -128,3 +128,33 @@ def test_a_rival_commit_makes_the_executor_merge_start_over(env, by_executors, m
     live = {p.split("/")[0] for p in _files(env, stream)}
     on_disk = {d for d in os.listdir(target) if d.startswith(executor_merge.DIRECTORY_PREFIX)}
     assert on_disk <= live, "the loser's files were removed"
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def test_a_refresh_that_dies_before_its_commit_leaves_the_stored_result_as_it_was(env, by_executors, monkeypatch):
+    """The executors wrote the new files, the commit never came: the stored rows and offsets
+    are the old ones, the files are gone, and the next refresh applies the change once."""
+    env.source("t", [S.row(i, k=i % 3, v=i) for i in range(1, 10)])
+    stream = env.stream("totals", "SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {src}.t GROUP BY k")
+    stream.refresh(expect="full")
+    target = storage_path(env.spark, env.target, stream.identifier)
+    before = storage.read_metadata(target)
+    rows_before = sorted(env.spark.table(stream.view).collect())
+    env.apply([S.Insert("t", [S.row(None, k=1, v=50)]), S.DeleteRows("t", [0, 1])])
+
+    def dies(*args, **kwargs):
+        raise Crash("the process died before the storage commit")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(storage, "commit_rewrite", dies)
+        with pytest.raises(Crash):
+            stream.refresh()
+    after = storage.read_metadata(target)
+    assert (after["offsets"], after["storage_version"]) == (before["offsets"], before["storage_version"])
+    assert not [d for d in os.listdir(target) if d.startswith(executor_merge.DIRECTORY_PREFIX)]
+    assert sorted(env.spark.table(stream.view).collect()) == rows_before
+    stream.refresh(expect="differential")
+    stream.check()
