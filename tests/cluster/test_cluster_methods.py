@@ -13,7 +13,9 @@ The stream tables are built once and every target refreshes them in turn: ten of
 nineteen, one per kind of refresh whose reads and writes differ by method (an aggregate, a stream
 table over a stream table, a keyed result, a join, DISTINCT, UNION ALL, Top-K, an anti join, a
 recursive query, a model that falls back to full). Every model of the project runs end to end
-in-process (tests/dbt); the whole project here cost about 9 of CI's 35 minutes.
+in-process (tests/dbt); the whole project here cost about 9 of CI's 35 minutes. One more round
+applies every change the way a stored result of 20 M rows or more gets it (the executors
+rewrite the touched files; `DBT_SPARK_STREAM_EXECUTOR_MERGE_ROWS=0`), a method a day.
 The integration_tests project runs with threads: 4, each `dbt` command a fresh process, as a
 scheduled job runs it: nothing of Spark runs in the dbt process, the executors read the Delta
 files the client wrote.
@@ -96,6 +98,20 @@ def test_refresh_is_differential_and_equals_recompute(project, target, seed):
     refreshes = project.run(target)
     assert_modes(refreshes, "differential", models=MODELS)
     assert refreshes["customer_totals"]["rows_changed"] > 0
+    project.test(target)
+
+
+@pytest.mark.parametrize("target", rotation.todays(TARGETS, offset=2))
+def test_refreshes_applied_by_the_executors_equal_recompute(project, target):
+    """Every stream table's change applied the way a large stored result's is (the executors
+    rewrite the touched files, the dbt process commits), here made the rule for all sizes."""
+    project.shop_data("mutate", "--seed", f"34{TARGETS.index(target)}")
+    env = {**project.env, "DBT_SPARK_STREAM_EXECUTOR_MERGE_ROWS": "0"}
+    refreshes = project.run(target, env=env)
+    assert_modes(refreshes, "differential", models=MODELS)
+    assert refreshes["customer_totals"]["rows_changed"] > 0
+    counters = refreshes["customer_totals"]["counters"]
+    assert counters.get("merged_by_executors") == 1 and counters.get("files_rewritten", 0) > 0, counters
     project.test(target)
 
 

@@ -107,8 +107,8 @@ class ClusterProject:
         names = [*self.models, *([f"{m}_recompute" for m in self.models] if recompute else [])]
         return ["--select", *names]
 
-    def run(self, target: str, *args: str) -> dict:
-        done = self.dbt(target, "run", *self.selection(recompute=True), *args)
+    def run(self, target: str, *args: str, env: dict | None = None) -> dict:
+        done = self.dbt(target, "run", *self.selection(recompute=True), *args, env=env)
         refreshes = run_results.refreshes(run_results.load(self.path))
         failed = {m: r["message"] for m, r in refreshes.items() if r["status"] != "success"}
         assert done.returncode == 0 and not failed, f"dbt run failed: {failed}\n{done.stdout[-4000:]}"

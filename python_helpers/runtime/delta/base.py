@@ -60,6 +60,8 @@ class Merged:
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
+    files_rewritten: int = 0  # stored data files the commit replaced
+    by_executors: bool = False  # the executors rewrote them (embedded engine, large results)
 
 
 class Bindings(Protocol):

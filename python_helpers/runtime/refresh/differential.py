@@ -102,6 +102,10 @@ def run_differential(attempt: Attempt) -> int:
             attempt.counters.update(
                 rows_inserted=merged.inserted, rows_updated=merged.updated, rows_deleted=merged.deleted
             )
+            if merged.files_rewritten:
+                attempt.counters["files_rewritten"] = merged.files_rewritten
+            if merged.by_executors:
+                attempt.counters["merged_by_executors"] = 1
         with phases("publish"):
             attempt.publish(result)
         return merged.rows

@@ -109,7 +109,10 @@ class EmbeddedDelta:
                 # its multiplicity): delta-rs counts them as it applies them.
                 merged = Merged(
                     data.num_rows,
-                    *(int(done.get(f"num_target_rows_{what}", 0)) for what in ("inserted", "updated", "deleted")),
+                    inserted=int(done.get("num_target_rows_inserted", 0)),
+                    updated=int(done.get("num_target_rows_updated", 0)),
+                    deleted=int(done.get("num_target_rows_deleted", 0)),
+                    files_rewritten=int(done.get("num_target_files_removed", 0)),
                 )
             steps.reached("committed")
             # Before publishing, so the views show the compacted version.

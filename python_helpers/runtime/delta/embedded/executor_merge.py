@@ -26,6 +26,7 @@ a killed process leaves them to the vacuum (as executor_writes.py).
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from typing import Any, Callable, Optional
@@ -49,6 +50,8 @@ from python_helpers.runtime.spark_types import spark_type_strings
 # against 396 MiB of the dbt process) and writes cdc files, so a stream table reading this one
 # reads only the change. Past it the dbt process's memory is what matters (1.3-1.6 GiB at 60 M).
 FROM_STORED_ROWS = 20_000_000
+# The environment variable that moves it (0: every differential refresh of the embedded engine).
+FROM_STORED_ROWS_ENV = "DBT_SPARK_STREAM_EXECUTOR_MERGE_ROWS"
 # Merge rows up to which the touched rows meet them in a broadcast join (no shuffle of the
 # touched files' rows); the merge rows' columns are a result's, so a few million fit.
 BROADCAST_MAX_ROWS = 2_000_000
@@ -61,7 +64,12 @@ def applies_to(target: str, read_version: int) -> bool:
     if table is None:
         return False
     rows, _ = change_feed.table_stats(table)
-    return rows is not None and rows >= FROM_STORED_ROWS
+    return rows is not None and rows >= _from_stored_rows()
+
+
+def _from_stored_rows() -> int:
+    text = os.environ.get(FROM_STORED_ROWS_ENV, "").strip().replace("_", "").replace(",", "")
+    return int(text) if text.isdigit() else FROM_STORED_ROWS
 
 
 def _name(kind: str) -> str:
@@ -216,7 +224,7 @@ def merge(
                 raise
             steps.reached("committed")
             updated, deleted = matched.get("U", 0), matched.get("D", 0)
-            return Merged(total, upserts - updated, updated, deleted)
+            return Merged(total, upserts - updated, updated, deleted, len(touched), by_executors=True)
     finally:
         for name in (merge_rows, stored_ids, touched_view):
             conn.drop_view(name)
