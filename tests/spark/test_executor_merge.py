@@ -20,9 +20,9 @@ from tests.support.shapes import INITIAL, SHAPES_BY_NAME, SMOKE_BATCHES
 
 pytestmark = pytest.mark.spark
 
-# One shape per kind of stored result: rows of a bag, groups with hidden state, distinct rows
-# with counts, an outer join (null-extended rows).
-SHAPE_NAMES = ["filter_project", "agg_minmax", "distinct", "left_join"]
+# One shape per kind of stored result: groups with hidden state, distinct rows with counts,
+# an outer join (a bag with null-extended rows), a filtered bag whose names need quoting.
+SHAPE_NAMES = ["agg_minmax", "distinct", "left_join", "syntax_case_and_quotes"]
 
 
 @pytest.fixture

@@ -100,26 +100,28 @@ class ClusterProject:
     def stream_tables(self) -> list:
         return self.models or STREAM_TABLES
 
-    def selection(self, *, recompute: bool) -> list:
-        """dbt's --select for the chosen models (and their recompute views), [] for all."""
-        if self.models is None:
+    def selection(self, *, recompute: bool, models: Optional[list] = None) -> list:
+        """dbt's --select for the chosen models (and their recompute views), [] for all;
+        `models` narrows the project's choice for one command."""
+        models = models or self.models
+        if models is None:
             return []
-        names = [*self.models, *([f"{m}_recompute" for m in self.models] if recompute else [])]
+        names = [*models, *([f"{m}_recompute" for m in models] if recompute else [])]
         return ["--select", *names]
 
-    def run(self, target: str, *args: str, env: dict | None = None) -> dict:
-        done = self.dbt(target, "run", *self.selection(recompute=True), *args, env=env)
+    def run(self, target: str, *args: str, env: dict | None = None, models: Optional[list] = None) -> dict:
+        done = self.dbt(target, "run", *self.selection(recompute=True, models=models), *args, env=env)
         refreshes = run_results.refreshes(run_results.load(self.path))
         failed = {m: r["message"] for m, r in refreshes.items() if r["status"] != "success"}
         assert done.returncode == 0 and not failed, f"dbt run failed: {failed}\n{done.stdout[-4000:]}"
         return refreshes
 
-    def test(self, target: str) -> None:
-        done = self.dbt(target, "test", *self.selection(recompute=False))
+    def test(self, target: str, models: Optional[list] = None) -> None:
+        done = self.dbt(target, "test", *self.selection(recompute=False, models=models))
         assert done.returncode == 0, f"dbt test failed:\n{done.stdout[-4000:]}"
         results = run_results.load(self.path)["results"]
         bad = [f"{r['unique_id']}: {r['status']} {r.get('message')}" for r in results if r["status"] != "pass"]
-        assert len(results) >= len(self.stream_tables) and not bad, bad
+        assert len(results) >= len(models or self.stream_tables) and not bad, bad
 
     def shop_data(self, *args: str) -> None:
         subprocess.run(

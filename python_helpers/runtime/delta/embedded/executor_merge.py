@@ -100,6 +100,12 @@ def _touched_query(stored_ids: str, merge_rows: str, row_id: str, action: str) -
     return render(joined)
 
 
+def _hinted(query: exp.Select, hint: str) -> str:
+    """A SELECT rendered with a Spark hint (sqlglot does not carry Spark's hints through every
+    rendering; a comment right after SELECT is what Spark reads)."""
+    return render(query).replace("SELECT ", f"SELECT /*+ {hint} */ ", 1)
+
+
 def _rewrite_query(
     touched: Optional[str], merge_rows: str, names: list, types: dict, row_id: str, action: str, broadcast: bool
 ) -> str:
@@ -110,8 +116,12 @@ def _rewrite_query(
         .from_(exp.alias_(_table(merge_rows), "m", table=True))
         .where(exp.EQ(this=col(action, "m"), expression=exp.Literal.string("U")))
     )
+    # The upserts as one file, not one per partition of the merge rows (a shuffle of the
+    # upserts alone; coalescing the merge rows' view would run the delta query's last stage
+    # in one task).
+    upserts_sql = _hinted(upserts, "REPARTITION(1)")
     if touched is None:
-        return render(upserts)
+        return upserts_sql
     kept = (
         exp.select(*[col(n, "s") for n in names])
         .from_(exp.alias_(_table(touched), "s", table=True))
@@ -121,11 +131,8 @@ def _rewrite_query(
             join_type="LEFT ANTI",
         )
     )
-    sql = render(exp.union(kept, upserts, distinct=False))
-    if broadcast:
-        # sqlglot does not carry join hints through every rendering; a plain prefix does.
-        sql = sql.replace("SELECT ", "SELECT /*+ BROADCAST(m) */ ", 1)
-    return sql
+    kept_sql = _hinted(kept, "BROADCAST(m)") if broadcast else render(kept)
+    return f"{kept_sql} UNION ALL {upserts_sql}"
 
 
 def _relative(spark_path: str, by_text: dict) -> Optional[str]:
@@ -157,8 +164,7 @@ def merge(
     merge_rows, stored_ids, touched_view = _name("merge_rows"), _name("stored_ids"), _name("touched")
     try:
         with phases("delta"):
-            # One partition: the upserts become one new file, not one per shuffle partition.
-            conn.view_of_query(merge_rows, sql, one_partition=True, materialize=True)
+            conn.view_of_query(merge_rows, sql, materialize=True)
             counted = conn.rows(f"SELECT count(*), count_if(`{action}` = 'U') FROM `{merge_rows}`")  # noqa: S608
         total, upserts = (int(v or 0) for v in counted[0])
         steps.reached("delta_computed")
