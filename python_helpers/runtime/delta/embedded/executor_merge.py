@@ -25,14 +25,13 @@ a killed process leaves them to the vacuum (as executor_writes.py).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
 from typing import Any, Callable, Optional
 from urllib.parse import unquote
 
-from deltalake.transaction import AddAction, RemoveAction
+from deltalake.transaction import RemoveAction
 from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import alias, col, render, sub
@@ -40,7 +39,7 @@ from python_helpers.runtime import paths
 from python_helpers.runtime.connections import files
 from python_helpers.runtime.delta.base import Merged
 from python_helpers.runtime.delta.embedded import change_feed, storage, tables
-from python_helpers.runtime.delta.embedded.executor_writes import check_timestamps, stats_of
+from python_helpers.runtime.delta.embedded.executor_writes import add_actions, check_timestamps, check_view_fits
 from python_helpers.runtime.refresh import scan_settings, steps
 from python_helpers.runtime.spark_types import spark_type_strings
 
@@ -211,17 +210,8 @@ def merge(
                 footers = [files.footer(f) for f in written]
                 if footers:
                     check_timestamps(footers[0].schema.to_arrow_schema())
-                adds = [
-                    AddAction(
-                        f"{directory}/{paths.basename(f.path)}",
-                        f.size,
-                        {},
-                        f.modified_ms,
-                        True,
-                        json.dumps(stats_of(meta, schema)),
-                    )
-                    for f, meta in zip(written, footers)
-                ]
+                adds = add_actions(directory, written, footers, schema)
+                check_view_fits(metadata.get("model", "?"), target, adds)
                 now = int(time.time() * 1000)
                 removes = [RemoveAction(rel, True, now, sizes.get(rel), {}) for rel in touched]
                 storage.commit_rewrite(target, removes, adds, metadata, read_version)

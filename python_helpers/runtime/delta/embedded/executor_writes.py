@@ -119,7 +119,7 @@ def _empty_schema(conn: Any, sql: str, names: Optional[list]) -> pa.Schema:
     )
 
 
-def _check_view_fits(model: str, target: str, adds: list) -> None:
+def check_view_fits(model: str, target: str, adds: list) -> None:
     """Where no generation directory can be made (an object store) the stream table's view names
     its files one by one: refuse before the commit a list the metastore cannot keep."""
     from python_helpers.dvm.sqlgen import render
@@ -129,6 +129,17 @@ def _check_view_fits(model: str, target: str, adds: list) -> None:
     if adds and paths.is_uri(generations.stream_root(target)):
         relation = catalog_views.files_relation(target, [paths.join(target, a.path) for a in adds], {})
         catalog_views.check_view_text(model, f"of {model}", render(relation))
+
+
+def add_actions(directory: str, written: list, footers: list, schema: pa.Schema) -> list:
+    """Add actions for the files Spark wrote into `directory` of the table (paths relative to
+    the table, statistics from their footers)."""
+    return [
+        AddAction(
+            f"{directory}/{paths.basename(f.path)}", f.size, {}, f.modified_ms, True, json.dumps(stats_of(meta, schema))
+        )
+        for f, meta in zip(written, footers)
+    ]
 
 
 def write_full(
@@ -154,18 +165,8 @@ def write_full(
             schema = footers[0].schema.to_arrow_schema() if footers else _empty_schema(conn, sql, names)
             schema = pa.schema([f.remove_metadata() for f in schema])
             check_timestamps(schema)
-            adds = [
-                AddAction(
-                    f"{directory}/{paths.basename(f.path)}",
-                    f.size,
-                    {},
-                    f.modified_ms,
-                    True,
-                    json.dumps(stats_of(meta, schema)),
-                )
-                for f, meta in zip(written, footers)
-            ]
-            _check_view_fits(metadata.get("model", "?"), target, adds)
+            adds = add_actions(directory, written, footers, schema)
+            check_view_fits(metadata.get("model", "?"), target, adds)
         except BaseException:
             files.remove(where)  # named by no commit
             raise
