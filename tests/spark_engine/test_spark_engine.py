@@ -14,6 +14,7 @@ import pytest
 from python_helpers.errors import InvalidConfig
 from python_helpers.runtime.api import refresh_stream_table
 from python_helpers.runtime.catalog.views import NameTaken
+from python_helpers.runtime.delta.spark import sql as delta_sql
 from tests.support import rotation
 from tests.support import sources as S
 from tests.support.harness import run_cycles
@@ -40,7 +41,13 @@ def _describe_detail(spark, name: str) -> dict:
     return spark.sql(f"DESCRIBE DETAIL {name}").collect()[0].asDict()
 
 
-def test_shapes_through_refresh_cycles_equal_their_recompute(delta_env):
+def test_shapes_through_refresh_cycles_equal_their_recompute(delta_env, monkeypatch):
+    from python_helpers.runtime.delta.spark import engine as spark_engine
+
+    # Tidied on the way (a VACUUM at the second version), with the session's own listing setting
+    # put back afterwards.
+    monkeypatch.setattr(spark_engine, "VACUUM_EVERY", 2)
+    delta_env.spark.conf.set(delta_sql.LISTING_PARALLELISM, "3")
     _sources(delta_env)
     chosen = rotation.todays(SHAPE_NAMES)
     print(f"\nspark engine shapes: {chosen} ({rotation.where()})")
@@ -65,6 +72,10 @@ def test_shapes_through_refresh_cycles_equal_their_recompute(delta_env):
     # Each refresh commit carries its metadata: the newest names the source versions consumed.
     history = spark.sql(f"DESCRIBE HISTORY {target}.__dvm_stored__{name} LIMIT 1").collect()[0]
     assert '"offsets"' in history.userMetadata and history.operation in ("MERGE", "WRITE")
+    operations = [r.operation for r in spark.sql(f"DESCRIBE HISTORY {target}.__dvm_stored__{name}").collect()]
+    assert "VACUUM END" in operations, operations
+    assert spark.conf.get(delta_sql.LISTING_PARALLELISM) == "3"
+    spark.conf.unset(delta_sql.LISTING_PARALLELISM)
 
 
 def test_sources_with_deletion_vectors_and_column_mapping(delta_env):
@@ -185,10 +196,13 @@ def test_a_vacuumed_change_is_rebuilt_and_says_why(delta_env):
     delta_env.apply([S.DeleteRows("t1", [0, 1]), S.Insert("t1", [S.row(100, k=1, v=5)])])
     spark = delta_env.spark
     spark.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
+    # its listing in 10,000 tasks by default: 40 s of this test on two cores
+    spark.sql(f"SET {delta_sql.LISTING_PARALLELISM} = 2")
     try:
         spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
     finally:
         spark.sql("RESET spark.databricks.delta.retentionDurationCheck.enabled")
+        spark.sql(f"RESET {delta_sql.LISTING_PARALLELISM}")
     result = stream.refresh(expect="full")
     assert "can no longer be read" in result.reason, result.reason
     stream.check()

@@ -279,11 +279,14 @@ class SparkDelta:
             detail = self._detail(target, fresh=True) or {}
             if int(detail.get("numFiles") or 0) > COMPACT_AFTER_FILES:
                 self.conn.execute(f"OPTIMIZE {delta_sql.by_path(target)}")
+            listing = self.conn.conf(delta_sql.LISTING_PARALLELISM)  # the user's, put back after
             self.conn.set_conf(delta_sql.RETENTION_CHECK, "false")  # our own table, our retention
+            self.conn.set_conf(delta_sql.LISTING_PARALLELISM, delta_sql.VACUUM_LISTING_TASKS)
             try:
                 self.conn.execute(f"VACUUM {delta_sql.by_path(target)} RETAIN {float(retention_hours)} HOURS")
             finally:
                 self.conn.set_conf(delta_sql.RETENTION_CHECK, None)
+                self.conn.set_conf(delta_sql.LISTING_PARALLELISM, listing)
         except Exception as err:  # noqa: BLE001 - tidying is retried by a later refresh
             log(
                 "warn",

@@ -17,6 +17,10 @@ TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 # A vacuum shorter than Delta's 7 days is refused unless this check is off (our own tables only).
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+# VACUUM lists the table's directories in as many tasks as this says (Spark's default 10,000:
+# 50 s for a table of three files on two cores); a stored result has a handful of directories.
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+VACUUM_LISTING_TASKS = "8"
 # The stored result: a change feed (stream tables over stream tables read it) and deletion
 # vectors (a MERGE marks the rows it removes instead of rewriting their files).
 STORED_PROPERTIES = {
