@@ -124,13 +124,17 @@ def test_refreshes_applied_by_the_executors_equal_recompute(project, target):
 # `thrift` refreshes through Connect as `connect` does (only dbt's own statements go over
 # Thrift): in rotation, make test kills the two refresh paths in turn.
 KILL_TARGETS = list(TARGETS) if rotation.ROTATION == 1 else rotation.todays(("connect", "thrift_sql"), offset=1)
+# Half of the models, a run of them killed after two committed (their runs cost 164 s of CI's
+# time on all ten): one over another, a keyed result, the recursive one (the slowest, most
+# often caught mid-refresh) and the one that always refreshes in full.
+KILL_MODELS = ["customer_totals", "customer_tiers", "order_facts", "customer_chains", "larger_orders"]
 
 
 @pytest.mark.parametrize("target", KILL_TARGETS)
 def test_a_run_killed_mid_refresh_is_repaired_by_the_next_run(project, target):
     project.shop_data("mutate", "--seed", f"33{TARGETS.index(target)}")
     proc = subprocess.Popen(
-        project.command(target, "run", *project.selection(recompute=True)),
+        project.command(target, "run", *project.selection(recompute=True, models=KILL_MODELS)),
         env=project.env,
         cwd=project.path,
         stdout=subprocess.PIPE,
@@ -145,16 +149,16 @@ def test_a_run_killed_mid_refresh_is_repaired_by_the_next_run(project, target):
         if "OK created sql stream_table" in line:
             finished += 1
         # Some stream tables committed, others mid-refresh on the other threads.
-        if finished >= 3 or time.time() > deadline:
+        if finished >= 2 or time.time() > deadline:
             break
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
-    assert finished >= 3, "the run ended before it could be killed mid-way"
-    refreshes = project.run(target)
-    assert sorted(refreshes) == sorted(MODELS)
-    project.test(target)
+    assert finished >= 2, "the run ended before it could be killed mid-way"
+    refreshes = project.run(target, models=KILL_MODELS)
+    assert sorted(refreshes) == sorted(KILL_MODELS)
+    project.test(target, models=KILL_MODELS)
     # Nothing left to do afterwards: the repaired state is the caught-up state.
-    again = project.run(target)
+    again = project.run(target, models=KILL_MODELS)
     for model, info in again.items():
         if model not in FULL_ONLY:
             assert info["mode"] == "differential" and info["rows_changed"] == 0, f"{model}: {info['message']}"

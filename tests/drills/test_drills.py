@@ -46,6 +46,9 @@ LATER_MODELS = [
 ]
 # Refresh rounds per process in the race drill (CI runs fewer).
 RACE_ROUNDS = int(os.environ.get("DVM_DRILL_RACE_ROUNDS", "8"))
+# Kill points a day over Spark Connect (0: the rotation's share; make test takes 6 of the 24,
+# about 14 s each alone: every point within four days).
+KILL_POINTS = int(os.environ.get("DVM_DRILL_KILL_POINTS", "0"))
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +66,14 @@ def server(tmp_path_factory):
 
 
 def test_a_refresh_killed_at_every_step_loses_nothing(server, tmp_path):
-    kill_drill(Drill(str(tmp_path), server, "kill"), INSIDE, LATER_MODELS, SESSION_POINTS, "kill drill")
+    kill_drill(
+        Drill(str(tmp_path), server, "kill"),
+        INSIDE,
+        LATER_MODELS,
+        SESSION_POINTS,
+        "kill drill",
+        points_a_day=KILL_POINTS,
+    )
 
 
 # What the two processes race (a rotation by the day, like the kill points): differential
