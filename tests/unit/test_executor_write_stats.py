@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -63,3 +64,28 @@ def test_integer_bounds_hold_every_value(tmp_path_factory, values, group):
         assert stats["minValues"]["k"] == min(present) and stats["maxValues"]["k"] == max(present)
     else:
         assert "k" not in stats["minValues"]
+
+
+def test_a_file_spark_names_is_found_by_its_log_path():
+    from python_helpers.runtime.delta.embedded.executor_merge import _relative
+
+    log_paths = ["part-0001.parquet", "merge-ab12/part-0002.parquet", "full-cd34/p%3D1/part-0003.parquet"]
+    by_text = {unquote(p): p for p in log_paths}
+    depth = max(t.count("/") + 1 for t in by_text)
+    root = "file:///data/warehouse/a%20b.db/__dvm_stream_tables/facts"
+    assert _relative(f"{root}/part-0001.parquet", by_text, depth) == "part-0001.parquet"
+    assert _relative(f"{root}/merge-ab12/part-0002.parquet", by_text, depth) == "merge-ab12/part-0002.parquet"
+    # Spark encodes what the log encodes too; the lookup compares decoded text
+    assert _relative(f"{root}/full-cd34/p%3D1/part-0003.parquet", by_text, depth) == log_paths[2]
+    # a file of another table (or of a directory deeper than any in the log) is no file of this one
+    assert _relative(f"{root}/merge-zz/part-0009.parquet", by_text, depth) is None
+    assert _relative("part-0002.parquet", by_text, depth) is None
+
+
+def test_the_touched_files_query_broadcasts_few_merge_rows():
+    from python_helpers.runtime.delta.embedded.executor_merge import _touched_query
+
+    few = _touched_query("ids", "rows", "__dvm_row_id", "__dvm_action", broadcast=True)
+    many = _touched_query("ids", "rows", "__dvm_row_id", "__dvm_action", broadcast=False)
+    assert few.startswith("SELECT /*+ BROADCAST(m) */ ") and "BROADCAST" not in many
+    assert few.replace("/*+ BROADCAST(m) */ ", "") == many

@@ -91,10 +91,11 @@ class EmbeddedDelta:
     ) -> Merged:
         from python_helpers.dvm.stored_result import ACTION, ROW_ID
 
-        if sql is not None and executor_merge.applies_to(target, read_version):
+        large = executor_merge.applies_to(target, read_version) if sql is not None else None
+        if sql is not None and large is not None:
             # A large stored result: the executors rewrite the touched files, the dbt process
             # commits (no compaction in the dbt process either).
-            return executor_merge.merge(self.conn, target, sql, metadata, read_version, phases, ROW_ID, ACTION)
+            return executor_merge.merge(self.conn, target, sql, metadata, read_version, phases, ROW_ID, ACTION, large)
         with phases("delta"):
             data = self.conn.arrow(sql) if sql is not None else None
         steps.reached("delta_computed")

@@ -57,13 +57,14 @@ BROADCAST_MAX_ROWS = 2_000_000
 DIRECTORY_PREFIX = "merge-"
 
 
-def applies_to(target: str, read_version: int) -> bool:
-    """Whether this refresh's change is applied by the executors (the one place that decides)."""
+def applies_to(target: str, read_version: int) -> Optional[Any]:
+    """The stored table at `read_version` when this refresh's change is applied by the
+    executors, else None (the one place that decides; `merge` goes on with the table opened)."""
     table = tables.open_table(target, read_version)
     if table is None:
-        return False
+        return None
     rows, _ = change_feed.table_stats(table)
-    return rows is not None and rows >= _from_stored_rows()
+    return table if rows is not None and rows >= _from_stored_rows() else None
 
 
 def _from_stored_rows() -> int:
@@ -79,8 +80,9 @@ def _table(name: str) -> exp.Table:
     return exp.to_table(name)
 
 
-def _touched_query(stored_ids: str, merge_rows: str, row_id: str, action: str) -> str:
-    """Per stored file holding a changed row id and per action: how many rows it matches."""
+def _touched_query(stored_ids: str, merge_rows: str, row_id: str, action: str, broadcast: bool) -> str:
+    """Per stored file holding a changed row id and per action: how many rows it matches (the
+    merge rows broadcast when few: the stored ids are not shuffled)."""
     ids = exp.select(alias(exp.Anonymous(this="input_file_name", expressions=[]), "__dvm_file"), col(row_id)).from_(
         _table(stored_ids)
     )
@@ -96,7 +98,7 @@ def _touched_query(stored_ids: str, merge_rows: str, row_id: str, action: str) -
         )
         .group_by(col("__dvm_file", "s"), col(action, "m"))
     )
-    return render(joined)
+    return _hinted(joined, "BROADCAST(m)") if broadcast else render(joined)
 
 
 def _hinted(query: exp.Select, hint: str) -> str:
@@ -134,12 +136,13 @@ def _rewrite_query(
     return f"{kept_sql} UNION ALL {upserts_sql}"
 
 
-def _relative(spark_path: str, by_text: dict) -> Optional[str]:
+def _relative(spark_path: str, by_text: dict, depth: int) -> Optional[str]:
     """The log path of a file as Spark's input_file_name() gives it (a URI, encoded); `by_text`:
-    the log paths by their decoded text."""
-    text = unquote(spark_path)
-    for decoded, rel in by_text.items():
-        if text.endswith("/" + decoded):
+    the log paths by their decoded text, none deeper than `depth` directories."""
+    parts = unquote(spark_path).split("/")
+    for n in range(1, min(depth, len(parts)) + 1):
+        rel = by_text.get("/".join(parts[-n:]))
+        if rel is not None:
             return rel
     return None
 
@@ -153,10 +156,11 @@ def merge(
     phases: Callable,
     row_id: str,
     action: str,
+    table: Any,
 ) -> Merged:
     """Apply the merge rows of `sql` (row id, action 'U'/'D', the stored columns) to the stored
-    result at `target` as it was at `read_version`, in one commit with `metadata`."""
-    table = tables.table_at(target, read_version)
+    result at `target` as it was at `read_version` (`table`: opened there by `applies_to`), in
+    one commit with `metadata`."""
     schema = tables.arrow_schema(table)
     names = schema.names
     types = spark_type_strings(schema)
@@ -180,14 +184,15 @@ def merge(
             state = tables.state_of(table, target)
             tables.bind_files(conn, stored_ids, state, table, list(live_paths.values()), columns=[row_id])
             matched: dict = {}
-            touched: list = []
+            touched: dict = {}  # the touched files' log paths, in the order Spark named them
             by_text = {unquote(p): p for p in log_paths}
-            for file, what, n in conn.rows(_touched_query(stored_ids, merge_rows, row_id, action)):
-                rel = _relative(str(file), by_text)
+            depth = max((t.count("/") + 1 for t in by_text), default=1)
+            broadcast = total <= BROADCAST_MAX_ROWS
+            for file, what, n in conn.rows(_touched_query(stored_ids, merge_rows, row_id, action, broadcast)):
+                rel = _relative(str(file), by_text, depth)
                 if rel is None:
                     raise RuntimeError(f"a stored file Spark read is not in the log at version {read_version}: {file}")
-                if rel not in touched:
-                    touched.append(rel)
+                touched[rel] = True
                 matched[what] = matched.get(what, 0) + int(n)
             if touched:
                 tables.bind_files(conn, touched_view, state, table, [live_paths[r] for r in touched])
@@ -200,7 +205,7 @@ def merge(
                 types,
                 row_id,
                 action,
-                broadcast=total <= BROADCAST_MAX_ROWS,
+                broadcast=broadcast,
             )
             with scan_settings.exactly(conn, files.TIMESTAMP_TYPE_KEY, files.TIMESTAMP_TYPE):
                 files.write_query(conn, rewrite, names, where)
