@@ -50,7 +50,7 @@ def build_spark_session(
     )
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = _started(builder)
     spark.sparkContext.setLogLevel(os.environ.get("DVM_SPARK_LOG_LEVEL", "ERROR"))
     return spark
 
@@ -63,3 +63,23 @@ def warehouse_dir(spark) -> str:
     elif wh.startswith("file:"):
         wh = wh[len("file:") :]
     return wh
+
+
+def _started(builder, attempts: int = 3):
+    """builder.getOrCreate(), launched again when the JVM dies before it answers: seen once in a
+    CI-like run (JAVA_GATEWAY_EXITED, nothing on the JVM's stderr) in a pytest worker that had
+    been a Spark Connect client for ten minutes, and not reproduced alone."""
+    import sys
+    import time
+
+    from pyspark.errors import PySparkRuntimeError
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return builder.getOrCreate()
+        except PySparkRuntimeError as err:
+            if "JAVA_GATEWAY_EXITED" not in str(err) or attempt == attempts:
+                raise
+            print(f"local Spark did not start ({err}); launching it again", file=sys.stderr)
+            time.sleep(2)
+    raise AssertionError("unreachable")
