@@ -44,10 +44,8 @@ def _describe_detail(spark, name: str) -> dict:
 def test_shapes_through_refresh_cycles_equal_their_recompute(delta_env, monkeypatch):
     from python_helpers.runtime.delta.spark import engine as spark_engine
 
-    # Tidied on the way (a VACUUM at the second version), with the session's own listing setting
-    # put back afterwards.
+    # Tidied on the way: a VACUUM at the second version (its listing in a few tasks).
     monkeypatch.setattr(spark_engine, "VACUUM_EVERY", 2)
-    delta_env.spark.conf.set(delta_sql.LISTING_PARALLELISM, "3")
     _sources(delta_env)
     chosen = rotation.todays(SHAPE_NAMES)
     print(f"\nspark engine shapes: {chosen} ({rotation.where()})")
@@ -74,8 +72,6 @@ def test_shapes_through_refresh_cycles_equal_their_recompute(delta_env, monkeypa
     assert '"offsets"' in history.userMetadata and history.operation in ("MERGE", "WRITE")
     operations = [r.operation for r in spark.sql(f"DESCRIBE HISTORY {target}.__dvm_stored__{name}").collect()]
     assert "VACUUM END" in operations, operations
-    assert spark.conf.get(delta_sql.LISTING_PARALLELISM) == "3"
-    spark.conf.unset(delta_sql.LISTING_PARALLELISM)
 
 
 def test_sources_with_deletion_vectors_and_column_mapping(delta_env):
