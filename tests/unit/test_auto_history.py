@@ -194,3 +194,50 @@ def test_a_scalar_subquery_over_a_changed_source_refreshes_in_full_under_auto():
 def test_the_scalar_rule_leaves_values_that_are_maintained(sql, changed):
     request = RefreshRequest(model="m", schema="s", identifier="m", sql=sql)
     auto.check_whole_input(request, _tree(sql), changed, [])
+
+
+CHAINS = (
+    "WITH RECURSIVE chain (root, id, depth) AS ("
+    " SELECT id, id, 0 FROM src.t1 WHERE g = 'gold'"
+    " UNION ALL SELECT chain.root, t.id, chain.depth + 1 FROM chain JOIN src.t1 t ON t.id = chain.id + 1"
+    " WHERE chain.depth < 3)"
+    " SELECT root, COUNT(*) AS n FROM chain GROUP BY root"
+)
+
+
+def test_a_recursion_whose_step_reads_every_changed_source_refreshes_in_full_under_auto():
+    request = RefreshRequest(model="m", schema="s", identifier="m", sql=CHAINS)
+    with pytest.raises(FullIsCheaper, match="recursive step reads the changed source src.t1"):
+        auto.check_whole_input(request, _tree(CHAINS), {"src.t1"}, [])
+    differential = RefreshRequest(model="m", schema="s", identifier="m", sql=CHAINS, refresh_mode="differential")
+    auto.check_whole_input(differential, _tree(CHAINS), {"src.t1"}, [])
+    fulls = [_e("differential", 9.0, 10)] + [_e("full", 2.0)] * auto.PROBE_AFTER_FULL
+    auto.check_whole_input(request, _tree(CHAINS), {"src.t1"}, fulls)
+
+
+@pytest.mark.parametrize(
+    "sql, changed",
+    [
+        # only the base reads the changed source: the change is derived from the change alone
+        (
+            "WITH RECURSIVE chain (root, id, depth) AS ("
+            " SELECT id, id, 0 FROM src.t2 WHERE g = 'gold'"
+            " UNION ALL SELECT chain.root, t.id, chain.depth + 1 FROM chain JOIN src.t1 t ON t.id = chain.id + 1"
+            " WHERE chain.depth < 3)"
+            " SELECT root, COUNT(*) AS n FROM chain GROUP BY root",
+            {"src.t2"},
+        ),
+        # a changed source read outside the recursion too: that part refreshes by its change
+        (
+            "WITH RECURSIVE chain (root, id, depth) AS ("
+            " SELECT id, id, 0 FROM src.t1 WHERE g = 'gold'"
+            " UNION ALL SELECT chain.root, t.id, chain.depth + 1 FROM chain JOIN src.t1 t ON t.id = chain.id + 1"
+            " WHERE chain.depth < 3)"
+            " SELECT c.root, b.v FROM chain c JOIN src.t2 b ON c.id = b.k",
+            {"src.t1", "src.t2"},
+        ),
+    ],
+)
+def test_the_recursion_rule_leaves_refreshes_that_read_less(sql, changed):
+    request = RefreshRequest(model="m", schema="s", identifier="m", sql=sql)
+    auto.check_whole_input(request, _tree(sql), changed, [])

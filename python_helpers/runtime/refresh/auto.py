@@ -14,7 +14,9 @@ run.py turns into a full refresh with the rule's reason:
    without PARTITION BY, which a differential refresh computes over its whole input at both
    versions (twice a rebuild's work before the MERGE); or a changed source feeds a scalar
    subquery (a value over a whole relation, joined to every row), computed at both versions,
-   whose new value re-reads every row it meets;
+   whose new value re-reads every row it meets; or every changed source is read by a
+   recursion whose step reads one of them, which a differential refresh recomputes at the old
+   version in full (a rebuild of the recursion) before it derives the change;
 4. read cost (`ReadBudget`): the delta SQL, intermediates computed first included, would read
    several times the bytes a rebuild reads (read_cost.py);
 5. a delta recursion that reaches Spark's limit (differential.recursion_limit; not a cost rule,
@@ -27,7 +29,7 @@ from typing import Callable, Optional
 
 from sqlglot import exp
 
-from python_helpers.dvm.tree import Aggregate, Filter, Join, Node, Project, Scan, Window, walk
+from python_helpers.dvm.tree import Aggregate, Filter, Join, Node, Project, Recursive, Scan, Window, walk
 from python_helpers.runtime.delta.base import Bindings
 from python_helpers.runtime.refresh import costs, read_cost
 from python_helpers.runtime.refresh.requests import RefreshRequest
@@ -100,14 +102,25 @@ def check_whole_input(request: RefreshRequest, tree: Node, changed: set, history
     - An uncorrelated scalar subquery (a global aggregate joined to every row) over a changed
       source is computed at both versions, and a new value meets every row of the other side
       at both: its input read twice and the rest of the query re-read, where a rebuild reads
-      each once. Its value nearly always moves with its input (a count, a sum, an average)."""
+      each once. Its value nearly always moves with its input (a count, a sum, an average).
+    - A WITH RECURSIVE whose step reads a changed source: what the change reaches is derived
+      from the old recursion's whole result (ΔF over R_old, dvm/operators/recursive.py), which
+      Spark computes in full, so when every changed source is read under recursions the
+      refresh does a rebuild's work and more (the demo's `customer_chains`: 12-14 s against a
+      7-9 s build)."""
     if request.refresh_mode != "auto" or not changed or _probe_due(history):
         return
     read = {n.relation for n in walk(tree) if isinstance(n, Scan) and n.relation in changed}
-    if read and not _outside_windows(tree, read):
+    if read and not _outside(tree, read, lambda n: isinstance(n, Window) and not n.partition_keys):
         raise FullIsCheaper(
             "a window function without PARTITION BY reads the changed sources: a differential refresh "
             "computes it over its whole input at both versions, twice a rebuild's work"
+        )
+    relation = _step_over_changed(tree, changed)
+    if relation is not None and not _outside(tree, read, lambda n: isinstance(n, Recursive)):
+        raise FullIsCheaper(
+            f"a recursive step reads the changed source {relation}: a differential refresh computes the "
+            "recursion's old result in full to find what the change reaches, a rebuild's work and more"
         )
     relation = _scalar_over_changed(tree, changed)
     if relation is not None:
@@ -117,13 +130,25 @@ def check_whole_input(request: RefreshRequest, tree: Node, changed: set, history
         )
 
 
-def _outside_windows(node: Node, changed: set) -> bool:
-    """Is a changed source read somewhere not under a window without PARTITION BY?"""
-    if isinstance(node, Window) and not node.partition_keys:
+def _outside(node: Node, changed: set, under: Callable[[Node], bool]) -> bool:
+    """Is a changed source read somewhere not under a node that `under` picks?"""
+    if under(node):
         return False
     if isinstance(node, Scan):
         return node.relation in changed
-    return any(_outside_windows(c, changed) for c in node.children())
+    return any(_outside(c, changed, under) for c in node.children())
+
+
+def _step_over_changed(tree: Node, changed: set) -> Optional[str]:
+    """A changed source read by a recursion's step (not only by its base), or None."""
+    for node in walk(tree):
+        if isinstance(node, Recursive):
+            found = sorted(
+                n.relation for s in node.steps for n in walk(s) if isinstance(n, Scan) and n.relation in changed
+            )
+            if found:
+                return found[0]
+    return None
 
 
 def _scalar_over_changed(tree: Node, changed: set) -> Optional[str]:
