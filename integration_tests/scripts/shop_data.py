@@ -35,6 +35,10 @@ REGIONS = ["north", "south", "east", "west"]
 TIERS = ["gold", "silver", "bronze"]
 STATUSES = ["placed", "shipped", "delivered", "cancelled", "returned"]
 START = dt.date(2024, 1, 1)
+# Files of about this size, as a table written over time has several: Spark reads them in
+# parallel, and an update rewrites the files it touches rather than the whole table (deltalake
+# rewrites whole files). The tests' tables (a few hundred rows) stay one file.
+FILE_BYTES = 4 * 1024 * 1024
 
 CUSTOMERS_SCHEMA = pa.schema(
     [
@@ -106,12 +110,28 @@ def create(force: bool, customers: int = 60, orders: int = 300) -> None:
     customer_rows = [_customer(rng, i) for i in range(1, customers + 1)]
     order_rows = [_order(rng, i, customers) for i in range(1, orders + 1)]
     for name, rows, schema in (("customers", customer_rows, CUSTOMERS_SCHEMA), ("orders", order_rows, ORDERS_SCHEMA)):
-        write_deltalake(table_path(name), pa.Table.from_pylist(rows, schema), configuration=CDF_ON)
+        write_deltalake(
+            table_path(name), pa.Table.from_pylist(rows, schema), configuration=CDF_ON, target_file_size=FILE_BYTES
+        )
     print(f"created shop.customers ({customers:,} rows) and shop.orders ({orders:,} rows) under {work_dir()}")
 
 
 def _ids(table: DeltaTable, column: str) -> list:
     return sorted(v for v in table.to_pyarrow_table(columns=[column]).column(column).to_pylist() if v is not None)
+
+
+def _values(table: DeltaTable, key: str, keys: list, column: str) -> set:
+    """The values `column` holds in the rows whose `key` is in `keys`. An update sets a value none
+    of its rows holds: an update that changes nothing is committed by deltalake without change
+    data, and the change data feed then names every row of the files it rewrote."""
+    rows = table.to_pyarrow_table(columns=[key, column], filters=[(key, "in", list(keys))])
+    return set(rows.column(column).to_pylist())
+
+
+def _with_value(table: DeltaTable, key: str, column: str) -> list:
+    """Keys of the rows whose `column` is not NULL (an update to NULL must change something)."""
+    rows = table.to_pyarrow_table(columns=[key, column])
+    return sorted(k for k, v in zip(rows.column(key).to_pylist(), rows.column(column).to_pylist()) if v is not None)
 
 
 def _in_list(values) -> str:
@@ -144,7 +164,9 @@ def mutate(seed: int) -> None:
     orders.update(
         updates={"amount": "amount + CAST(7.25 AS DECIMAL(10,2))"}, predicate=f"order_id IN {_in_list(picked[:4])}"
     )
-    orders.update(updates={"status": f"'{rng.choice(STATUSES)}'"}, predicate=f"order_id IN {_in_list(picked[4:7])}")
+    held = _values(orders, "order_id", picked[4:7], "status")
+    status = rng.choice([s for s in STATUSES if s not in held])
+    orders.update(updates={"status": f"'{status}'"}, predicate=f"order_id IN {_in_list(picked[4:7])}")
     orders.update(
         updates={"customer_id": f"CAST({rng.choice(customer_ids)} AS INT)"},
         predicate=f"order_id IN {_in_list(picked[7:10])}",
@@ -152,8 +174,10 @@ def mutate(seed: int) -> None:
     orders.update(updates={"amount": "NULL", "discount": "0.5"}, predicate=f"order_id = {picked[10]}")
     orders.update(updates={"quantity": "quantity + 1"}, predicate=f"order_id = {picked[11]}")  # unread by most models
     steps.append(f"updated orders {picked}")
-    moved = rng.sample(customer_ids, 3)
-    customers.update(updates={"region": f"'{rng.choice(REGIONS)}'"}, predicate=f"customer_id IN {_in_list(moved[:2])}")
+    moved = rng.sample(customer_ids, 2)
+    moved.append(rng.choice([c for c in _with_value(customers, "customer_id", "region") if c not in moved]))
+    region = rng.choice([r for r in REGIONS if r not in _values(customers, "customer_id", moved[:2], "region")])
+    customers.update(updates={"region": f"'{region}'"}, predicate=f"customer_id IN {_in_list(moved[:2])}")
     customers.update(updates={"region": "NULL"}, predicate=f"customer_id = {moved[2]}")
     steps.append(f"updated customers {moved}")
 

@@ -10,6 +10,10 @@ import json
 import statistics
 from pathlib import Path
 
+# `auto`'s own bar: a refresh this much slower than the model's full build is one it should
+# have run in full, once it has the history to tell.
+from python_helpers.runtime.refresh.auto import SLOWER_THAN_FULL as SLOWER_THAN_BUILD
+
 
 def load(project_dir) -> dict:
     with open(Path(project_dir) / "target" / "run_results.json", encoding="utf-8") as f:
@@ -74,32 +78,57 @@ def format_table(runs: list) -> str:
     return "\n".join(lines)
 
 
-def format_benefit(first: dict, second: dict) -> str:
-    """Per stream table: its full build (first run) beside its differential refresh (second
-    run), in dbt's execution_time, and how many times faster the refresh was; a model whose
-    second refresh was not differential says what it was instead."""
-    rows = [["model", "full build s", "differential s", "faster", "rows changed"]]
-    ratios = []
-    for model in sorted(set(first) & set(second)):
-        built, refreshed = first[model], second[model]
-        if built["mode"] != "full" or not built.get("execution_time") or not refreshed.get("execution_time"):
+def format_benefit(first: dict, *later: dict) -> str:
+    """Per stream table: its full build (first run) beside each later refresh, in dbt's
+    execution_time, and how many times faster each was than the build; a refresh that ran in
+    full says so in its column. One summary line per later run."""
+    header = ["model", "full build s"]
+    for i in range(len(later)):
+        n = f" {i + 1}" if len(later) > 1 else ""
+        header += [f"refresh{n} s", "faster"]
+    rows = [header + ["rows changed"]]
+    stats: list = [{"ratios": [], "full": [], "slower": []} for _ in later]
+    for model in sorted(set(first).intersection(*later)):
+        built = first[model]
+        if built["mode"] != "full" or not built.get("execution_time"):
             continue
-        full_s, diff_s = built["execution_time"], refreshed["execution_time"]
-        if refreshed["mode"] == "differential":
-            ratios.append(full_s / diff_s)
-            faster = f"{full_s / diff_s:.1f}x"
-        else:
-            faster = f"({refreshed['mode'] or refreshed['status']})"
-        rows.append([model, f"{full_s:.2f}", f"{diff_s:.2f}", faster, str(refreshed["rows_changed"])])
+        full_s = built["execution_time"]
+        row = [model, f"{full_s:.2f}"]
+        for run, stat in zip(later, stats):
+            refreshed = run[model]
+            seconds = refreshed.get("execution_time")
+            if not seconds:
+                row += ["-", f"({refreshed['status']})"]
+                continue
+            ratio = full_s / seconds
+            if refreshed["mode"] == "differential":
+                stat["ratios"].append(ratio)
+                row += [f"{seconds:.2f}", f"{ratio:.1f}x"]
+            else:
+                stat["full"].append(model)
+                row += [f"{seconds:.2f}", f"({refreshed['mode'] or refreshed['status']})"]
+            if ratio < 1 / SLOWER_THAN_BUILD:
+                stat["slower"].append(model)
+        rows.append(row + [str(later[-1][model]["rows_changed"])])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    if ratios:
-        ratios.sort()
-        median = statistics.median(ratios)
-        lines += [
-            "",
-            f"{len(ratios)} differential refreshes: median {median:.1f}x faster than the full build "
-            f"(from {ratios[0]:.1f}x to {ratios[-1]:.1f}x); {sum(r > 1 for r in ratios)} of them faster",
-        ]
+    lines.append("")
+    for i, stat in enumerate(stats):
+        label = f"refresh {i + 1}" if len(later) > 1 else "refresh"
+        ratios = sorted(stat["ratios"])
+        parts = []
+        if ratios:
+            parts.append(
+                f"{len(ratios)} differential: median {statistics.median(ratios):.1f}x faster than the full build "
+                f"(from {ratios[0]:.1f}x to {ratios[-1]:.1f}x), {sum(r > 1 for r in ratios)} of them faster"
+            )
+        if stat["full"]:
+            parts.append(f"{len(stat['full'])} in full")
+        slower = stat["slower"]
+        parts.append(
+            f"{len(slower)} more than {SLOWER_THAN_BUILD:g}x slower than the build"
+            + (f" ({', '.join(slower)})" if slower else "")
+        )
+        lines.append(f"{label}: " + "; ".join(parts))
     return "\n".join(lines)

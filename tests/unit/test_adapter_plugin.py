@@ -142,7 +142,7 @@ def test_response_of_skipped_refresh():
     assert data["skipped"] is True and data["mode"] == "differential" and "reason" not in data
 
 
-def test_the_demo_table_puts_each_differential_refresh_beside_its_full_build():
+def test_the_demo_table_puts_each_refresh_beside_its_full_build():
     from python_helpers.testing.run_results import format_benefit
 
     def refresh(mode, seconds, rows, status="success"):
@@ -151,11 +151,22 @@ def test_the_demo_table_puts_each_differential_refresh_beside_its_full_build():
     first = {"a": refresh("full", 8.0, 1000), "b": refresh("full", 2.0, 10), "c": refresh("full", 3.0, 5)}
     second = {"a": refresh("differential", 2.0, 4), "b": refresh("differential", 4.0, 1), "c": refresh("full", 3.1, 5)}
     lines = format_benefit(first, second).splitlines()
-    assert lines[0].split() == ["model", "full", "build", "s", "differential", "s", "faster", "rows", "changed"]
+    assert lines[0].split() == ["model", "full", "build", "s", "refresh", "s", "faster", "rows", "changed"]
     assert lines[2].split() == ["a", "8.00", "2.00", "4.0x", "4"]
     assert lines[3].split() == ["b", "2.00", "4.00", "0.5x", "1"]
     assert lines[4].split() == ["c", "3.00", "3.10", "(full)", "5"]  # not a differential refresh: no ratio
-    assert (
-        lines[-1]
-        == "2 differential refreshes: median 2.2x faster than the full build (from 0.5x to 4.0x); 1 of them faster"
+    assert lines[-1] == (
+        "refresh: 2 differential: median 2.2x faster than the full build (from 0.5x to 4.0x), 1 of them faster; "
+        "1 in full; 1 more than 1.1x slower than the build (b)"
+    )
+
+    # A second refresh: `auto` ran b in full from its history; one column pair per refresh.
+    third = {"a": refresh("differential", 1.6, 3), "b": refresh("full", 2.1, 2), "c": refresh("full", 2.9, 6)}
+    lines = format_benefit(first, second, third).splitlines()
+    assert lines[0].split()[4:10] == ["refresh", "1", "s", "faster", "refresh", "2"]
+    assert lines[3].split() == ["b", "2.00", "4.00", "0.5x", "2.10", "(full)", "2"]
+    assert lines[-2].endswith("1 more than 1.1x slower than the build (b)")
+    assert lines[-1] == (
+        "refresh 2: 1 differential: median 5.0x faster than the full build (from 5.0x to 5.0x), 1 of them faster; "
+        "2 in full; 0 more than 1.1x slower than the build"
     )
