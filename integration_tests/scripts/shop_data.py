@@ -29,7 +29,6 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 DEFAULT_WORK_DIR = "/tmp/dbt-spark-stream"
-CDF_ON = {"delta.enableChangeDataFeed": "true"}
 
 REGIONS = ["north", "south", "east", "west"]
 TIERS = ["gold", "silver", "bronze"]
@@ -37,8 +36,11 @@ STATUSES = ["placed", "shipped", "delivered", "cancelled", "returned"]
 START = dt.date(2024, 1, 1)
 # Files of about this size, as a table written over time has several: Spark reads them in
 # parallel, and an update rewrites the files it touches rather than the whole table (deltalake
-# rewrites whole files). The tests' tables (a few hundred rows) stay one file.
+# rewrites whole files). The table property keeps deltalake's updates and deletes at that size
+# too (without it they write the rows of every file they touch into one file). The tests'
+# tables (a few hundred rows) stay one file.
 FILE_BYTES = 4 * 1024 * 1024
+TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.targetFileSize": str(FILE_BYTES)}
 
 CUSTOMERS_SCHEMA = pa.schema(
     [
@@ -110,9 +112,8 @@ def create(force: bool, customers: int = 60, orders: int = 300) -> None:
     customer_rows = [_customer(rng, i) for i in range(1, customers + 1)]
     order_rows = [_order(rng, i, customers) for i in range(1, orders + 1)]
     for name, rows, schema in (("customers", customer_rows, CUSTOMERS_SCHEMA), ("orders", order_rows, ORDERS_SCHEMA)):
-        write_deltalake(
-            table_path(name), pa.Table.from_pylist(rows, schema), configuration=CDF_ON, target_file_size=FILE_BYTES
-        )
+        table = pa.Table.from_pylist(rows, schema)
+        write_deltalake(table_path(name), table, configuration=TABLE_PROPERTIES, target_file_size=FILE_BYTES)
     print(f"created shop.customers ({customers:,} rows) and shop.orders ({orders:,} rows) under {work_dir()}")
 
 
