@@ -78,3 +78,24 @@ def test_two_first_builds_one_wins(tmp_path):
     with pytest.raises(storage.ConcurrentCommit):
         _full(path, {"offsets": {"s.t": {"version": 2}}}, None)
     assert storage.read_metadata(path)["offsets"]["s.t"]["version"] == 1
+
+
+def test_a_merge_writes_row_groups_spark_can_split_between_tasks(tmp_path, monkeypatch):
+    """delta-rs writes up to about a million rows per row group, and Spark splits a file only at
+    row groups: the files a MERGE rewrites keep groups of storage.ROW_GROUP_ROWS rows."""
+    monkeypatch.setattr(storage, "ROW_GROUP_ROWS", 1_000)
+    path = str(tmp_path / "stored")
+    n = 5_000
+    rows = pa.table({"__dvm_row_id": [f"r{i:05d}" for i in range(n)], "v": list(range(n))})
+    os.makedirs(os.path.join(path, "full-0"))
+    file = os.path.join(path, "full-0", "part-0.parquet")
+    pq.write_table(rows, file)  # one row group, as a small full write has
+    add = AddAction("full-0/part-0.parquet", os.path.getsize(file), {}, 0, True, json.dumps({"numRecords": n}))
+    storage.commit_files(path, rows.schema, [add], {"offsets": {"s.t": {"version": 1}}}, None)
+    _upsert(path, storage.read_metadata(path)["read_version"], "r00007", -1, offset=2)
+    from deltalake import DeltaTable
+
+    groups = [pq.ParquetFile(f).metadata for f in DeltaTable(path).file_uris()]
+    assert sum(m.num_rows for m in groups) == n
+    assert all(m.row_group(i).num_rows <= 1_000 for m in groups for i in range(m.num_row_groups))
+    assert sum(m.num_row_groups for m in groups) >= 5

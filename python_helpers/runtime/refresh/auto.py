@@ -106,8 +106,8 @@ def check_whole_input(request: RefreshRequest, tree: Node, changed: set, history
     - A WITH RECURSIVE whose step reads a changed source: what the change reaches is derived
       from the old recursion's whole result (ΔF over R_old, dvm/operators/recursive.py), which
       Spark computes in full, so when every changed source is read under recursions the
-      refresh does a rebuild's work and more (the demo's `customer_chains`: 12-14 s against a
-      7-9 s build)."""
+      refresh does a rebuild's work and more (the demo's `customer_chains`: 11-18 s against a
+      7.5-10 s build)."""
     if request.refresh_mode != "auto" or not changed or _probe_due(history):
         return
     read = {n.relation for n in walk(tree) if isinstance(n, Scan) and n.relation in changed}
