@@ -55,6 +55,8 @@
         contract=spark_stream__contract_columns(model),
         auto_from_history=config.get('auto_from_history'),
         unique_key=config.get('unique_key'),
+        catalog_information=(existing_relation.information
+          if existing_relation is not none and existing_relation.information else none),
   ) -%}
   {#- store_result keeps our response object whole: its mode / rows_changed / seconds fields
       land in run_results.json `adapter_response`, its message on the console line. -#}

@@ -164,6 +164,78 @@ def test_a_metastore_restored_from_a_backup_is_published_again_not_trusted(env):
     assert env.spark.table(f"{env.src}.t1").count() == len(ROWS) + 1  # the source's view too
 
 
+def _information(env, name: str) -> str:
+    """The view as dbt's relation cache describes it (dbt-spark lists a schema with this)."""
+    rows = env.spark.sql(f"SHOW TABLE EXTENDED IN {env.target} LIKE '{name}'").collect()
+    return rows[0].information
+
+
+def test_a_view_dbt_saw_at_the_current_generation_is_not_read_again_and_a_stale_one_is_republished(env, monkeypatch):
+    """A refresh with nothing to do compares its view with what dbt's relation cache read at the
+    start of the run instead of asking the catalog again; a description that shows an older
+    generation than the marker (a metastore restored before the run) is not trusted."""
+    env.source("t1", ROWS)
+    stream = env.stream("hinted", AGG)
+    stream.refresh(expect="full")
+    conn = as_connection(env.spark)
+    before = _information(env, "hinted")
+    env.apply([S.Insert("t1", [S.row(80, k=1, v=9)])])
+    stream.refresh(expect="differential")
+    old_text = catalog_views.view_text_of(before)
+    assert old_text and old_text not in _information(env, "hinted")
+    env.spark.sql(f"ALTER VIEW {stream.view} AS {old_text}")  # the restore
+    catalog_views.forget(conn)  # a new dbt process
+    result = stream.refresh(expect="differential", catalog_information=before)
+    assert result.skipped and result.rows_changed == 0
+    stream.check()  # published again: the inserted row is shown
+
+    asked: list = []
+    describe = catalog_views.Catalog.describe
+
+    def counted(self, schema, names):
+        names = list(names)
+        asked.append((schema, names))
+        return describe(self, schema, names)
+
+    monkeypatch.setattr(catalog_views.Catalog, "describe", counted)
+    catalog_views.forget(conn)
+    result = stream.refresh(expect="differential", catalog_information=_information(env, "hinted"))
+    assert result.skipped
+    assert asked == [(env.src, ["t1"])]  # the source's view in one statement, the model's not at all
+    stream.check()
+
+
+def test_the_catalog_describes_several_objects_of_a_schema_in_one_statement(env):
+    """Views, tables, a name nobody has and a session's temporary view of a listed name, as
+    Spark's own `SHOW TABLE EXTENDED` answers them (a property value with a comma included)."""
+    spark = env.spark
+    t = env.target
+    spark.sql(f"CREATE VIEW {t}.ours TBLPROPERTIES ('{catalog_views.ROLE_PROPERTY}' = 'source') AS SELECT 1 AS a")
+    spark.sql(f"CREATE VIEW {t}.theirs TBLPROPERTIES ('owner_team' = 'x, y') AS SELECT 2 AS b")
+    spark.sql(f"CREATE TABLE {t}.plain_table (a INT) USING parquet")
+    spark.sql("CREATE OR REPLACE TEMP VIEW nobody AS SELECT 4 AS d")
+    statements: list = []
+    conn = as_connection(spark)
+    rows = conn.rows
+
+    class Counted:
+        def __getattr__(self, name):
+            return getattr(conn, name)
+
+        def rows(self, sql):
+            statements.append(sql)
+            return rows(sql)
+
+    described = catalog_views.Catalog(Counted()).describe(t, ["ours", "theirs", "plain_table", "nobody"])
+    assert len(statements) == 1, statements
+    assert described["ours"].role == "source" and "SELECT 1 AS a" in described["ours"].text
+    assert described["theirs"].role is None and "SELECT 2 AS b" in described["theirs"].text
+    assert described["plain_table"] is not None and described["plain_table"].text is None
+    assert described["nobody"] is None  # only the session's temporary view has that name
+    assert catalog_views.Catalog(conn).describe(f"{t}_missing", ["ours"]) == {"ours": None}
+    spark.sql("DROP VIEW IF EXISTS nobody")
+
+
 # --- 2. a column's type changed in place ---------------------------------------------------------
 
 

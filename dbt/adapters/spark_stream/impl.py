@@ -93,11 +93,13 @@ class SparkStreamAdapter(SparkAdapter):
         contract: Optional[list] = None,
         auto_from_history: Optional[bool] = None,
         unique_key: Any = None,
+        catalog_information: Optional[str] = None,
     ) -> StreamTableResponse:
         """Create or refresh one stream table; called by the `stream_table` materialization.
 
         `docs`: the descriptions persist_docs publishes ({"relation": text or None, "columns":
-        {name: text}}); `contract`: [[name, data_type], ...] of an enforced contract."""
+        {name: text}}); `contract`: [[name, data_type], ...] of an enforced contract;
+        `catalog_information`: the model's view as dbt's relation cache describes it."""
         if contract:
             # Part of the stored result's fingerprint: a changed contract rebuilds (and is checked).
             shaping_config = {**(shaping_config or {}), "contract": repr([list(c) for c in contract])}
@@ -117,6 +119,7 @@ class SparkStreamAdapter(SparkAdapter):
             unique_key,
         )
         request.docs = dict(docs or {})
+        request.catalog_information = str(catalog_information) if catalog_information else None
         request.contract = [tuple(c) for c in contract] if contract else None
         from python_helpers.errors import InvalidConfig, SqlParseError, StreamTableError, UnsupportedSql
         from python_helpers.runtime.api import refresh_stream_table

@@ -107,6 +107,9 @@ class Connection(Protocol):
         this Spark does not know and nobody set). Every binding answers alike, so values
         recorded over one connection compare with those read over another."""
 
+    def settings(self, keys: list[str]) -> dict:
+        """{key: `setting(key)`} for several keys, in one round trip where the connection can."""
+
     def set_conf(self, key: str, value: Optional[str]) -> None:
         """Set a session setting (None: unset it, back to the default)."""
 

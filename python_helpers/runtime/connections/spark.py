@@ -192,6 +192,17 @@ class SparkConnection:
             return None
         return None if value is None else str(value)
 
+    def settings(self, keys: list[str]) -> dict:
+        if self._jvm is not None:
+            return {key: self.setting(key) for key in keys}  # in-process: no round trips
+        # Spark Connect: one config request for all keys (each `conf.get` is a round trip).
+        # GetOption answers as `setting` does: the effective value, None for an unknown key.
+        import pyspark.sql.connect.proto as proto
+
+        operation = proto.ConfigRequest.Operation(get_option=proto.ConfigRequest.GetOption(keys=list(keys)))
+        pairs = self.spark.client.config(operation).pairs
+        return {key: None if value is None else str(value) for key, value in pairs}
+
     def set_conf(self, key: str, value: Optional[str]) -> None:
         if value is None:
             self.spark.conf.unset(key)

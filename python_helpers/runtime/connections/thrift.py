@@ -309,6 +309,9 @@ class ThriftConnection:
     def setting(self, key: str) -> Optional[str]:
         return self.conf(key)  # `SET key` answers with Spark's default when the session has none
 
+    def settings(self, keys: list[str]) -> dict:
+        return {key: self.setting(key) for key in keys}  # read once each, then cached (conf)
+
     def set_conf(self, key: str, value: Optional[str]) -> None:
         self._confs.pop(key, None)  # read back from the server next time
         if value is None:

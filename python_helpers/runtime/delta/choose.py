@@ -20,8 +20,8 @@ DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 def has_delta_lake(conn: Connection) -> bool:
     """Does the session have Delta Lake's SQL extension and catalog?"""
     try:
-        extensions = conn.setting(EXTENSIONS) or ""
-        catalog = conn.setting(CATALOG) or ""
+        found = conn.settings([EXTENSIONS, CATALOG])
+        extensions, catalog = found.get(EXTENSIONS) or "", found.get(CATALOG) or ""
     except Exception:  # noqa: BLE001 - a server that does not answer settings: no Delta Lake known
         return False
     return DELTA_EXTENSION in extensions and DELTA_CATALOG in catalog

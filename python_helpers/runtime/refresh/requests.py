@@ -59,6 +59,10 @@ class RefreshRequest:
     # The caller owns the name `schema.identifier` (dbt does, for a model's relation): a view of
     # that name that this project did not create is taken over instead of refused.
     take_over_relation: bool = False
+    # The model's view as dbt's relation cache describes it (`show table extended` information,
+    # read at the start of the run), or None: a refresh with nothing to do checks its view's text
+    # against it instead of asking the catalog again.
+    catalog_information: Optional[str] = None
     # dbt's persisted docs: {"relation": the view's comment or None, "columns": {name: comment}}.
     docs: dict = field(default_factory=dict)
     # An enforced dbt contract: [(column name, data type), ...] the query's output must match.

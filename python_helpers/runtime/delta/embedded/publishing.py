@@ -143,16 +143,34 @@ def _log_string(value) -> str:
 
 
 def _shows(conn: Connection, schema: str, name: str, marker: dict) -> bool:
-    """Does the catalog's view `schema.name` read the generation the marker names? The marker
-    lives in storage and the view in the metastore: a metastore restored from a backup holds
-    older view texts than the markers say, over generations that may be pruned since."""
-    if catalog_views.known(conn, schema, name):
-        return True  # this process published it (and would have forgotten it on a failure)
-    text = Catalog(conn).view_text(schema, name)
-    if text is None:
-        return False
-    generation = marker.get("generation")
-    return generation is None or generation in text
+    return _all_shown(conn, [(schema, name, marker.get("generation"))])
+
+
+def _all_shown(conn: Connection, expected: list, hints: Optional[dict] = None) -> bool:
+    """Does the catalog's view `schema.name` read the generation the marker names, for each
+    (schema, name, generation) of `expected`? The markers live in storage and the views in the
+    metastore: a metastore restored from a backup holds older view texts than the markers say,
+    over generations that may be pruned since. What this process published or read already, and
+    what `hints` ({(schema, name): text} as dbt's relation cache read it at the start of the run)
+    shows, asks the catalog nothing; the rest is read in one statement per schema."""
+    pending: dict = {}
+    for schema, name, generation in expected:
+        if catalog_views.verified(conn, schema, name, generation):
+            continue
+        hint = (hints or {}).get((schema.lower(), name.lower()))
+        if hint is not None and (generation is None or generation in hint):
+            catalog_views.note_verified(conn, schema, name, generation)
+            continue
+        pending.setdefault(schema, []).append((name, generation))
+    catalog = Catalog(conn)
+    for schema, items in pending.items():
+        texts = catalog.view_texts(schema, [name for name, _ in items])
+        for name, generation in items:
+            text = texts.get(name)
+            if text is None or (generation is not None and generation not in text):
+                return False
+            catalog_views.note_verified(conn, schema, name, generation)
+    return True
 
 
 def stream_table_marker(spark, target: str) -> Optional[dict]:
@@ -422,6 +440,7 @@ def up_to_date(conn: Connection, request, plan, target: str) -> bool:
     if own is None or not _newer(own, str(stored.metadata().id), stored.version()):
         return False
     key = catalog_views.catalog_key(conn)
+    expected = []
     for relation, src in plan.pinned.items():
         if is_stored_table(relation):
             continue
@@ -431,10 +450,12 @@ def up_to_date(conn: Connection, request, plan, target: str) -> bool:
         marker = published_files.read_marker(root, key)
         if marker is None or not _newer(marker, src.state.table_id, src.state.version):
             return False
-        if not marker.get("skipped") and not _shows(conn, schema, name, marker):
-            catalog_views.forget(conn)
-            return False
-    if not _shows(conn, request.schema, request.identifier, own):
+        if not marker.get("skipped"):
+            expected.append((schema, name, marker.get("generation")))
+    expected.append((request.schema, request.identifier, own.get("generation")))
+    hint = catalog_views.view_text_of(request.catalog_information or "")
+    hints = {(request.schema.lower(), request.identifier.lower()): hint} if hint is not None else {}
+    if not _all_shown(conn, expected, hints):
         catalog_views.forget(conn)
         return False
     # Column descriptions changed (or were never published): publish the view again.

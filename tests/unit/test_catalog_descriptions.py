@@ -1,0 +1,35 @@
+"""What the catalog's descriptions of an object say (runtime/catalog/views.py): the view text and
+the role property, from `SHOW TABLE EXTENDED`'s information and from dbt's relation cache, which
+keeps `DESCRIBE TABLE EXTENDED`'s rows as `key: value` lines."""
+
+from __future__ import annotations
+
+from python_helpers.runtime.catalog.views import ROLE_PROPERTY, Described, view_text_of
+
+SHOWN = (
+    "Catalog: spark_catalog\nDatabase: bench\nTable: q06\nType: VIEW\n"
+    "View Text: SELECT revenue FROM parquet.`/w/__dvm_published/q06/g3-18ae`\n"
+    "View Original Text: SELECT revenue FROM parquet.`/w/__dvm_published/q06/g3-18ae`\n"
+    f"Table Properties: [{ROLE_PROPERTY}=stream_table, transient_lastDdlTime=1795849865]\n"
+    "Schema: root\n |-- revenue: decimal(38,4) (nullable = true)\n"
+)
+
+
+def test_a_view_shows_its_text_and_role():
+    described = Described.of(SHOWN)
+    assert described.text == "SELECT revenue FROM parquet.`/w/__dvm_published/q06/g3-18ae`"
+    assert described.role == "stream_table"
+
+
+def test_a_table_has_no_view_text_and_a_users_object_no_role():
+    table = "Catalog: spark_catalog\nTable: t\nType: MANAGED\nTable Properties: [owner=a, b]\n"
+    assert Described.of(table) == Described(None, None)
+
+
+def test_dbt_cache_lines_without_the_original_text_give_the_first_line():
+    cached = "Type: VIEW\nView Text: SELECT 1 AS a\nView Schema Mode: COMPENSATION\n"
+    assert view_text_of(cached) == "SELECT 1 AS a"
+
+
+def test_view_text_inside_another_value_is_not_a_view_text():
+    assert view_text_of("Comment: see View Text: SELECT 1\nType: MANAGED\n") is None
