@@ -204,3 +204,49 @@ def test_embedded_engine_chosen_explicitly(env):
     env.apply(SMOKE_BATCHES[0], only_existing=True)
     stream.refresh(expect="differential")
     stream.check()
+
+
+def test_a_full_refresh_reuses_sparks_analysis_while_query_settings_and_schemas_hold(env, monkeypatch):
+    """Spark's analysis of the query (output names, aggregate argument types) is a round trip
+    over Connect and Thrift: a full refresh of the same definition over the same source schemas
+    and result settings takes it from the last refresh's metadata, and a full refresh `auto`
+    falls back to takes it from the attempt; a changed setting that can change results (here
+    the time zone) analyses again, and the results equal the recompute throughout."""
+    from python_helpers.runtime.refresh import full, read_cost
+
+    for t in ("t1", "t2"):
+        env.source(t, INITIAL[t])
+    stream = env.stream("reanalysed", AGG, refresh_mode="full")
+    stream.refresh(expect="full")
+    analysed: list = []
+    names = full.output_names
+
+    def counted(conn, model, plan, bindings):
+        analysed.append(model)
+        return names(conn, model, plan, bindings)
+
+    monkeypatch.setattr(full, "output_names", counted)
+    env.apply(SMOKE_BATCHES[0], only_existing=True)
+    stream.refresh(expect="full")
+    stream.check()
+    assert analysed == []
+    # `auto` gives way after the differential attempt analysed the query (its reads estimated
+    # over a rebuild's, with the size floor lowered to these small tables).
+    monkeypatch.setattr(read_cost, "MIN_FULL_BYTES", 0)
+    monkeypatch.setattr(read_cost, "FULL_WHEN_READ_RATIO_OVER", 0.0)
+    env.apply(SMOKE_BATCHES[1], only_existing=True)
+    result = stream.refresh(expect="full", refresh_mode="auto")
+    assert "a full refresh is cheaper" in result.reason, result.reason
+    stream.check()
+    assert analysed == []
+    monkeypatch.undo()
+    monkeypatch.setattr(full, "output_names", counted)
+    zone = env.spark.conf.get("spark.sql.session.timeZone")
+    env.spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+    try:
+        result = stream.refresh(expect="full", refresh_mode="auto")
+        assert "spark.sql.session.timeZone" in result.reason
+        assert analysed == [stream.model]
+        stream.check()
+    finally:
+        env.spark.conf.set("spark.sql.session.timeZone", zone)

@@ -22,6 +22,7 @@ from python_helpers.runtime.delta.base import DeltaEngine
 from python_helpers.runtime.refresh import costs, steps
 from python_helpers.runtime.refresh.planning import Plan
 from python_helpers.runtime.refresh.requests import Log, RefreshRequest
+from python_helpers.runtime.refresh.settings import changed_setting
 from python_helpers.runtime.refresh.timing import Phases
 
 
@@ -41,6 +42,9 @@ class Attempt:
     started_ms: int = 0  # wall clock at the attempt's start (costs.py: the refresh's length)
     change_rows: Optional[int] = None  # counted from the Delta logs (a differential refresh)
     full_reason: Optional[str] = None  # why a full refresh runs
+    # Spark's analysis of the query as this attempt's differential refresh made it ({names,
+    # arg_types}), for the full refresh `auto` falls back to on the same sources.
+    analysis: Optional[dict] = None
 
     @property
     def model(self) -> str:
@@ -110,6 +114,26 @@ class Attempt:
         )
         result.arg_types = dict(cached.get("arg_types") or {})
         return result
+
+    def reusable_analysis(self) -> Optional[dict]:
+        """Spark's analysis of the query ({names, arg_types}) where it holds for this attempt's
+        sources and settings without asking Spark again: this attempt's own (a differential
+        refresh that gave way), or the last refresh's when the definition, the settings that
+        change results and the source schemas are the ones it saw."""
+        if self.plan.tree is None:
+            return None
+        if self.analysis is not None:
+            return self.analysis
+        meta = self.meta or {}
+        cached = meta.get("analysis") or {}
+        if (
+            cached.get("sources") == schema_key(self.plan)
+            and meta.get("fingerprint") == self.print_fp
+            and meta.get("settings") is not None
+            and changed_setting(meta.get("settings"), self.session) is None
+        ):
+            return cached
+        return None
 
     def publish(self, result: StoredResult) -> None:
         steps.reached("publishing")

@@ -54,6 +54,7 @@ def run_differential(attempt: Attempt) -> int:
         steps.reached("changes_read")
         with phases("analyze"):
             result = analyzed(attempt, bindings)
+            attempt.analysis = {"names": list(result.output_names), "arg_types": dict(result.arg_types)}
             read_version = meta["read_version"]
             store_rel, types = bindings.stored(attempt.target, read_version)
             check_plan(request.model, result, meta.get("plan"))

@@ -3,6 +3,8 @@ it in one commit (rows and offsets together), then publish the views."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import render
@@ -31,7 +33,8 @@ def run_full(attempt: Attempt) -> int:
     try:
         with phases("analyze"):
             Catalog(conn).check_name(request.schema, request.identifier, request.model, request.take_over_relation)
-            names = output_names(conn, request.model, plan, bindings)
+            reused = reused_analysis(attempt)
+            names = list(reused.output_names) if reused else output_names(conn, request.model, plan, bindings)
             if request.contract:  # before anything is computed or written
                 contract.check(
                     request.model,
@@ -40,7 +43,7 @@ def run_full(attempt: Attempt) -> int:
                 )
             result: StoredResult
             if plan.tree is not None:
-                maintained = typed(
+                maintained = reused or typed(
                     conn, plan_stored_result(request.model, plan.tree, names, plan.top_k, request.unique_key), bindings
                 )
                 sql = render(maintained.full_sql(bindings.context(set())))
@@ -68,6 +71,22 @@ def run_full(attempt: Attempt) -> int:
         return rows
     finally:
         bindings.close()
+
+
+def reused_analysis(attempt: Attempt) -> Optional[MaintainedResult]:
+    """The stored-result plan from an analysis Spark already made (Attempt.reusable_analysis):
+    each analysis is a round trip over Connect and Thrift. None when there is none, or when it
+    lacks an aggregate argument's type this release's plan needs."""
+    cached = attempt.reusable_analysis()
+    plan, request = attempt.plan, attempt.request
+    if cached is None or plan.tree is None:
+        return None
+    result = plan_stored_result(request.model, plan.tree, list(cached["names"]), plan.top_k, request.unique_key)
+    types = dict(cached.get("arg_types") or {})
+    if any(name not in types for name, _ in result.typed_args()):
+        return None
+    result.arg_types = types
+    return result
 
 
 def typed(conn: Connection, result: MaintainedResult, bindings: Bindings) -> MaintainedResult:
