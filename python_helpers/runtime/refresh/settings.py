@@ -45,14 +45,9 @@ RESULT_PREFIXES = ("spark.sql.legacy.",)
 def result_settings(conn: Connection) -> dict:
     """{setting: value} of the settings that change query results, as this session has them."""
     try:
-        values = conn.settings(list(RESULT_SETTINGS))
-    except Exception:  # noqa: BLE001 - one that this Spark does not know: ask one by one
+        values = conn.settings(list(RESULT_SETTINGS))  # one round trip where the connection can
+    except Exception:  # noqa: BLE001 - a server that does not answer: nothing recorded, so a rebuild
         values = {}
-        for key in RESULT_SETTINGS:
-            try:
-                values[key] = conn.setting(key)
-            except Exception:  # noqa: BLE001
-                values[key] = None
     out = {key: str(values[key]) for key in RESULT_SETTINGS if values.get(key) is not None}
     try:
         out[SPARK_VERSION] = conn.spark_version()
