@@ -350,9 +350,11 @@ def view_text_of(information: str) -> Optional[str]:
 
 def verified(conn: Connection, schema: str, name: str, generation: Optional[str]) -> bool:
     """Did this process read the view `schema.name` showing `generation` (or publish it)?"""
+    if known(conn, schema, name):
+        return True
     with _DDL_LOCK:
         key = (conn.key, schema.lower(), name.lower())
-        return key in _PUBLISHED or (key in _VERIFIED and _VERIFIED[key] == generation)
+        return key in _VERIFIED and _VERIFIED[key] == generation
 
 
 def note_verified(conn: Connection, schema: str, name: str, generation: Optional[str]) -> None:
