@@ -40,6 +40,18 @@ class Context:
     keyed_snapshot: Optional[Callable[[str, str, str, str, str], Optional[exp.Expr]]] = None
     _alias: int = 0
 
+    def __post_init__(self):
+        # A relation outside `changed` has an empty delta, so its old rows are its new rows:
+        # every read of it is the new version. The engine binds one snapshot instead of two,
+        # and Spark sees one relation where a rule recomputes an unchanged side at both
+        # versions (nested outer joins over sublinks read each such side four times).
+        snapshot, keyed, changed = self.snapshot, self.keyed_snapshot, frozenset(self.changed)
+        self.snapshot = lambda relation, version: snapshot(relation, version if relation in changed else "new")
+        if keyed is not None:
+            self.keyed_snapshot = lambda relation, version, *rest: keyed(
+                relation, version if relation in changed else "new", *rest
+            )
+
     def alias(self, base: str = "t") -> str:
         self._alias += 1
         return f"_{base}{self._alias}"

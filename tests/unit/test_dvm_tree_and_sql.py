@@ -1,5 +1,7 @@
 """Unit tests (no Spark): parsing, the operator tree and the SQL the delta rules generate."""
 
+import re
+
 import pytest
 import sqlglot
 from sqlglot import exp
@@ -247,8 +249,40 @@ def test_join_delta_has_one_term_per_changed_side():
     both = render(delta(tree, ctx()))
     assert tables_in(both) == {"chg_shop_orders", "old_shop_customers", "new_shop_orders", "chg_shop_customers"}
     only_orders = render(delta(tree, ctx(changed=("shop.orders",))))
-    assert tables_in(only_orders) == {"chg_shop_orders", "old_shop_customers"}  # pruned branch
+    # pruned branch; the unchanged side is read at its new version (its old rows are the same)
+    assert tables_in(only_orders) == {"chg_shop_orders", "new_shop_customers"}
     assert delta(tree, ctx(changed=())) is None
+
+
+def test_a_flag_over_a_subquery_takes_keys_only_from_flags_that_changed():
+    """EXISTS as a value is a left join with `COUNT(*) > 0` per key: the keys the join is
+    recomputed for come from the flag's consolidated delta, so a count that moved without
+    reaching 0 names no key; and with both sides changed the left change is joined as it is,
+    its keys not taken (with these joins nested each level would recompute the one below)."""
+    tree = tree_of(
+        "select c.id, exists (select 1 from shop.orders o where o.customer_id = c.id) as f,"
+        " exists (select 1 from shop.orders o2 where o2.customer_id = c.id and o2.amount > 10) as g"
+        " from shop.customers c"
+    )
+    materialized: list = []
+
+    def materialize(query):
+        materialized.append(render(query))
+        return exp.select("*").from_(f"mat_{len(materialized)}")
+
+    context = Context(
+        changes=lambda r: exp.to_table(f"chg_{r.replace('.', '_')}"),
+        snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"),
+        changed={"shop.orders", "shop.customers"},
+        materialize=materialize,
+    )
+    text = render(delta(tree, context))
+    assert re.search(r"__dvm_agg_\d+_\d+ > 0 AS", text), text  # the flag, computed over the count
+    keys = [m for m in materialized if "__dvm_rk0" in m]
+    assert keys and all("HAVING SUM(__dvm_w) <> 0" in k for k in keys), keys
+    # The outer join over the inner one (a ΔL computed by joins) takes its keys from its own
+    # flag's delta only; the inner one, over the customers' change itself, from both.
+    assert len(keys) == 2 and "chg_shop_customers" in keys[0] and "chg_shop_customers" not in keys[1], keys
 
 
 def test_nested_aggregate_delta_rescans_only_delta_keys():

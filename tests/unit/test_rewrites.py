@@ -234,7 +234,7 @@ def test_uncorrelated_scalar_subquery_becomes_a_cross_join():
     ), out
 
 
-def test_exists_used_as_a_value_becomes_a_count_subquery():
+def test_exists_used_as_a_value_becomes_a_count_flag_subquery():
     out = run(
         exists_values,
         "select o.ok, case when exists (select 1 from s.c c where c.ck = o.ck and "
@@ -243,9 +243,9 @@ def test_exists_used_as_a_value_becomes_a_count_subquery():
     )
     assert same(
         out,
-        "SELECT o.ok AS ok, CASE WHEN (SELECT COUNT(*) AS __dvm_n FROM s.c AS c WHERE c.ck = o.ck AND "
-        "c.seg = 'x') > 0 THEN 1 ELSE 0 END AS e FROM s.o AS o WHERE NOT ((SELECT COUNT(*) AS __dvm_n "
-        "FROM s.l AS l WHERE l.ok = o.ok) > 0 = FALSE)",
+        "SELECT o.ok AS ok, CASE WHEN (SELECT COUNT(*) > 0 AS __dvm_n FROM s.c AS c WHERE c.ck = o.ck AND "
+        "c.seg = 'x') THEN 1 ELSE 0 END AS e FROM s.o AS o WHERE NOT ((SELECT COUNT(*) > 0 AS __dvm_n "
+        "FROM s.l AS l WHERE l.ok = o.ok) = FALSE)",
     ), out
     # Under AND / OR / NOT only, EXISTS is left to the semi / anti join passes.
     kept = run(exists_values, "select o.ok from s.o o where not exists (select 1 from s.c c where c.ck = o.ck)")
@@ -260,8 +260,8 @@ def test_in_used_as_a_value_is_a_count_of_matches_as_spark_computes_it():
     )
     assert same(
         out,
-        "SELECT o.ok AS ok, (SELECT COUNT(*) AS __dvm_n FROM s.c AS c WHERE c.seg = 'x' AND "
-        "c.ck = o.ck) > 0 AS f, NOT o.ok IN (SELECT c.ck AS ck FROM s.c AS c) AS nf FROM s.o AS o",
+        "SELECT o.ok AS ok, (SELECT COUNT(*) > 0 AS __dvm_n FROM s.c AS c WHERE c.seg = 'x' AND "
+        "c.ck = o.ck) AS f, NOT o.ok IN (SELECT c.ck AS ck FROM s.c AS c) AS nf FROM s.o AS o",
     ), out
 
 

@@ -12,9 +12,15 @@ restriction), and a NULL-padded row that appears or disappears as a key's first 
 or its last match goes is exactly the difference of the two recomputes. The restriction
 matches keys null-safely, so rows with a NULL key are restricted like any other.
 
-When only the left input of a LEFT outer, semi or anti join changed, the operator is linear in
-that input (each left row's output depends on the unchanged right side only):
-Δ = op(ΔL, R), which needs no restriction at all.
+A LEFT outer, semi or anti join is linear in its left input (each left row's output depends
+on that row and the right side only). When only the left input changed, Δ = op(ΔL, R), which
+needs no restriction at all; when both did,
+
+    Δ = op(ΔL, R_new) + op(L_old ⋉ K, R_new ⋉ K) − op(L_old ⋉ K, R_old ⋉ K),   K = keys(ΔR)
+
+(used when ΔL is itself computed by joins), so ΔL is read once and never to find keys: with
+these joins nested (sublinks used as values become one left join each over the same rows),
+keys taken from ΔL would make each level compute the level below again.
 
 Without an equality between the two sides there is no key: the operator is recomputed at both
 versions in full (correct, and as costly as a rebuild of that operator; documented).
@@ -101,8 +107,24 @@ def delta(node: KeyRestricted, ctx: Context, delta_of, plain_of):
     linear = isinstance(node, SemiJoin) or (isinstance(node, OuterJoin) and node.kind == "left")
     if dr is None and linear:
         return plain(node, ctx, dl, plain_of(node.right, "old"), weighted=True)
+    if dr is not None and linear and _derived(dl):
+        # Linear in its left input: Δ = ΔL op R_new + (L_old op R_new − L_old op R_old), the
+        # second part recomputed for the keys of ΔR only. A ΔL computed by joins (outer joins
+        # nested over sublinks, each a recompute of its own) is then read once, never to find
+        # keys. A ΔL read from a change keeps the rule below: its keys are cheap, and it
+        # reads the right input twice where this reads it three times.
+        left_part = plain(node, ctx, dl, plain_of(node.right, "new"), weighted=True)
+        right_part = _recomputed(node, ctx, None, dr, plain_of, left_version="old")
+        return consolidate(ctx, union_all_of([left_part, right_part]), node.columns)
+    return _recomputed(node, ctx, dl, dr, plain_of)
+
+
+def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_version: Optional[str] = None):
+    """The operator at new minus at old over both inputs restricted to the keys of `dl` and
+    `dr` (the whole inputs without a key). `left_version` holds the left input at one version
+    in both (its change is accounted for elsewhere)."""
     pairs = key_pairs(node)
-    keys = _changed_keys(ctx, pairs, dl, dr) if pairs else None
+    keys = _changed_keys(ctx, pairs, dl, dr, (node.left, node.right)) if pairs else None
     if keys is not None and ctx.materialize is not None and _derived(dl, dr):
         # The keys restrict both inputs at both versions: four reads. A delta computed below
         # (joins, nested restrictions) would be recomputed at each, and nested operators of
@@ -122,13 +144,14 @@ def delta(node: KeyRestricted, ctx: Context, delta_of, plain_of):
     def at(version):
         rendered = []
         for i, (child, _, exprs) in enumerate(inputs):
-            read = reads.get((i, version))
+            read_at = left_version if i == 0 and left_version is not None else version
+            read = reads.get((i, read_at))
             if read is not None:
                 rendered.append(read.copy())
             elif keys is not None:
-                rendered.append(_restrict(ctx, plain_of(child, version), exprs, keys))
+                rendered.append(_restrict(ctx, plain_of(child, read_at), exprs, keys))
             else:
-                rendered.append(plain_of(child, version))
+                rendered.append(plain_of(child, read_at))
         return plain(node, ctx, *rendered)
 
     return _new_minus_old(ctx, node.columns, at)
@@ -187,10 +210,17 @@ def _derived(*deltas) -> bool:
     return any(d is not None and d.find(exp.Join) is not None for d in deltas)
 
 
-def _changed_keys(ctx: Context, pairs, dl, dr) -> Optional[exp.Expr]:
+def _changed_keys(ctx: Context, pairs, dl, dr, children=(None, None)) -> Optional[exp.Expr]:
+    """The keys of the input deltas. The delta of an input other than a source (given in
+    `children`) is consolidated first: rows that cancel (an aggregate whose value came back to
+    what it was, a flag whose count moved without reaching 0) name no key, so nothing is
+    recomputed for them. A source's change is consolidated where it is read."""
     parts = []
     for d, side in ((dl, 0), (dr, 1)):
         if d is not None:
+            child = children[side]
+            if child is not None and not isinstance(child, Scan):
+                d = consolidate(ctx, d.copy(), list(child.columns))
             exprs = [alias(p[side].copy(), f"{_KEY}{i}") for i, p in enumerate(pairs)]
             parts.append(select_from(exprs, sub(d.copy(), ctx.alias("dk"))))
     return union_all(parts)

@@ -2,19 +2,20 @@
 become COUNT subqueries, which the scalar-subquery pass then turns into joins:
 
     SELECT a.id, CASE WHEN EXISTS (SELECT 1 FROM b WHERE b.k = a.k AND b.v > 0) THEN 'y' ELSE 'n' END
- => SELECT a.id, CASE WHEN (SELECT COUNT(*) FROM b WHERE b.k = a.k AND b.v > 0) > 0 THEN 'y' ELSE 'n' END
+ => SELECT a.id, CASE WHEN (SELECT COUNT(*) > 0 FROM b WHERE b.k = a.k AND b.v > 0) THEN 'y' ELSE 'n' END
 
 EXISTS (q) is TRUE exactly when q has at least one row and is never NULL; COUNT(*) over q's rows
 is never NULL either, and 0 exactly when q has none (the scalar pass gives a missing correlated
-group the COUNT of no rows, 0). So the two are equal for every outer row. The COUNT is
-algebraic, so the flag is maintained by the per-key count of the subquery's rows.
+group the value on no rows, 0 > 0: FALSE). So the two are equal for every outer row. The COUNT
+is algebraic, so the flag is maintained by the per-key count of the subquery's rows; the
+comparison sits inside the subquery, so only a count that reaches or leaves 0 changes a value.
 
 IN used as a value follows Spark, whose result is not SQL's three-valued one: Spark computes
 `x IN (subquery)` outside WHERE as an existence join, TRUE when a row equals x and FALSE
 otherwise, never NULL (a NULL x, or a NULL in the subquery, gives FALSE; checked for the Spark
 this project pins by tests/spark/test_regressions.py). So, uncorrelated and single-column,
 
-    x IN (SELECT y FROM f WHERE w)  =>  (SELECT COUNT(*) FROM f WHERE w AND y = x) > 0
+    x IN (SELECT y FROM f WHERE w)  =>  (SELECT COUNT(*) > 0 FROM f WHERE w AND y = x)
 
 `NOT IN` (or `NOT` right around an IN) as a value is left alone: Spark evaluates it
 null-aware, and it is refused at the end of the pipeline.
@@ -76,15 +77,17 @@ def _exists(node: exp.Exists) -> None:
         return
     if any(is_aggregate(n) for p in inner.expressions for n in blocks.here(p)):
         return
-    counted = inner.copy()
-    counted.set("expressions", [exp.alias_(exp.Count(this=exp.Star()), "__dvm_n")])
-    counted.set("order", None)
-    node.replace(exp.GT(this=exp.Subquery(this=counted), expression=exp.Literal.number(0)))
+    node.replace(_flag(inner, []))
 
 
-def _count(inner: exp.Select, extra: list) -> exp.Subquery:
+def _flag(inner: exp.Select, extra: list) -> exp.Subquery:
+    """`(SELECT COUNT(*) > 0 FROM ... WHERE ... AND extra)`: the flag inside the subquery, so its
+    value per group is TRUE or FALSE, not the count. A change that moves a count without
+    crossing 0 then changes no value, and nothing above the subquery's join is recomputed for
+    it (an outer row carrying the count would change with every count it read)."""
     counted = inner.copy()
-    counted.set("expressions", [exp.alias_(exp.Count(this=exp.Star()), "__dvm_n")])
+    flag = exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))
+    counted.set("expressions", [exp.alias_(flag, "__dvm_n")])
     counted.set("distinct", None)
     counted.set("order", None)
     blocks.set_where(counted, blocks.where_conjuncts(counted) + extra)
@@ -115,5 +118,4 @@ def _in(node: exp.In) -> None:
     if any(c.table and c.table.lower() in inner_aliases for c in x.find_all(exp.Column)):
         return
     y = blocks.unaliased(inner.expressions[0])
-    matched = _count(inner, [exp.EQ(this=y.copy(), expression=x.copy())])
-    node.replace(exp.GT(this=matched, expression=exp.Literal.number(0)))
+    node.replace(_flag(inner, [exp.EQ(this=y.copy(), expression=x.copy())]))

@@ -217,7 +217,8 @@ def _null_rejecting(sq: exp.Subquery, conj) -> bool:
 
 def _empty_value(model: str, value: exp.Expr) -> exp.Expr:
     """The subquery's value over no rows: COUNT gives 0, SUM/AVG/MIN/MAX/variance NULL, and the
-    arithmetic around them follows (NULL when any operand is NULL)."""
+    arithmetic and comparisons around them follow (NULL when any operand is NULL; `COUNT(*) > 0`,
+    EXISTS and IN as values, gives 0 > 0: FALSE)."""
 
     def replace(node):
         if isinstance(node, exp.Count) or (isinstance(node, exp.Anonymous) and node.name.lower() == "count_if"):
@@ -231,9 +232,11 @@ def _empty_value(model: str, value: exp.Expr) -> exp.Expr:
                 "(only COUNT, SUM, AVG, MIN, MAX and the variance family have a known "
                 "value on no rows)",
             )
-        if not isinstance(node, _ARITHMETIC + (exp.Literal, exp.Null)):
+        if not isinstance(node, _ARITHMETIC + _COMPARISONS + (exp.Literal, exp.Null)):
             raise UnsupportedSql(
-                model, f"correlated scalar subquery value {value.sql('spark')[:60]} (only arithmetic over aggregates)"
+                model,
+                f"correlated scalar subquery value {value.sql('spark')[:60]} "
+                "(only arithmetic and comparisons over aggregates)",
             )
         return node
 
