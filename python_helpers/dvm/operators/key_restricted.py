@@ -124,7 +124,7 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
     `dr` (the whole inputs without a key). `left_version` holds the left input at one version
     in both (its change is accounted for elsewhere)."""
     pairs = key_pairs(node)
-    keys = _changed_keys(ctx, pairs, dl, dr, (node.left, node.right)) if pairs else None
+    keys = _changed_keys(ctx, node, pairs, dl, dr) if pairs else None
     if keys is not None and ctx.materialize is not None and _derived(dl, dr):
         # The keys restrict both inputs at both versions: four reads. A delta computed below
         # (joins, nested restrictions) would be recomputed at each, and nested operators of
@@ -210,16 +210,15 @@ def _derived(*deltas) -> bool:
     return any(d is not None and d.find(exp.Join) is not None for d in deltas)
 
 
-def _changed_keys(ctx: Context, pairs, dl, dr, children=(None, None)) -> Optional[exp.Expr]:
-    """The keys of the input deltas. The delta of an input other than a source (given in
-    `children`) is consolidated first: rows that cancel (an aggregate whose value came back to
-    what it was, a flag whose count moved without reaching 0) name no key, so nothing is
-    recomputed for them. A source's change is consolidated where it is read."""
+def _changed_keys(ctx: Context, node: KeyRestricted, pairs, dl, dr) -> Optional[exp.Expr]:
+    """The keys of the input deltas. The delta of an input other than a source is consolidated
+    first: rows that cancel (an aggregate whose value came back to what it was, a flag whose
+    count moved without reaching 0) name no key, so nothing is recomputed for them. A source's
+    change is consolidated where it is read."""
     parts = []
-    for d, side in ((dl, 0), (dr, 1)):
+    for d, side, child in ((dl, 0, node.left), (dr, 1, node.right)):
         if d is not None:
-            child = children[side]
-            if child is not None and not isinstance(child, Scan):
+            if not isinstance(child, Scan):
                 d = consolidate(ctx, d.copy(), list(child.columns))
             exprs = [alias(p[side].copy(), f"{_KEY}{i}") for i, p in enumerate(pairs)]
             parts.append(select_from(exprs, sub(d.copy(), ctx.alias("dk"))))
