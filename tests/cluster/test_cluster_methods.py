@@ -9,11 +9,13 @@ the example project's three targets in turn:
   tables' refreshes);
 - `thrift_sql` (`method: thrift` alone: the refreshes in SQL over the Thrift protocol, data
   through the shared warehouse).
-The stream tables are built once and every target refreshes them in turn: ten of the project's
+The stream tables are built once and every target refreshes them in turn: nine of the project's
 nineteen, one per kind of refresh whose reads and writes differ by method (an aggregate, a stream
 table over a stream table, a keyed result, a join, DISTINCT, UNION ALL, Top-K, an anti join, a
-recursive query, a model that falls back to full). Every model of the project runs end to end
-in-process (tests/dbt); the whole project here cost about 9 of CI's 35 minutes. One more round
+model that falls back to full). Every model of the project runs end to end in-process
+(tests/dbt), the recursive one too: here it was each run's slowest model by far (on the spark
+engine's cluster 128 s of a 130 s run whose other models took at most 65 s), for reads and
+writes the other models make as well. One more round
 applies the changes of three of them the way a stored result of 20 M rows or more gets them
 (the executors rewrite the touched files; `DBT_SPARK_STREAM_EXECUTOR_MERGE_ROWS=0`), a method a
 day.
@@ -58,7 +60,6 @@ MODELS = [
     "customer_events",
     "top_customers",
     "lapsed_or_north",
-    "customer_chains",
     "larger_orders",
 ]
 
@@ -124,10 +125,10 @@ def test_refreshes_applied_by_the_executors_equal_recompute(project, target):
 # `thrift` refreshes through Connect as `connect` does (only dbt's own statements go over
 # Thrift): in rotation, make test kills the two refresh paths in turn.
 KILL_TARGETS = list(TARGETS) if rotation.ROTATION == 1 else rotation.todays(("connect", "thrift_sql"), offset=1)
-# Half of the models, a run of them killed after two committed (their runs cost 164 s of CI's
-# time on all ten): one over another, a keyed result, the recursive one (the slowest, most
-# often caught mid-refresh) and the one that always refreshes in full.
-KILL_MODELS = ["customer_totals", "customer_tiers", "order_facts", "customer_chains", "larger_orders"]
+# Five of the models, a run of them killed after two committed: one over another, a keyed
+# result, one of the slowest (MIN/MAX over a join: group rescans, 8-10 s; so often caught
+# mid-refresh) and the one that always refreshes in full.
+KILL_MODELS = ["customer_totals", "customer_tiers", "order_facts", "region_stats", "larger_orders"]
 
 
 @pytest.mark.parametrize("target", KILL_TARGETS)
