@@ -13,12 +13,11 @@ The stream tables are built once and every target refreshes them in turn: nine o
 nineteen, one per kind of refresh whose reads and writes differ by method (an aggregate, a stream
 table over a stream table, a keyed result, a join, DISTINCT, UNION ALL, Top-K, an anti join, a
 model that falls back to full). Every model of the project runs end to end in-process
-(tests/dbt), the recursive one too: here it was each run's slowest model by far (on the spark
-engine's cluster 128 s of a 130 s run whose other models took at most 65 s), for reads and
-writes the other models make as well. One more round
-applies the changes of three of them the way a stored result of 20 M rows or more gets them
-(the executors rewrite the touched files; `DBT_SPARK_STREAM_EXECUTOR_MERGE_ROWS=0`), a method a
-day.
+(tests/dbt), the recursive one too: on a cluster it was each run's slowest model by far (on
+the spark engine's cluster 128 s of a 130 s run whose other models took at most 65 s), for reads
+and writes the other models make as well. One more round applies the changes of three of them
+the way a stored result of 20 M rows or more gets them (the executors rewrite the touched files;
+`DBT_SPARK_STREAM_EXECUTOR_MERGE_ROWS=0`), a method a day.
 The integration_tests project runs with threads: 4, each `dbt` command a fresh process, as a
 scheduled job runs it: nothing of Spark runs in the dbt process, the executors read the Delta
 files the client wrote.
