@@ -191,6 +191,7 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
                 f"{_n(bf)} / {_n(bd)} | {_n(fr)} / {_n(fs)} | {idle:.2f} |"
             )
         lines += _phase_table(queries, rows)
+        lines += _after_learning(queries, records, mix)
         dw = _median([r[0].wall for r in rows])
         fw = _median([r[1].wall for r in rows])
         dm = max(r[0].peak_rss_mib for r in rows)
@@ -205,6 +206,29 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
             "",
         ]
     return "\n".join(lines)
+
+
+# `auto` learns from a model's own refreshes: the target is judged on what follows the first two.
+LEARNING_REFRESHES = 2
+# ...and is "no model more than 10% slower than its own full refresh".
+SLOWER_BOUND = 1.10
+
+
+def _after_learning(queries: dict, records: dict, mix: str) -> list:
+    """The slowest DIFFERENTIAL / FULL of each model in this mix's cycles after its first
+    LEARNING_REFRESHES refreshes (counted over both mixes, in the order they ran)."""
+    order = list(records)
+    late = [r for cycle, r in enumerate(records[mix]) if cycle * len(order) + order.index(mix) + 1 > LEARNING_REFRESHES]
+    if not late:
+        return ["", f"(No cycle after the first {LEARNING_REFRESHES} refreshes: run more cycles to judge `auto`.)"]
+    worst = {q: max(r[0].models[q].seconds / r[1].models[f"{q}_full"].seconds for r in late) for q in queries}
+    over = [f"{q} {w:.2f}" for q, w in worst.items() if w > SLOWER_BOUND]
+    return [
+        "",
+        f"After each model's first {LEARNING_REFRESHES} refreshes ({len(late)} cycle(s) of this mix): "
+        f"{len(queries) - len(over)} of {len(queries)} models refreshed at most {SLOWER_BOUND:.2f}x their full "
+        f"refresh's time in every cycle" + (f"; slower: {', '.join(over)} (DIFFERENTIAL / FULL)." if over else "."),
+    ]
 
 
 # The refresh's phases in the order they run (runtime/refresh/run.py): a differential refresh's,
