@@ -20,6 +20,7 @@ from dbt.adapters.spark.connections import (
 from dbt_common.dataclass_schema import StrEnum
 from dbt_common.exceptions import DbtRuntimeError
 
+from dbt.adapters.spark_stream import preload
 from python_helpers.runtime.refresh.requests import ENGINES
 
 ADAPTER_TYPE = "spark_stream"
@@ -68,6 +69,7 @@ class SparkStreamConnectionManager(SparkConnectionManager):
 
     @classmethod
     def open(cls, connection: Connection) -> Connection:
+        preload.start()  # the refresh engine loads while the connection opens
         if connection.credentials.method == SparkStreamConnectionMethod.CONNECT:
             if connection.state == ConnectionState.OPEN:
                 return connection

@@ -22,6 +22,7 @@ from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
 from dbt_common.events.functions import warn_or_error
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 
+from dbt.adapters.spark_stream import preload
 from dbt.adapters.spark_stream.connections import ADAPTER_TYPE, SparkStreamConnectionManager
 from dbt.adapters.spark_stream.messages import first_line
 from dbt.adapters.spark_stream.response import StreamTableResponse
@@ -243,6 +244,7 @@ class SparkStreamAdapter(SparkAdapter):
         """(the Spark session, the engine's RefreshRequest) for one model."""
         credentials = self.connections.get_thread_connection().credentials
         spark = self._spark(model)
+        preload.wait()  # the engine's modules: loaded by now, or loading since the connection opened
         try:
             from python_helpers.runtime.refresh.requests import RefreshRequest
         except ImportError as exc:  # a broken install should say so, not show a traceback
@@ -325,6 +327,7 @@ class SparkStreamAdapter(SparkAdapter):
     def stream_table_status(self, schema: str) -> str:
         """Every stream table of `schema`: its last refresh and how many commits its sources have
         moved since (Delta logs only: no Spark job). Also written to target/stream_table_status.json."""
+        preload.wait()
         from python_helpers.runtime.status import format_status, schema_status
 
         statuses = self._on_schema(
@@ -343,6 +346,7 @@ class SparkStreamAdapter(SparkAdapter):
     def stream_table_refresh_history(self, schema: str) -> str:
         """Write `<schema>.stream_table_refresh_history` (one row per refresh commit in the
         stream tables' Delta logs) and say what it holds."""
+        preload.wait()
         from python_helpers.runtime.history import format_summary, write_history
 
         rows = self._on_schema(
