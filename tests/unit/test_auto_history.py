@@ -241,3 +241,62 @@ def test_a_recursion_whose_step_reads_every_changed_source_refreshes_in_full_und
 def test_the_recursion_rule_leaves_refreshes_that_read_less(sql, changed):
     request = RefreshRequest(model="m", schema="s", identifier="m", sql=sql)
     auto.check_whole_input(request, _tree(sql), changed, [])
+
+
+def _estimated(change_rows, ratio_pct=640):
+    entry = costs.entry("full", 0, change_rows, "the differential refresh would read ...", {}, rule=auto.READ_COST)
+    return {**entry, "seconds": 6.0, "read_ratio_pct": ratio_pct}
+
+
+def test_a_full_refresh_sent_by_the_read_estimate_is_not_estimated_again_for_a_comparable_change():
+    history = [_e("full", 6.0), _estimated(6_000)]
+    reason = auto.estimate_reason(history, 5_900)
+    assert reason is not None
+    assert "the read estimate sent a refresh of 6,000 change rows to full (6.4x a rebuild's bytes)" in reason
+    with pytest.raises(FullIsCheaper) as raised:
+        auto.check_history(RefreshRequest("m", "s", "t", "select 1"), history, 5_900)
+    assert raised.value.rule == auto.HISTORY
+    # A much smaller change may read little enough: estimated again.
+    assert auto.estimate_reason(history, 1_000) is None
+
+
+def test_the_read_estimate_learns_nothing_across_a_differential_refresh_or_a_due_probe():
+    assert auto.estimate_reason([_estimated(100), _e("differential", 2.0, 100)], 100) is None
+    assert auto.estimate_reason([_estimated(100)] * auto.PROBE_AFTER_FULL, 100) is None
+    # Full refreshes for other reasons (a rebuild asked for, a first build) say nothing of reads.
+    assert auto.estimate_reason([_e("full", 2.0), _e("full", 2.0)], 100) is None
+
+
+def test_the_history_entry_records_the_rule_and_the_change_counted_before_a_fallback():
+    entry = costs.entry("full", 0, 42, "why", {}, rule=auto.READ_COST, read_ratio_pct=310)
+    assert entry["rule"] == "read_cost" and entry["read_ratio_pct"] == 310 and entry["change_rows"] == 42
+    assert "rule" not in costs.entry("full", 0, None, "first build", {})
+
+
+def _build(seconds):
+    return {**_e("full", seconds), "reason": "first build"}
+
+
+def test_refreshes_of_a_similar_change_are_compared_before_much_smaller_ones():
+    # Small changes refresh fast, large ones slowly; a rebuild takes 2.4 s.
+    history = [_build(3.4), _e("full", 2.4), _e("differential", 1.9, 2_500), _e("differential", 3.5, 15_000)]
+    assert "of 15,000 or fewer change rows took 3.5 s" in auto.history_reason(history, 15_000)
+    assert auto.history_reason(history, 2_500) is None
+    # With no similar change measured, the smaller ones bound the cost from below.
+    assert auto.history_reason([_build(3.4), _e("full", 2.4), _e("differential", 2.9, 100)], 15_000) is not None
+
+
+def test_a_first_build_is_not_taken_for_a_rebuild_once_a_rebuild_was_measured():
+    history = [_build(9.0), _e("full", 2.0), _e("differential", 3.0, 100)]
+    assert "a full refresh 2.0 s" in auto.history_reason(history, 100)
+
+
+def test_one_full_refresh_measures_a_rebuild_when_only_the_first_build_is_known():
+    close = [_build(3.4), _e("differential", 3.5, 15_000), _e("differential", 3.3, 15_000)]
+    reason = auto.history_reason(close, 15_000)
+    assert reason is not None and "close to the first build's 3.4 s" in reason
+    assert auto.history_reason(close[:2], 15_000) is None  # one measurement is not enough
+    far = [_build(3.4), _e("differential", 1.0, 15_000), _e("differential", 1.1, 15_000)]
+    assert auto.history_reason(far, 15_000) is None  # clearly faster: nothing to measure
+    assert auto.history_reason(close + [_e("full", 2.2)], 15_000) is not None  # measured: 3.4 > 1.1 x 2.2
+    assert auto.history_reason(close + [_e("full", 3.3)], 15_000) is None

@@ -20,6 +20,7 @@ from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.delta.base import DeltaEngine
 from python_helpers.runtime.refresh import costs, steps
+from python_helpers.runtime.refresh.auto import READ_COST
 from python_helpers.runtime.refresh.planning import Plan
 from python_helpers.runtime.refresh.requests import Log, RefreshRequest
 from python_helpers.runtime.refresh.settings import changed_setting
@@ -42,6 +43,7 @@ class Attempt:
     started_ms: int = 0  # wall clock at the attempt's start (costs.py: the refresh's length)
     change_rows: Optional[int] = None  # counted from the Delta logs (a differential refresh)
     full_reason: Optional[str] = None  # why a full refresh runs
+    full_rule: Optional[str] = None  # which of auto's rules sent it to full (auto.py), if one did
     # Spark's analysis of the query as this attempt's differential refresh made it ({names,
     # arg_types}), for the full refresh `auto` falls back to on the same sources.
     analysis: Optional[dict] = None
@@ -88,10 +90,12 @@ class Attempt:
                 costs.entry(
                     mode,
                     self.started_ms,
-                    self.change_rows if mode == "differential" else None,
+                    self.change_rows,  # counted by a differential refresh, also when it gave way to full
                     self.full_reason if mode == "full" else None,
                     self.phases.seconds,
                     self.request.invocation_id,
+                    rule=self.full_rule if mode == "full" else None,
+                    read_ratio_pct=self.counters.get("read_ratio_pct") if self.full_rule == READ_COST else None,
                 ),
             ),
         }

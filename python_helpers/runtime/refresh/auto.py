@@ -6,8 +6,10 @@ changed model, a recreated source...); then, inside the differential refresh and
 anything is written, these rules may find a rebuild cheaper and raise FullIsCheaper, which
 run.py turns into a full refresh with the rule's reason:
 1. history (`check_history`): the model's own past refreshes (costs.py) say a differential
-   refresh of a change this size took longer than a full refresh; judged once the change is
-   counted from the Delta log, before it is read;
+   refresh of a change this size took longer than a full refresh, or rule 4 sent the refreshes
+   since the last differential one to full for a change this size (its estimate costs the
+   delta query's planning, seconds on a large query: judged once, not every time); judged once
+   the change is counted from the Delta log, before it is read;
 2. change size (`check_change_size`): a source changed by more than `auto_full_threshold` of
    its rows;
 3. the whole input (`check_whole_input`): every changed source lies under a window function
@@ -48,48 +50,119 @@ COMPARABLE_SLACK_ROWS = 100
 # After this many full refreshes in a row, try a differential refresh again: the data, the
 # change or the cluster may have changed since the history was made.
 PROBE_AFTER_FULL = 10
+# While the first build is the only full refresh measured (it also created the table and its
+# views: 1.3-1.6x a later rebuild of TPC-H Q8 at SF 1), at least this many comparable
+# differential refreshes taking more than this share of it run one full refresh to measure.
+PROBE_FULL_SHARE = 0.75
+MIN_PROBE_EVIDENCE = 2
+
+
+# Which rule sent a refresh to full, as its history entry records it (costs.entry).
+HISTORY = "history"
+CHANGE_SIZE = "change_size"
+WHOLE_INPUT = "whole_input"
+READ_COST = "read_cost"
+RECURSION_LIMIT = "recursion_limit"
 
 
 class FullIsCheaper(Exception):
     """The differential refresh gives way to a full one, for the reason given: one of the rules
-    above, or a delta recursion that hit Spark's limit."""
+    above (`rule`), or a delta recursion that hit Spark's limit."""
+
+    def __init__(self, reason: str, rule: str):
+        super().__init__(reason)
+        self.rule = rule
 
 
 def check_history(request: RefreshRequest, history: list, change_rows: int) -> None:
     """Rule 1: from the model's own history (costs.completed), before the change is read."""
     if request.refresh_mode != "auto" or not request.auto_from_history:
         return
-    reason = history_reason(history, change_rows)
+    reason = history_reason(history, change_rows) or estimate_reason(history, change_rows)
     if reason is not None:
-        raise FullIsCheaper(reason)
+        raise FullIsCheaper(reason, HISTORY)
 
 
 def history_reason(history: list, change_rows: int) -> Optional[str]:
     """Why a full refresh is faster for `change_rows` change rows, from a history (costs.py), or
-    None: too little history, a differential refresh is due as a probe, or it is not slower."""
+    None: too little history, a differential refresh is due as a probe, or it is not slower.
+
+    The differential refreshes it compares are those of a change at most 2x + 100 rows larger,
+    and of them the ones of a similar size (at least half, less 100 rows) when there are any:
+    a refresh of a tenth of the change says little of what this one costs. The full refreshes
+    are the recent ones after the first build, which also created the table and its views;
+    while the first build is the only one measured and the differential refreshes take most
+    of its time, one full refresh runs to measure a rebuild (PROBE_FULL_SHARE)."""
     if not history or _probe_due(history):
         return None  # nothing to judge by, or a probe: measure a differential refresh again
-    limit = COMPARABLE_FACTOR * max(0, change_rows) + COMPARABLE_SLACK_ROWS
-    fulls = [e for e in history if e.get("mode") == "full" and e.get("seconds") is not None][-RECENT:]
-    differentials = [
+    fulls, only_first_build = _recent_fulls(history)
+    differentials = _comparable(history, change_rows)
+    full_s, differential_s = costs.median_seconds(fulls), costs.median_seconds(differentials)
+    if full_s is None or differential_s is None:
+        return None
+    largest = max(int(e["change_rows"]) for e in differentials)
+    n = len(differentials)
+    which = "the last differential refresh" if n == 1 else f"the last {n} differential refreshes"
+    measured = f"{which} of {largest:,} or fewer change rows took {differential_s:.1f} s{'' if n == 1 else ' (median)'}"
+    if differential_s > SLOWER_THAN_FULL * full_s:
+        return f"{measured}, a full refresh {full_s:.1f} s: a full refresh is faster for {change_rows:,} change rows"
+    if only_first_build and n >= MIN_PROBE_EVIDENCE and differential_s > PROBE_FULL_SHARE * full_s:
+        return (
+            f"{measured}, close to the first build's {full_s:.1f} s, which also created the table: one full "
+            "refresh measures what a rebuild costs"
+        )
+    return None
+
+
+FIRST_BUILD = "first build"  # decide.py's reason for a model's first refresh
+
+
+def _recent_fulls(history: list) -> tuple:
+    """(the last RECENT timed full refreshes after the first build, or the first build when it is
+    the only one; whether it is)."""
+    timed = [e for e in history if e.get("mode") == "full" and e.get("seconds") is not None]
+    later = [e for e in timed if e.get("reason") != FIRST_BUILD]
+    return (later or timed)[-RECENT:], not later
+
+
+def _comparable(history: list, change_rows: int) -> list:
+    """The last RECENT timed differential refreshes of a comparable change: at most 2x + 100
+    rows larger, and of those the similar ones (at least half, less 100 rows) if any."""
+    most = COMPARABLE_FACTOR * max(0, change_rows) + COMPARABLE_SLACK_ROWS
+    least = (max(0, change_rows) - COMPARABLE_SLACK_ROWS) / COMPARABLE_FACTOR
+    comparable = [
         e
         for e in history
         if e.get("mode") == "differential"
         and e.get("seconds") is not None
         and e.get("change_rows") is not None
-        and int(e["change_rows"]) <= limit
-    ][-RECENT:]
-    full_s, differential_s = costs.median_seconds(fulls), costs.median_seconds(differentials)
-    if full_s is None or differential_s is None or differential_s <= SLOWER_THAN_FULL * full_s:
+        and int(e["change_rows"]) <= most
+    ]
+    similar = [e for e in comparable if int(e["change_rows"]) >= least]
+    return (similar or comparable)[-RECENT:]
+
+
+def estimate_reason(history: list, change_rows: int) -> Optional[str]:
+    """Why a full refresh is cheaper for `change_rows` change rows without estimating the reads
+    again, or None: a refresh since the last differential one was sent to full by the read
+    estimate (rule 4) for a comparable change (at most 2x + 100 rows larger: reads grow with
+    the change). The estimate plans the whole delta query, seconds on a large one, to reach
+    the same answer; a differential refresh is still probed after PROBE_AFTER_FULL full ones."""
+    if not history or _probe_due(history):
         return None
-    largest = max(int(e["change_rows"]) for e in differentials)
-    n = len(differentials)
-    which = "the last differential refresh" if n == 1 else f"the last {n} differential refreshes"
-    return (
-        f"{which} of {largest:,} or fewer change rows took {differential_s:.1f} s"
-        f"{'' if n == 1 else ' (median)'}, a full refresh {full_s:.1f} s: a full refresh is faster "
-        f"for {change_rows:,} change rows"
-    )
+    limit = COMPARABLE_FACTOR * max(0, change_rows) + COMPARABLE_SLACK_ROWS
+    for e in reversed(history):
+        if e.get("mode") == "differential":
+            return None  # a differential refresh since: it is measured by the timings instead
+        if e.get("rule") == READ_COST and e.get("change_rows") is not None and int(e["change_rows"]) <= limit:
+            ratio = e.get("read_ratio_pct")
+            how = f" ({ratio / 100:.1f}x a rebuild's bytes)" if isinstance(ratio, int) else ""
+            return (
+                f"the read estimate sent a refresh of {int(e['change_rows']):,} change rows to full{how}: "
+                f"a full refresh is cheaper for {change_rows:,} change rows (not estimated again until a "
+                f"differential refresh is tried after {PROBE_AFTER_FULL} full ones)"
+            )
+    return None
 
 
 def check_whole_input(request: RefreshRequest, tree: Node, changed: set, history: list) -> None:
@@ -114,19 +187,22 @@ def check_whole_input(request: RefreshRequest, tree: Node, changed: set, history
     if read and not _outside(tree, read, lambda n: isinstance(n, Window) and not n.partition_keys):
         raise FullIsCheaper(
             "a window function without PARTITION BY reads the changed sources: a differential refresh "
-            "computes it over its whole input at both versions, twice a rebuild's work"
+            "computes it over its whole input at both versions, twice a rebuild's work",
+            WHOLE_INPUT,
         )
     relation = _step_over_changed(tree, changed)
     if relation is not None and not _outside(tree, read, lambda n: isinstance(n, Recursive)):
         raise FullIsCheaper(
             f"a recursive step reads the changed source {relation}: a differential refresh computes the "
-            "recursion's old result in full to find what the change reaches, a rebuild's work and more"
+            "recursion's old result in full to find what the change reaches, a rebuild's work and more",
+            WHOLE_INPUT,
         )
     relation = _scalar_over_changed(tree, changed)
     if relation is not None:
         raise FullIsCheaper(
             f"a scalar subquery reads the changed source {relation}: a differential refresh computes its "
-            "value at both versions and, as it changes, re-reads every row it meets; a rebuild reads each once"
+            "value at both versions and, as it changes, re-reads every row it meets; a rebuild reads each once",
+            WHOLE_INPUT,
         )
 
 
@@ -192,7 +268,8 @@ def check_change_size(request: RefreshRequest, counts: dict, total_rows) -> None
         if total and rows / total > threshold:
             raise FullIsCheaper(
                 f"{rows} change rows of {relation} are {rows / total:.0%} of its {total} rows, "
-                f"over auto_full_threshold={threshold:g}: a full refresh is cheaper"
+                f"over auto_full_threshold={threshold:g}: a full refresh is cheaper",
+                CHANGE_SIZE,
             )
 
 
@@ -242,5 +319,5 @@ class ReadBudget:
         )
         reason = estimate.full_reason(read_cost.FULL_WHEN_READ_RATIO_OVER, read_cost.MIN_FULL_BYTES)
         if reason is not None and self.request.refresh_mode == "auto":
-            raise FullIsCheaper(reason)
+            raise FullIsCheaper(reason, READ_COST)
         return estimate

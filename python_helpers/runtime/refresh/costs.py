@@ -1,7 +1,7 @@
 """What past refreshes of a stream table cost: a short history in its own commit metadata.
 
 Each refresh commit carries the last HISTORY_KEEP refreshes, newest last, as entries
-{mode, reason, change_rows, started_ms, seconds, phases}. A refresh cannot know its own length
+{mode, reason, rule, change_rows, started_ms, seconds, phases}. A refresh cannot know its own length
 when it commits (the commit is most of the work), so its entry goes in with `seconds` unset,
 and the next refresh completes it from the commit's timestamp: seconds = commit time − start.
 The start is the dbt process's clock and the commit time the writer's (the dbt process for the
@@ -27,8 +27,12 @@ def entry(
     reason: Optional[str],
     phases: dict,
     invocation_id: Optional[str] = None,
+    rule: Optional[str] = None,
+    read_ratio_pct: Optional[int] = None,
 ) -> dict:
-    """This refresh's entry, as its commit records it (`seconds` completed by the next refresh)."""
+    """This refresh's entry, as its commit records it (`seconds` completed by the next refresh).
+    `rule`: which of auto's rules sent it to full (auto.py), with the read estimate's ratio when
+    that rule was the estimate."""
     out = {
         "mode": mode,
         "reason": (reason or "")[:200] or None,
@@ -39,6 +43,10 @@ def entry(
     }
     if invocation_id:
         out["invocation_id"] = str(invocation_id)
+    if rule:
+        out["rule"] = rule
+    if read_ratio_pct is not None:
+        out["read_ratio_pct"] = int(read_ratio_pct)
     return out
 
 

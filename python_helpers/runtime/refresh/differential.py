@@ -188,5 +188,6 @@ def recursion_limit(plan: Plan, err: Exception) -> None:
     limit = next((name for name in _RECURSION_LIMITS if name in text), None)
     if limit is not None and plan.tree is not None and any(isinstance(n, Recursive) for n in walk(plan.tree)):
         raise FullIsCheaper(
-            f"the change's WITH RECURSIVE delta reached Spark's {limit} (a cycle that only changed rows lead to)"
+            f"the change's WITH RECURSIVE delta reached Spark's {limit} (a cycle that only changed rows lead to)",
+            auto.RECURSION_LIMIT,
         ) from None

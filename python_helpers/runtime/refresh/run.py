@@ -151,6 +151,7 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
             decision = Decision.full(f"{err.problem}; refreshing in full instead (nothing is lost)", warn=True)
         except FullIsCheaper as err:
             decision = Decision.full(str(err))
+            attempt.full_rule = err.rule
     # "fallback": a full refresh the user did not ask for; the adapter makes it a dbt warning
     # that --warn-error can turn into an error (before anything is written).
     log("fallback" if decision.warn else "info", f"{model}: full refresh ({decision.reason})")
