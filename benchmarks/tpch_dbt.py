@@ -3,7 +3,8 @@
 A generated dbt project holds every query twice over the same Delta sources: `<q>` (a stream
 table, refresh_mode='auto') and `<q>_full` (refresh_mode='full': each run recomputes, as
 `dbt run --full-refresh` does). A cycle changes the sources, runs `dbt run --select tag:diff`
-and then `dbt run --select tag:full --full-refresh` on the same source versions, takes each
+and `dbt run --select tag:full --full-refresh` on the same source versions (which first
+alternates by cycle: benchmarks/run_tpch_dbt.py), takes each
 model's time from dbt's own run_results.json (execution_time) and the run's wall time, and
 checks that both sets hold the same rows. Peak memory is sampled from /proc for the dbt
 process and everything it starts (the local Spark JVM).
