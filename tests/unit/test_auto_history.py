@@ -262,6 +262,8 @@ def test_a_full_refresh_sent_by_the_read_estimate_is_not_estimated_again_for_a_c
 
 def test_the_read_estimate_learns_nothing_across_a_differential_refresh_or_a_due_probe():
     assert auto.estimate_reason([_estimated(100), _e("differential", 2.0, 100)], 100) is None
+    # ...of a similar change: a much smaller one since (another change mix) says nothing of it.
+    assert auto.estimate_reason([_estimated(3_000), _e("differential", 2.0, 500)], 3_000) is not None
     assert auto.estimate_reason([_estimated(100)] * auto.PROBE_AFTER_FULL, 100) is None
     # Full refreshes for other reasons (a rebuild asked for, a first build) say nothing of reads.
     assert auto.estimate_reason([_e("full", 2.0), _e("full", 2.0)], 100) is None

@@ -6,10 +6,10 @@ changed model, a recreated source...); then, inside the differential refresh and
 anything is written, these rules may find a rebuild cheaper and raise FullIsCheaper, which
 run.py turns into a full refresh with the rule's reason:
 1. history (`check_history`): the model's own past refreshes (costs.py) say a differential
-   refresh of a change this size took longer than a full refresh, or rule 4 sent the refreshes
-   since the last differential one to full for a change this size (its estimate costs the
-   delta query's planning, seconds on a large query: judged once, not every time); judged once
-   the change is counted from the Delta log, before it is read;
+   refresh of a change this size took longer than a full refresh, or rule 4 sent the newest
+   refresh of a comparable change to full (its estimate costs the delta query's planning,
+   seconds on a large query: judged once, not every time); judged once the change is counted
+   from the Delta log, before it is read;
 2. change size (`check_change_size`): a source changed by more than `auto_full_threshold` of
    its rows;
 3. the whole input (`check_whole_input`): every changed source lies under a window function
@@ -144,21 +144,27 @@ def _comparable(history: list, change_rows: int) -> list:
 
 def estimate_reason(history: list, change_rows: int) -> Optional[str]:
     """Why a full refresh is cheaper for `change_rows` change rows without estimating the reads
-    again, or None: a refresh since the last differential one was sent to full by the read
-    estimate (rule 4) for a comparable change (at most 2x + 100 rows larger: reads grow with
-    the change). The estimate plans the whole delta query, seconds on a large one, to reach
-    the same answer; a differential refresh is still probed after PROBE_AFTER_FULL full ones."""
+    again, or None. The newest refresh of a comparable change decides: one the read estimate
+    (rule 4) sent to full for a change at most 2x + 100 rows larger (reads grow with the change)
+    says full; a differential refresh of a similar change (at least half, less 100 rows) says
+    measure instead (the timings judge it). The estimate plans the whole delta query, seconds
+    on a large one, to reach the same answer; a differential refresh is still probed after
+    PROBE_AFTER_FULL full ones."""
     if not history or _probe_due(history):
         return None
-    limit = COMPARABLE_FACTOR * max(0, change_rows) + COMPARABLE_SLACK_ROWS
+    most = COMPARABLE_FACTOR * max(0, change_rows) + COMPARABLE_SLACK_ROWS
+    least = (max(0, change_rows) - COMPARABLE_SLACK_ROWS) / COMPARABLE_FACTOR
     for e in reversed(history):
-        if e.get("mode") == "differential":
-            return None  # a differential refresh since: it is measured by the timings instead
-        if e.get("rule") == READ_COST and e.get("change_rows") is not None and int(e["change_rows"]) <= limit:
+        rows = e.get("change_rows")
+        if rows is None or int(rows) > most:
+            continue
+        if e.get("mode") == "differential" and int(rows) >= least:
+            return None  # measured at this size since: the timings judge it
+        if e.get("rule") == READ_COST:
             ratio = e.get("read_ratio_pct")
             how = f" ({ratio / 100:.1f}x a rebuild's bytes)" if isinstance(ratio, int) else ""
             return (
-                f"the read estimate sent a refresh of {int(e['change_rows']):,} change rows to full{how}: "
+                f"the read estimate sent a refresh of {int(rows):,} change rows to full{how}: "
                 f"a full refresh is cheaper for {change_rows:,} change rows (not estimated again until a "
                 f"differential refresh is tried after {PROBE_AFTER_FULL} full ones)"
             )
