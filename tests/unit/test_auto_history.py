@@ -298,7 +298,7 @@ def test_one_full_refresh_measures_a_rebuild_when_only_the_first_build_is_known(
     reason = auto.history_reason(close, 15_000)
     assert reason is not None and "close to the first build's 3.4 s" in reason
     assert auto.history_reason(close[:2], 15_000) is None  # one measurement is not enough
-    far = [_build(3.4), _e("differential", 1.0, 15_000), _e("differential", 1.1, 15_000)]
-    assert auto.history_reason(far, 15_000) is None  # clearly faster: nothing to measure
+    far = [_build(3.4), _e("differential", 1.9, 15_000), _e("differential", 2.0, 15_000)]
+    assert auto.history_reason(far, 15_000) is None  # under 0.6x the build: nothing to measure
     assert auto.history_reason(close + [_e("full", 2.2)], 15_000) is not None  # measured: 3.4 > 1.1 x 2.2
     assert auto.history_reason(close + [_e("full", 3.3)], 15_000) is None
