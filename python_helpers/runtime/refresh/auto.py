@@ -126,11 +126,17 @@ def _recent_fulls(history: list) -> tuple:
     return (later or timed)[-RECENT:], not later
 
 
+def _similar_bounds(change_rows: int) -> tuple:
+    """(least, most) change rows of a similar change: at least half less 100 rows, at most 2x +
+    100 rows. A past change up to `most` is comparable (a smaller one costs no more)."""
+    rows = max(0, change_rows)
+    return (rows - COMPARABLE_SLACK_ROWS) / COMPARABLE_FACTOR, COMPARABLE_FACTOR * rows + COMPARABLE_SLACK_ROWS
+
+
 def _comparable(history: list, change_rows: int) -> list:
     """The last RECENT timed differential refreshes of a comparable change: at most 2x + 100
     rows larger, and of those the similar ones (at least half, less 100 rows) if any."""
-    most = COMPARABLE_FACTOR * max(0, change_rows) + COMPARABLE_SLACK_ROWS
-    least = (max(0, change_rows) - COMPARABLE_SLACK_ROWS) / COMPARABLE_FACTOR
+    least, most = _similar_bounds(change_rows)
     comparable = [
         e
         for e in history
@@ -153,8 +159,7 @@ def estimate_reason(history: list, change_rows: int) -> Optional[str]:
     PROBE_AFTER_FULL full ones."""
     if not history or _probe_due(history):
         return None
-    most = COMPARABLE_FACTOR * max(0, change_rows) + COMPARABLE_SLACK_ROWS
-    least = (max(0, change_rows) - COMPARABLE_SLACK_ROWS) / COMPARABLE_FACTOR
+    least, most = _similar_bounds(change_rows)
     for e in reversed(history):
         rows = e.get("change_rows")
         if rows is None or int(rows) > most:
