@@ -50,14 +50,22 @@ def ok(proc) -> None:
     assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
 
 
-def traced(drill: Drill, actions: list) -> list:
-    """The steps a refresh of these actions reaches, in order (runtime/refresh/steps.py)."""
-    trace = os.path.join(drill.work, "trace.txt")
-    proc, _ = drill.run(*actions, env={"DBT_SPARK_STREAM_TRACE_STEPS": trace})
+def set_up_and_trace(drill: Drill, traces: list) -> list:
+    """Create the sources and build the stream tables, then, in the same process (a worker
+    process costs a Python and Spark client start), run each list of actions in `traces` with
+    its refreshes traced: the steps each list's refreshes reach, in order
+    (runtime/refresh/steps.py)."""
+    files = [os.path.join(drill.work, f"trace-{i}.txt") for i in range(len(traces))]
+    actions = ["setup", "refresh"]
+    for file, traced_actions in zip(files, traces):
+        actions += [f"trace:{file}", *traced_actions]
+    proc, _ = drill.run(*actions, "trace:")
     ok(proc)
-    with open(trace) as handle:
-        steps = [line.strip() for line in handle if line.strip()]
-    os.remove(trace)
+    steps = []
+    for file in files:
+        with open(file) as handle:
+            steps.append([line.strip() for line in handle if line.strip()])
+        os.remove(file)
     return steps
 
 
@@ -87,10 +95,7 @@ def kill_drill(
     `differential_trace`: the actions whose steps are the differential refresh's (they must
     reach a vacuum); `points_a_day`: that many of the points a day instead of the rotation's
     share (rotation.todays_few)."""
-    proc, _ = drill.run("setup", "refresh")
-    ok(proc)
-    differential = traced(drill, list(differential_trace))
-    full = traced(drill, ["change:2", "full"])
+    differential, full = set_up_and_trace(drill, [list(differential_trace), ["change:2", "full"]])
     assert {"planned", "changes_counted", "merging", "committed", "published", "vacuuming"} <= set(differential), (
         differential
     )

@@ -21,6 +21,8 @@ Actions, run in order in one process:
     refresh          refresh every drill stream table (DBT_SPARK_STREAM_KILL_AT may kill here)
     full             the same with --full-refresh
     kill:<step>      arm the kill for the next refresh (steps.KILL_AT: <step>[+<s>][@<model>])
+    trace:<file>     append the steps every later refresh reaches to <file> (steps.TRACE; an
+                     empty <file> stops tracing): one process traces several refreshes
     check            refresh, then compare every stream table with its recompute (the oracle),
                      and check the offsets, the catalog's views and the source views
     loop:<n>:<seed>[:<kind>]
@@ -319,6 +321,12 @@ def main(argv: list) -> None:
             continue
         if name == "kill":
             os.environ[steps.KILL_AT] = arg
+            continue
+        if name == "trace":
+            if arg:
+                os.environ[steps.TRACE] = arg
+            else:
+                os.environ.pop(steps.TRACE, None)
             continue
         if spark is None:
             spark = session(work, metastore or "metastore", remote, warehouse)
