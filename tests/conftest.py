@@ -19,9 +19,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-# The JIT of the tests' JVMs: the quick compiler only (pytest_configure below says why).
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
-
 
 def pytest_configure(config):
     # pytest.ini declares these too; registering here keeps --strict-markers happy either way.
@@ -40,13 +37,6 @@ def pytest_configure(config):
     # it as their auto_from_history config: the suites assert differential refreshes, which
     # `auto` would otherwise give up where its own timings found a full refresh faster.
     os.environ.setdefault("DBT_SPARK_STREAM_AUTO_FROM_HISTORY", "False")
-    # Every JVM the tests start (this process's Spark, the Connect and Thrift servers, a
-    # cluster's master, worker and executors, the drills' processes) inherits this. The tests
-    # run many short Spark jobs on small data, on two cores shared by up to a dozen JVMs: the
-    # optimizing JIT's compiler threads cost more CPU than its faster code returns (a cluster
-    # module alone: 189 s with the default, 173 s with this). The benchmarks do not load this
-    # file and keep the JVM's defaults. A JAVA_TOOL_OPTIONS set by the caller wins.
-    os.environ.setdefault("JAVA_TOOL_OPTIONS", TEST_JAVA_OPTIONS)
 
 
 _CONFIG = None
