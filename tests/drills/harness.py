@@ -34,14 +34,8 @@ class Drill:
         models = ["--models", ",".join(self.models)] if self.models else []
         return [sys.executable, WORKER, self.work, *actions, "--prefix", self.prefix, *where, *engine, *models]
 
-    def run(self, *actions: str, session: bool = False, env: dict | None = None, timeout: int = 300):
-        proc = subprocess.run(
-            self.args(*actions, session=session),
-            capture_output=True,
-            text=True,
-            env={**os.environ, **(env or {})},
-            timeout=timeout,
-        )
+    def run(self, *actions: str, session: bool = False, timeout: int = 300):
+        proc = subprocess.run(self.args(*actions, session=session), capture_output=True, text=True, timeout=timeout)
         results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"action"')]
         return proc, results
 
