@@ -65,6 +65,7 @@ class SparkBindings(BoundViews):
         super().__init__(conn, pinned, old_versions, columns, model)
         self._size_of = stored_bytes or (lambda location: 0)
         self._stored_bytes: dict = {}
+        self._read: dict = {}  # relation -> the view of its change computed by count_changes
 
     def _columns(self, relation: str) -> list:
         src = self.pinned[relation]
@@ -73,6 +74,12 @@ class SparkBindings(BoundViews):
     def _select(self, relation: str, source: str) -> str:
         cols = ", ".join(exp.column(c, quoted=True).sql("spark") for c in self._columns(relation))
         return f"SELECT {cols} FROM {source}"
+
+    def _change_query(self, relation: str, v_old: int) -> str:
+        """The change of `relation` after version `v_old`: the columns read and a weight each."""
+        cols = ", ".join(exp.column(c, quoted=True).sql("spark") for c in self._columns(relation))
+        feed = delta_sql.changes(self.pinned[relation].path, v_old + 1, self.pinned[relation].state.version)
+        return f"SELECT {cols}, {_weight().sql('spark')} AS {WEIGHT} FROM {feed}"
 
     def snapshot(self, relation: str, version: str) -> exp.Table:
         src = self.pinned[relation]
@@ -86,14 +93,20 @@ class SparkBindings(BoundViews):
 
     def count_changes(self) -> dict:
         """The change rows of every moved source (one Spark job each: Delta reads the change
-        files); ChangesUnavailable when the consumed versions can no longer be read."""
+        files, kept for the delta query); ChangesUnavailable when the consumed versions can no
+        longer be read."""
         for relation, src in self.pinned.items():
             v_old = self.old.get(relation)
             if v_old is None or v_old >= src.state.version:
                 continue
-            feed = delta_sql.changes(src.path, v_old + 1, src.state.version)
+            # Read once: the weighted change is computed into the executors' storage now and
+            # counted there, and the delta query reads the computed rows (a lazy view would have
+            # Delta read the change files again, and the MERGE once more).
+            name = self.view_name(f"s{self._index[relation]}_read")
             try:
-                self.change_counts[relation] = int(self.conn.rows(f"SELECT count(*) FROM {feed}")[0][0])
+                self.conn.view_of_query(name, self._change_query(relation, v_old), materialize=True)
+                self.change_counts[relation] = int(self.conn.rows(f"SELECT count(*) FROM {name}")[0][0])
+                self._read[relation] = name
             except Exception as err:  # noqa: BLE001 - Spark's error class says what is missing
                 if unavailable(str(err)):
                     raise ChangesUnavailable(
@@ -118,10 +131,7 @@ class SparkBindings(BoundViews):
         for relation, rows in self.change_counts.items():
             if not rows:
                 continue
-            src = self.pinned[relation]
-            cols = ", ".join(exp.column(c, quoted=True).sql("spark") for c in self._columns(relation))
-            feed = delta_sql.changes(src.path, self.old[relation] + 1, src.state.version)
-            query = f"SELECT {cols}, {_weight().sql('spark')} AS {WEIGHT} FROM {feed}"
+            query = f"SELECT * FROM {self._read[relation]}"
             name = self.view_name(f"s{self._index[relation]}_chg")
             # One partition for a small change: an aggregate or a join over it needs no shuffle.
             self.conn.view_of_query(name, query, one_partition=rows <= SMALL_DELTA_ROWS)

@@ -43,6 +43,7 @@ from python_helpers.runtime.spark_types import arrow_type
 STORED_PREFIX = "__dvm_stored__"  # the stored result's catalog name: <schema>.__dvm_stored__<model>
 VACUUM_EVERY = 20  # commits between two vacuums of a stored result
 COMPACT_AFTER_FILES = 48  # OPTIMIZE the stored result once it has more files than this
+RECENT_COMMITS = 16  # commits read when a source is pinned (commit_digest finds the consumed one there)
 _CONCURRENT = ("Concurrent", "DELTA_CONCURRENT", "ProtocolChangedException", "MetadataChangedException")
 
 
@@ -112,8 +113,12 @@ class SparkDelta:
         if detail is None:
             return None
         if version is None:
-            version = int(self._history(location, 1)[0]["version"])
+            # The newest commits, not only the newest one: commit_digest finds the version the
+            # last refresh consumed among them (one DESCRIBE HISTORY per source, not two).
+            recent = self._history(location, RECENT_COMMITS)
+            version = max(int(c["version"]) for c in recent)
             self._pinned_versions[location] = version
+            self._histories[location] = recent
         columns = self.conn.output_columns(f"SELECT * FROM {delta_sql.at_version(location, version)}")
         # Every column nullable: a Thrift server cannot say which are NOT NULL (DESCRIBE QUERY has
         # no nullability), and a plan that never assumes NOT NULL is right either way, whichever
