@@ -71,15 +71,14 @@ class SparkBindings(BoundViews):
         src = self.pinned[relation]
         return list(self.columns.get(relation) or [f.name for f in src.state.arrow_schema])
 
-    def _select(self, relation: str, source: str) -> str:
-        cols = ", ".join(exp.column(c, quoted=True).sql("spark") for c in self._columns(relation))
+    def _select(self, relation: str, source: str, *extra: str) -> str:
+        cols = ", ".join([*(exp.column(c, quoted=True).sql("spark") for c in self._columns(relation)), *extra])
         return f"SELECT {cols} FROM {source}"
 
     def _change_query(self, relation: str, v_old: int) -> str:
         """The change of `relation` after version `v_old`: the columns read and a weight each."""
-        cols = ", ".join(exp.column(c, quoted=True).sql("spark") for c in self._columns(relation))
         feed = delta_sql.changes(self.pinned[relation].path, v_old + 1, self.pinned[relation].state.version)
-        return f"SELECT {cols}, {_weight().sql('spark')} AS {WEIGHT} FROM {feed}"
+        return self._select(relation, feed, f"{_weight().sql('spark')} AS {WEIGHT}")
 
     def snapshot(self, relation: str, version: str) -> exp.Table:
         src = self.pinned[relation]
