@@ -71,8 +71,17 @@ def test_shapes_through_refresh_cycles_equal_their_recompute(delta_env, monkeypa
     # Each refresh commit carries its metadata: the newest names the source versions consumed.
     history = spark.sql(f"DESCRIBE HISTORY {target}.__dvm_stored__{name} LIMIT 1").collect()[0]
     assert '"offsets"' in history.userMetadata and history.operation in ("MERGE", "WRITE")
-    operations = [r.operation for r in spark.sql(f"DESCRIBE HISTORY {target}.__dvm_stored__{name}").collect()]
+    commits = spark.sql(f"DESCRIBE HISTORY {target}.__dvm_stored__{name}").collect()
+    operations = [r.operation for r in commits]
     assert "VACUUM END" in operations, operations
+    # A small change replaces its keys' rows (sql.replace_keys), no MERGE; the MERGE's path is
+    # the keyed result's test below.
+    replaced = [
+        r
+        for r in commits
+        if r.operation == "WRITE" and "__dvm_row_id" in (r.operationParameters or {}).get("predicate", "")
+    ]
+    assert replaced and "MERGE" not in operations, [(r.operation, r.operationParameters) for r in commits]
 
 
 def test_sources_with_deletion_vectors_and_column_mapping(delta_env):
@@ -234,10 +243,17 @@ def test_the_spark_engine_needs_delta_lake_in_spark(env):
     assert stream.model in text and "Delta Lake" in text and "engine: embedded" in text
 
 
-def test_a_keyed_result_merges_per_key_and_refuses_a_second_row_of_a_key(delta_env):
-    """unique_key on the spark engine: the MERGE rows per key inside Delta's MERGE INTO, and the
-    key's check (raise_error) stopping that statement before its commit."""
+def test_a_keyed_result_merges_per_key_and_refuses_a_second_row_of_a_key(delta_env, monkeypatch):
+    """unique_key on the spark engine: the MERGE rows per key applied by Delta's MERGE INTO (the
+    paths of a change of more than REPLACE_KEYS_MAX rows or keys, made the rule here: the
+    first refresh MERGEs the query's rows directly, the second its rows computed first), and the
+    key's check (raise_error) stopping the refresh before its commit."""
     from deltalake import DeltaTable
+
+    from python_helpers.runtime.delta.spark import engine as spark_engine
+
+    monkeypatch.setattr(spark_engine, "REPLACE_KEYS_MAX", 0)
+    monkeypatch.setattr(spark_engine, "SMALL_CHANGE_ROWS", 0)
 
     from python_helpers.errors import UniqueKeyViolated
     from python_helpers.runtime.delta.locations import storage_path
@@ -247,12 +263,18 @@ def test_a_keyed_result_merges_per_key_and_refuses_a_second_row_of_a_key(delta_e
     delta_env.source("t2", T2)
     sql, key = SHAPES["keyed_fact"]
     stream = delta_env.stream("keyed_fact", sql, engine="spark", unique_key=key)
-    run_cycles(delta_env, [stream], BATCHES[:2])
+    run_cycles(delta_env, [stream], BATCHES[:1])
+    monkeypatch.setattr(spark_engine.SparkDelta, "_small_change", lambda self: True)
+    delta_env.apply(BATCHES[1])
+    stream.refresh(expect="differential")
+    stream.check()
     assert [r.mode for r in stream.results] == ["full", "differential", "differential"]
     stored = f"{delta_env.target}.__dvm_stored__keyed_fact"
     counts = delta_env.spark.sql(f"SELECT count(*), count(DISTINCT __dvm_row_id), max(__dvm_count) FROM {stored}")
     total, distinct, most = counts.collect()[0]
     assert total == distinct and most in (None, 1)
+    operations = [r.operation for r in delta_env.spark.sql(f"DESCRIBE HISTORY {stored}").collect()]
+    assert operations.count("MERGE") == 2, operations
     location = storage_path(delta_env.spark, delta_env.target, "keyed_fact")
     version = DeltaTable(location).version()
     # Two new rows of one key, both joining t2's id 2: a second row of key 50.

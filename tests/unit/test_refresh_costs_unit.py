@@ -205,11 +205,14 @@ def test_a_publishing_lock_held_too_long_fails_with_the_lock_file_named(tmp_path
 def test_the_stored_size_is_summed_from_the_commits_since_the_last_full_write():
     from python_helpers.runtime.delta.spark.sizes import size_from_history
 
-    def commit(version, operation, mode=None, **metrics):
+    def commit(version, operation, mode=None, predicate=None, **metrics):
         return {
             "version": version,
             "operation": operation,
-            "operationParameters": {"mode": mode} if mode else {},
+            "operationParameters": {
+                **({"mode": mode} if mode else {}),
+                **({"predicate": predicate} if predicate else {}),
+            },
             "operationMetrics": {k: str(v) for k, v in metrics.items()},
         }
 
@@ -219,6 +222,11 @@ def test_the_stored_size_is_summed_from_the_commits_since_the_last_full_write():
     append = commit(6, "WRITE", mode="Append", numOutputBytes=0)
     optimize = commit(7, "OPTIMIZE", numAddedBytes=9_000, numRemovedBytes=10_500)
     assert size_from_history([append, full, merge, vacuum, optimize]) == 10_000 + 500 - 1_500
+    # A differential commit that replaced some rows by their row ids (replaceWhere).
+    replaced = commit(8, "WRITE", mode="Overwrite", predicate="(__dvm_row_id IN ('a'))", numOutputBytes=300)
+    assert size_from_history([full, replaced]) == 10_300
+    replaced["operationMetrics"]["numRemovedBytes"] = "1000"
+    assert size_from_history([full, replaced]) == 9_300
     # Nothing that says the whole size, an overwrite, an unknown operation, a missing metric: ask Spark.
     assert size_from_history([merge, vacuum]) is None
     assert size_from_history([full, commit(4, "WRITE", mode="Overwrite", numOutputBytes=5)]) is None

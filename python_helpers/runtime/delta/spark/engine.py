@@ -9,8 +9,9 @@ a result passes through the dbt process:
   catalog as `<schema>.__dvm_stored__<model>`; the model's name is a plain view over it that
   shows the model's columns (the stored rows carry bookkeeping columns: row id, counts,
   aggregate state) and needs no change when the table moves on;
-* a full refresh is `CREATE OR REPLACE TABLE ... AS SELECT`, a differential one a single `MERGE
-  INTO`, both written by the executors;
+* a full refresh is `CREATE OR REPLACE TABLE ... AS SELECT`; a differential one computes its
+  merge rows once and writes them in one commit, `INSERT INTO ... REPLACE WHERE` over their row
+  ids when there are few (no join to the stored rows), else `MERGE INTO`; the executors write;
 * each commit carries the refresh metadata as its `userMetadata` and an application
   transaction (`txnAppId`/`txnVersion`) in the same commit: Delta's optimistic concurrency
   makes a rival refresh's commit fail, and the session settings behind both are the refresh's
@@ -43,6 +44,14 @@ from python_helpers.runtime.spark_types import arrow_type
 STORED_PREFIX = "__dvm_stored__"  # the stored result's catalog name: <schema>.__dvm_stored__<model>
 VACUUM_EVERY = 20  # commits between two vacuums of a stored result
 COMPACT_AFTER_FILES = 48  # OPTIMIZE the stored result once it has more files than this
+# A differential commit whose merge rows have at most this many keys replaces them by their row
+# ids (sql.replace_keys: the ids go into the statement's text, 36 bytes each) instead of a MERGE.
+REPLACE_KEYS_MAX = 2048
+# A change of more rows than this (all moved sources) goes straight into a MERGE: its merge rows
+# would rarely have few enough keys to pay for computing them first. An update is two change rows
+# (before and after), and a join's other side adds its own: 1,000 scattered lineitem updates with
+# their 250 orders are 2,500 change rows and about 1,000 keys of the fact over them.
+SMALL_CHANGE_ROWS = 4 * REPLACE_KEYS_MAX
 RECENT_COMMITS = 16  # commits read when a source is pinned (commit_digest finds the consumed one there)
 _CONCURRENT = ("Concurrent", "DELTA_CONCURRENT", "ProtocolChangedException", "MetadataChangedException")
 
@@ -58,6 +67,7 @@ class SparkDelta:
         # replaced log is what the digest detects from one refresh to the next).
         self._details: dict[str, Optional[dict]] = {}
         self._histories: dict[str, list] = {}
+        self._bindings: Optional[SparkBindings] = None  # this refresh's (their change counts)
         self._pinned_versions: dict[str, int] = {}  # the newest version each source was pinned at
         self._newest: Optional[dict] = None  # the commit this refresh made (its metrics, version)
         self._wrote_full = False  # a full write may change the columns the views show
@@ -160,7 +170,15 @@ class SparkDelta:
 
     # One refresh's reads.
     def bindings(self, pinned: dict, old_versions: dict, columns: dict, model: str) -> base.Bindings:
-        return SparkBindings(self.conn, pinned, old_versions, columns, model, stored_bytes=self._stored_bytes)
+        self._bindings = SparkBindings(self.conn, pinned, old_versions, columns, model, stored_bytes=self._stored_bytes)
+        return self._bindings
+
+    def _small_change(self) -> bool:
+        """Few enough change rows (SMALL_CHANGE_ROWS) that the merge rows may have at most
+        REPLACE_KEYS_MAX keys: worth computing them first to read their row ids. A larger change
+        goes straight into one MERGE (computing its rows first would be a pass for nothing)."""
+        counts = self._bindings.change_counts if self._bindings is not None else {}
+        return sum(counts.values()) <= SMALL_CHANGE_ROWS
 
     def _stored_bytes(self, target: str) -> int:
         """The stored result's size: from the commits read_metadata read (sizes.py), else from
@@ -207,7 +225,9 @@ class SparkDelta:
         return int(history[0]["version"]) if history else None
 
     @contextlib.contextmanager
-    def _committing(self, target: str, metadata: dict, read_version: Optional[int]) -> Iterator[str]:
+    def _committing(
+        self, target: str, metadata: dict, read_version: Optional[int], by_keys: bool = False
+    ) -> Iterator[str]:
         """Run a commit of `metadata` against `read_version`: the session's commit settings
         around it, and afterwards proof that the newest commit is this one (Delta skips a write
         whose application transaction is not newer than the one it holds: a rival was first)."""
@@ -218,6 +238,8 @@ class SparkDelta:
             delta_sql.TXN_APP_ID: metadata_format.APP_ID,
             delta_sql.TXN_VERSION: str(0 if read_version is None else read_version + 1),
         }
+        if by_keys:
+            settings[delta_sql.REPLACE_WHERE_DATA_COLUMNS] = "true"
         for key, value in settings.items():
             self.conn.set_conf(key, value)
         try:
@@ -253,23 +275,47 @@ class SparkDelta:
         from python_helpers.dvm.stored_result import ACTION, ROW_ID
 
         with phases("merge"):
-            steps.reached("merging")
-            with self._committing(target, metadata, read_version):
-                if sql is None:
+            if sql is None:
+                steps.reached("merging")
+                with self._committing(target, metadata, read_version):
                     self.conn.execute(delta_sql.empty_append(target))
-                else:
+                steps.reached("committed")
+                return Merged(0)
+            if not self._small_change():
+                steps.reached("merging")
+                with self._committing(target, metadata, read_version):
                     self.conn.execute(delta_sql.merge(target, sql, columns, ROW_ID, ACTION))
-            steps.reached("committed")
-        if sql is None:
+                steps.reached("committed")
+                return _merged(self._newest)
+            # A small change: its merge rows are computed once into the executors' storage and
+            # their row ids read; up to REPLACE_KEYS_MAX keys replace their stored rows without
+            # a join to the stored result (replace_keys), more go through one MERGE of those rows.
+            rows_view = f"__dvm_{uuid.uuid4().hex[:12]}_merge_rows"
+            try:
+                self.conn.view_of_query(rows_view, sql, materialize=True)
+                keyed = self.conn.rows(
+                    f"SELECT {quote(ROW_ID)}, {quote(ACTION)} FROM {quote(rows_view)} LIMIT {REPLACE_KEYS_MAX + 1}"
+                )
+                by_keys = len(keyed) <= REPLACE_KEYS_MAX and all(isinstance(k, str) for k, _ in keyed)
+                steps.reached("merging")
+                with self._committing(target, metadata, read_version, by_keys=by_keys):
+                    if not keyed:
+                        self.conn.execute(delta_sql.empty_append(target))
+                    elif by_keys:
+                        keys = [k for k, _ in keyed]
+                        self.conn.execute(delta_sql.replace_keys(target, rows_view, keys, columns, ROW_ID, ACTION))
+                    else:
+                        rows = f"SELECT * FROM {quote(rows_view)}"
+                        self.conn.execute(delta_sql.merge(target, rows, columns, ROW_ID, ACTION))
+                steps.reached("committed")
+            finally:
+                self.conn.drop_view(rows_view)
+        if not keyed:
             return Merged(0)
-        metrics = (self._newest or {}).get("operationMetrics") or {}
-        counts = {
-            what: int(metrics.get(f"numTargetRows{what.title()}", 0) or 0)
-            for what in ("inserted", "updated", "deleted")
-        }
-        return Merged(
-            int(metrics.get("numSourceRows", 0) or 0), counts["inserted"], counts["updated"], counts["deleted"]
-        )
+        if by_keys:
+            deletes = sum(1 for _, action in keyed if action == "D")
+            return _replaced(self._newest, upserts=len(keyed) - deletes, deletes=deletes)
+        return _merged(self._newest)
 
     def tidy(self, target: str, retention_hours: float, log: Log, model: str) -> bool:
         try:
@@ -375,6 +421,25 @@ class SparkDelta:
             if not name.startswith(STORED_PREFIX) and not catalog.exists(schema, name):
                 return False
         return view_comments.columns_current(self.conn, request.schema, request.identifier, request.docs)
+
+
+def _merged(commit: Optional[dict]) -> Merged:
+    """What a MERGE commit did, from its metrics."""
+    metrics = (commit or {}).get("operationMetrics") or {}
+    counts = {
+        what: int(metrics.get(f"numTargetRows{what.title()}", 0) or 0) for what in ("inserted", "updated", "deleted")
+    }
+    return Merged(int(metrics.get("numSourceRows", 0) or 0), counts["inserted"], counts["updated"], counts["deleted"])
+
+
+def _replaced(commit: Optional[dict], upserts: int, deletes: int) -> Merged:
+    """What a replace_keys commit did, from its metrics (rows deleted) and the merge rows'
+    actions. A delete is only computed for a stored key (stored_result keeps no other), so the
+    stored rows it deleted beyond those were the old rows of updated keys."""
+    metrics = (commit or {}).get("operationMetrics") or {}
+    removed = int(metrics.get("numDeletedRows", 0) or 0)
+    updated = max(min(removed - deletes, upserts), 0)
+    return Merged(upserts + deletes, upserts - updated, updated, deletes)
 
 
 def _ours(user_metadata: Any) -> Optional[str]:

@@ -6,7 +6,10 @@ the table's whole state (about 1 s even for a small table); the refresh reads th
 anyway (DESCRIBE HISTORY, for its metadata), and Delta's operation metrics say how many bytes each
 commit wrote and removed. From the newest full write on, the size is their sum. Any commit whose
 effect the metrics do not tell (an unknown operation, a missing metric, no full write among the
-commits read) makes the answer None: the caller asks DESCRIBE DETAIL then.
+commits read) makes the answer None: the caller asks DESCRIBE DETAIL then. It is an estimate
+(it decides how a change reads the stored rows, never what a refresh writes): a replace by row
+ids that rewrites a file instead of marking its rows reports the rewritten file as written but
+not as removed, so the size can come out larger than it is until the next full write.
 """
 
 from __future__ import annotations
@@ -45,11 +48,17 @@ def size_from_history(commits: list) -> Optional[int]:
         if operation in _NO_FILES:
             continue
         if operation == "WRITE":
-            mode = str((commit.get("operationParameters") or {}).get("mode", "")).strip('"')
+            parameters = commit.get("operationParameters") or {}
+            mode = str(parameters.get("mode", "")).strip('"')
             written = _number(metrics.get("numOutputBytes", "0"))
-            if written is None or mode != "Append":
+            if written is not None and mode == "Append":
+                change += written
+                continue
+            # A replace of some rows (a differential commit by row ids: replaceWhere).
+            removed = _number(metrics.get("numRemovedBytes", "0"))
+            if written is None or removed is None or mode != "Overwrite" or not parameters.get("predicate"):
                 return None
-            change += written
+            change += written - removed
             continue
         if operation not in _CHANGES:
             return None

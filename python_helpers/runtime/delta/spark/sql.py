@@ -15,6 +15,9 @@ from python_helpers.runtime.catalog.views import quote
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+# A replaceWhere on a data column (here the row id) is Delta's default; set for the statement in
+# case a cluster turned it off.
+REPLACE_WHERE_DATA_COLUMNS = "spark.databricks.delta.replaceWhere.dataColumns.enabled"
 # A vacuum shorter than Delta's 7 days is refused unless this check is off (our own tables only).
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 # VACUUM lists the table's directories in as many tasks as this says (Spark's default 10,000:
@@ -81,6 +84,19 @@ def merge(path: str, query: str, columns: list, row_id: str, action: str) -> str
         f"WHEN MATCHED AND s.{act} = 'D' THEN DELETE "
         f"WHEN MATCHED AND s.{act} = 'U' THEN UPDATE SET {sets} "
         f"WHEN NOT MATCHED AND s.{act} = 'U' THEN INSERT ({names}) VALUES ({values})"
+    )
+
+
+def replace_keys(path: str, rows_view: str, keys: list, columns: list, row_id: str, action: str) -> str:
+    """The merge rows of `rows_view` (every one of whose row ids is in `keys`) applied in one
+    commit without a join to the stored rows: the stored rows of those keys are deleted (deletion
+    vectors: Delta scans the row-id column with the key set and marks the rows) and the upserts
+    ('U') inserted. A key with a delete ('D') has no upsert, so it is gone after."""
+    names = ", ".join(quote(c) for c in columns)
+    listed = ", ".join(string(k) for k in keys)
+    return (
+        f"INSERT INTO {by_path(path)} REPLACE WHERE {quote(row_id)} IN ({listed}) "
+        f"SELECT {names} FROM {quote(rows_view)} WHERE {quote(action)} = 'U'"
     )
 
 
