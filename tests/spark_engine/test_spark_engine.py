@@ -26,8 +26,8 @@ pytestmark = pytest.mark.spark
 # deleted (aggregate), old and new snapshots of a join's other input narrowed by keys (join), a
 # key-restricted recompute with materialized keys (outer join over a derived delta), a recursion
 # whose step reads a changed source (its old result recomputed at old versions, its delta
-# materialized before the MERGE). The other shapes' delta rules are engine-independent and run
-# on the embedded engine (tests/spark). Each refresh here costs ~10 s (Delta's MERGE and its log
+# materialized before the write). The other shapes' delta rules are engine-independent and run
+# on the embedded engine (tests/spark). Each refresh here costs ~8-10 s (Delta's write and its log
 # reads), so make test takes them in a rotation by the day (tests/support/rotation.py).
 SHAPE_NAMES = ("agg_minmax", "join_agg", "left_then_inner", "recursive_reach_counts")
 AGG = "SELECT k, COUNT(*) AS n, SUM(v) AS sv FROM {src}.t1 GROUP BY k"

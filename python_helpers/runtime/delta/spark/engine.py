@@ -297,6 +297,12 @@ class SparkDelta:
                     f"SELECT {quote(ROW_ID)}, {quote(ACTION)} FROM {quote(rows_view)} LIMIT {REPLACE_KEYS_MAX + 1}"
                 )
                 by_keys = len(keyed) <= REPLACE_KEYS_MAX and all(isinstance(k, str) for k, _ in keyed)
+                if by_keys:
+                    # An INSERT matches columns by position: name them in the table's order (a
+                    # table whose columns are not these takes the MERGE, which matches by name).
+                    stored = [c.name for c in self.conn.output_columns(f"SELECT * FROM {delta_sql.by_path(target)}")]
+                    by_keys = sorted(stored) == sorted(columns)
+                    columns = stored if by_keys else columns
                 steps.reached("merging")
                 with self._committing(target, metadata, read_version, by_keys=by_keys):
                     if not keyed:
