@@ -159,12 +159,20 @@ class DeltaEngine(Protocol):
         parts (compute, write)."""
 
     def merge(
-        self, target: str, sql: Optional[str], columns: list, metadata: dict, read_version: int, phases: Any
+        self,
+        target: str,
+        sql: Optional[str],
+        columns: list,
+        metadata: dict,
+        read_version: int,
+        phases: Any,
+        change_rows: Optional[int] = None,
     ) -> Merged:
         """Apply the merge rows of `sql` (row id, action 'U' / 'D', `columns`) to the stored
         result in one commit with `metadata`; with no `sql` (the change cancelled out) the commit
         moves the offsets alone. Raises ConcurrentCommit as write_full does. `phases` times the
-        parts (delta, merge)."""
+        parts (delta, merge); `change_rows`: the source change rows the refresh read (how it
+        writes may depend on the size)."""
 
     def tidy(self, target: str, retention_hours: float, log: Log, model: str) -> bool:
         """Compaction and vacuum when due; never fails a refresh (logs instead). Whether it did."""

@@ -87,6 +87,7 @@ def run_differential(attempt: Attempt) -> int:
                     metadata,
                     read_version,
                     phases,
+                    change_rows=attempt.change_rows,
                 )
         except ConcurrentCommit as err:
             raise ConcurrentRefresh(

@@ -87,7 +87,14 @@ class EmbeddedDelta:
         return executor_writes.write_full(self.conn, target, sql, names, metadata, read_version, phases)
 
     def merge(
-        self, target: str, sql: Optional[str], columns: list, metadata: dict, read_version: int, phases: Any
+        self,
+        target: str,
+        sql: Optional[str],
+        columns: list,
+        metadata: dict,
+        read_version: int,
+        phases: Any,
+        change_rows: Optional[int] = None,
     ) -> Merged:
         from python_helpers.dvm.stored_result import ACTION, ROW_ID
 

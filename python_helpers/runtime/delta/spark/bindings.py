@@ -66,6 +66,7 @@ class SparkBindings(BoundViews):
         self._size_of = stored_bytes or (lambda location: 0)
         self._stored_bytes: dict = {}
         self._read: dict = {}  # relation -> the view of its change computed by count_changes
+        self.stored_columns: list = []  # the stored table's columns in its order, once stored() ran
 
     def _columns(self, relation: str) -> list:
         src = self.pinned[relation]
@@ -196,7 +197,9 @@ class SparkBindings(BoundViews):
         # whether a small change reads the stored rows through their row ids (touched_storage)
         # depends on it.
         self._stored_bytes = {name: int(self._size_of(target))}
-        return exp.to_table(name), {c.name: c.type for c in self.conn.output_columns(f"SELECT * FROM {name}")}
+        columns = self.conn.output_columns(f"SELECT * FROM {name}")
+        self.stored_columns = [c.name for c in columns]  # in the table's order (the engine's replace)
+        return exp.to_table(name), {c.name: c.type for c in columns}
 
     def read_bytes(self) -> dict:
         """Only the stored result's size (sources: Delta prunes their files itself)."""

@@ -21,7 +21,6 @@ a result passes through the dbt process:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import uuid
 from typing import Any, Callable, Iterator, Optional
@@ -35,7 +34,7 @@ from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta import base, locations
 from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.delta.base import ConcurrentCommit, Log, Merged, TableState
-from python_helpers.runtime.delta.spark import sizes
+from python_helpers.runtime.delta.spark import identity, sizes
 from python_helpers.runtime.delta.spark import sql as delta_sql
 from python_helpers.runtime.delta.spark.bindings import SparkBindings
 from python_helpers.runtime.refresh import steps
@@ -67,7 +66,12 @@ class SparkDelta:
         # replaced log is what the digest detects from one refresh to the next).
         self._details: dict[str, Optional[dict]] = {}
         self._histories: dict[str, list] = {}
-        self._bindings: Optional[SparkBindings] = None  # this refresh's (their change counts)
+        # Sources: is_delta's DESCRIBE HISTORY (taken by the pin that follows) and each pinned
+        # source's id and properties (identity.py: DESCRIBE DETAIL only where the log moved on
+        # in a way that may change them).
+        self._recent: dict[str, Optional[list]] = {}
+        self._identities: dict[str, identity.Identity] = {}
+        self._bindings: Optional[SparkBindings] = None  # this refresh's (the stored table's columns)
         self._pinned_versions: dict[str, int] = {}  # the newest version each source was pinned at
         self._newest: Optional[dict] = None  # the commit this refresh made (its metrics, version)
         self._wrote_full = False  # a full write may change the columns the views show
@@ -98,7 +102,11 @@ class SparkDelta:
         return detail
 
     def is_delta(self, location: str) -> bool:
-        return self._detail(location) is not None
+        # DESCRIBE HISTORY fails where no Delta table is, without DESCRIBE DETAIL's jobs; the
+        # answer is the newest commits table_state pins the source at next.
+        if location not in self._recent:
+            self._recent[location] = self._history_or_none(location, RECENT_COMMITS)
+        return self._recent[location] is not None
 
     def stream_tables(self, schema: str) -> list:
         rows = self.conn.rows(f"SHOW TABLES IN {quote(schema)} LIKE '{STORED_PREFIX}*'")
@@ -118,30 +126,35 @@ class SparkDelta:
 
     def table_state(self, location: str, version: Optional[int] = None) -> Optional[TableState]:
         # The newest version is pinned with a fresh answer (the table's id must be the one of the
-        # log the version comes from); a given version reuses it.
-        detail = self._detail(location, fresh=version is None)
-        if detail is None:
-            return None
-        if version is None:
+        # log the version comes from; is_delta's, read just before, counts as fresh once); a
+        # given version reuses it.
+        if version is None or location not in self._identities:
+            recent = self._recent.pop(location, None) or self._history_or_none(location, RECENT_COMMITS)
+            if not recent:
+                return None
+            found = identity.of(location, recent, lambda: self._detail(location, fresh=True))
+            if found is None:
+                return None
+            self._identities[location] = found
             # The newest commits, not only the newest one: commit_digest finds the version the
             # last refresh consumed among them (one DESCRIBE HISTORY per source, not two).
-            recent = self._history(location, RECENT_COMMITS)
-            version = max(int(c["version"]) for c in recent)
-            self._pinned_versions[location] = version
+            newest = max(int(c["version"]) for c in recent)
+            self._pinned_versions[location] = newest
             self._histories[location] = recent
+            version = newest if version is None else version
+        known = self._identities[location]
         columns = self.conn.output_columns(f"SELECT * FROM {delta_sql.at_version(location, version)}")
         # Every column nullable: a Thrift server cannot say which are NOT NULL (DESCRIBE QUERY has
         # no nullability), and a plan that never assumes NOT NULL is right either way, whichever
         # method the team's jobs refresh with.
         schema = pa.schema([pa.field(c.name, arrow_type(c.type), True) for c in columns])
-        properties = detail.get("properties") or {}
         return TableState(
             path=location,
             version=int(version),
-            table_id=str(detail.get("id")),
-            cdf_enabled=str(properties.get(base.CDF_PROPERTY, "false")).lower() == "true",
+            table_id=known.table_id,
+            cdf_enabled=str(known.properties.get(base.CDF_PROPERTY, "false")).lower() == "true",
             arrow_schema=schema,
-            partition_columns=list(detail.get("partitionColumns") or []),
+            partition_columns=list(known.partition_columns),
             unreadable_features=[],
             spark_types={c.name: c.type for c in columns},
         )
@@ -161,8 +174,7 @@ class SparkDelta:
             return None
         # Scalars only, as every binding returns them alike (a Thrift server prints the parameter
         # map as text): a digest must not change when the team's jobs use another method.
-        what = [_millis(commit.get("timestamp")), commit.get("operation"), commit.get("readVersion")]
-        return hashlib.md5(json.dumps(what, default=str).encode()).hexdigest()
+        return identity.digest(commit)
 
     def row_count(self, location: str, version: int) -> Optional[int]:
         # Delta answers a bare count(*) from the log's statistics (no scan).
@@ -172,13 +184,6 @@ class SparkDelta:
     def bindings(self, pinned: dict, old_versions: dict, columns: dict, model: str) -> base.Bindings:
         self._bindings = SparkBindings(self.conn, pinned, old_versions, columns, model, stored_bytes=self._stored_bytes)
         return self._bindings
-
-    def _small_change(self) -> bool:
-        """Few enough change rows (SMALL_CHANGE_ROWS) that the merge rows may have at most
-        REPLACE_KEYS_MAX keys: worth computing them first to read their row ids. A larger change
-        goes straight into one MERGE (computing its rows first would be a pass for nothing)."""
-        counts = self._bindings.change_counts if self._bindings is not None else {}
-        return sum(counts.values()) <= SMALL_CHANGE_ROWS
 
     def _stored_bytes(self, target: str) -> int:
         """The stored result's size: from the commits read_metadata read (sizes.py), else from
@@ -193,7 +198,7 @@ class SparkDelta:
         if self._detail(target, fresh=True) is None:
             return []
         return metadata_format.refresh_commits(
-            (int(c["version"]), _millis(c.get("timestamp")), c.get("operation"), _ours(c.get("userMetadata")))
+            (int(c["version"]), identity.millis(c.get("timestamp")), c.get("operation"), _ours(c.get("userMetadata")))
             for c in self._history(target, None)
         )
 
@@ -208,7 +213,7 @@ class SparkDelta:
                 (
                     (
                         int(c["version"]),
-                        _millis(c.get("timestamp")),
+                        identity.millis(c.get("timestamp")),
                         c.get("operation"),
                         _ours(c.get("userMetadata")),
                     )
@@ -269,23 +274,33 @@ class SparkDelta:
         metrics = (self._newest or {}).get("operationMetrics") or {}
         return int(metrics.get("numOutputRows", 0) or 0)
 
+    def _commit(self, target: str, statement: str, metadata: dict, read_version: int, by_keys: bool = False) -> None:
+        """One differential commit (the kill drill's steps around it)."""
+        steps.reached("merging")
+        with self._committing(target, metadata, read_version, by_keys=by_keys):
+            self.conn.execute(statement)
+        steps.reached("committed")
+
     def merge(
-        self, target: str, sql: Optional[str], columns: list, metadata: dict, read_version: int, phases: Any
+        self,
+        target: str,
+        sql: Optional[str],
+        columns: list,
+        metadata: dict,
+        read_version: int,
+        phases: Any,
+        change_rows: Optional[int] = None,
     ) -> Merged:
         from python_helpers.dvm.stored_result import ACTION, ROW_ID
 
         with phases("merge"):
             if sql is None:
-                steps.reached("merging")
-                with self._committing(target, metadata, read_version):
-                    self.conn.execute(delta_sql.empty_append(target))
-                steps.reached("committed")
+                self._commit(target, delta_sql.empty_append(target), metadata, read_version)
                 return Merged(0)
-            if not self._small_change():
-                steps.reached("merging")
-                with self._committing(target, metadata, read_version):
-                    self.conn.execute(delta_sql.merge(target, sql, columns, ROW_ID, ACTION))
-                steps.reached("committed")
+            if change_rows is None or change_rows > SMALL_CHANGE_ROWS:
+                # Its merge rows would rarely have few enough keys to pay for computing them
+                # first: one MERGE of the delta query.
+                self._commit(target, delta_sql.merge(target, sql, columns, ROW_ID, ACTION), metadata, read_version)
                 return _merged(self._newest)
             # A small change: its merge rows are computed once into the executors' storage and
             # their row ids read; up to REPLACE_KEYS_MAX keys replace their stored rows without
@@ -296,24 +311,23 @@ class SparkDelta:
                 keyed = self.conn.rows(
                     f"SELECT {quote(ROW_ID)}, {quote(ACTION)} FROM {quote(rows_view)} LIMIT {REPLACE_KEYS_MAX + 1}"
                 )
-                by_keys = len(keyed) <= REPLACE_KEYS_MAX and all(isinstance(k, str) for k, _ in keyed)
-                if by_keys:
-                    # An INSERT matches columns by position: name them in the table's order (a
-                    # table whose columns are not these takes the MERGE, which matches by name).
-                    stored = [c.name for c in self.conn.output_columns(f"SELECT * FROM {delta_sql.by_path(target)}")]
-                    by_keys = sorted(stored) == sorted(columns)
-                    columns = stored if by_keys else columns
-                steps.reached("merging")
-                with self._committing(target, metadata, read_version, by_keys=by_keys):
-                    if not keyed:
-                        self.conn.execute(delta_sql.empty_append(target))
-                    elif by_keys:
-                        keys = [k for k, _ in keyed]
-                        self.conn.execute(delta_sql.replace_keys(target, rows_view, keys, columns, ROW_ID, ACTION))
-                    else:
-                        rows = f"SELECT * FROM {quote(rows_view)}"
-                        self.conn.execute(delta_sql.merge(target, rows, columns, ROW_ID, ACTION))
-                steps.reached("committed")
+                # An INSERT matches columns by position: it names them in the stored table's order
+                # (as this refresh's bindings read it); a table whose columns are not these takes
+                # the MERGE, which matches by name.
+                stored = self._bindings.stored_columns if self._bindings is not None else []
+                by_keys = (
+                    0 < len(keyed) <= REPLACE_KEYS_MAX
+                    and all(isinstance(k, str) for k, _ in keyed)
+                    and sorted(stored) == sorted(columns)
+                )
+                if not keyed:
+                    statement = delta_sql.empty_append(target)
+                elif by_keys:
+                    keys = [k for k, _ in keyed]
+                    statement = delta_sql.replace_keys(target, rows_view, keys, stored, ROW_ID, ACTION)
+                else:
+                    statement = delta_sql.merge(target, f"SELECT * FROM {quote(rows_view)}", columns, ROW_ID, ACTION)
+                self._commit(target, statement, metadata, read_version, by_keys=by_keys)
             finally:
                 self.conn.drop_view(rows_view)
         if not keyed:
@@ -457,14 +471,6 @@ def _ours(user_metadata: Any) -> Optional[str]:
         return text if isinstance(json.loads(text), dict) and "offsets" in json.loads(text) else None
     except ValueError:
         return None
-
-
-def _millis(timestamp: Any) -> Optional[int]:
-    if timestamp is None:
-        return None
-    if hasattr(timestamp, "timestamp"):
-        return int(timestamp.timestamp() * 1000)
-    return None
 
 
 def _same_place(a: str, b: str) -> bool:

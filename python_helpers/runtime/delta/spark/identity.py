@@ -1,0 +1,94 @@
+"""What a refresh needs of a source's Delta metadata (its table id, change feed setting,
+partition columns) without a DESCRIBE DETAIL each time.
+
+DESCRIBE DETAIL computes the table's size and file count, which needs the whole state of the
+table: Spark jobs over its log, 1-2 s per source per refresh where the writer leaves no checksum
+files (delta-rs, and so every source our tests and benchmarks write). The id of a table changes
+only when the table is made anew (a new log, or CREATE/REPLACE in the same log: Delta gives a
+replaced table a new id), and its properties only by statements that set them. DESCRIBE HISTORY,
+read at every pin anyway, shows both: so the answer is remembered per location for this process
+with the newest commit seen then, and reused when the history still holds that commit unchanged
+(same version, same digest) and every commit after it is one that keeps id and properties
+(KEEPS_METADATA: appends, deletes, updates, merges, compaction, vacuum). Anything else (first
+pin in this process, more than the history's length of commits since, a replace, a property set,
+an overwrite) asks DESCRIBE DETAIL again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+# Operations (DESCRIBE HISTORY's `operation`) that change neither a table's id nor its metadata.
+KEEPS_METADATA = frozenset(
+    {"WRITE", "MERGE", "DELETE", "UPDATE", "STREAMING UPDATE", "OPTIMIZE", "VACUUM START", "VACUUM END"}
+)
+
+
+@dataclass(frozen=True)
+class Identity:
+    table_id: str
+    properties: dict
+    partition_columns: list
+
+
+@dataclass(frozen=True)
+class _Seen:
+    identity: Identity
+    version: int  # the newest commit when it was read
+    digest: str
+
+
+_seen: dict[str, _Seen] = {}
+_lock = threading.Lock()
+
+
+def digest(commit: dict) -> str:
+    """A commit as DESCRIBE HISTORY shows it, in a few scalars (every connection method prints
+    them alike: a Thrift server returns the parameter maps as text)."""
+    what = [millis(commit.get("timestamp")), commit.get("operation"), commit.get("readVersion")]
+    return hashlib.md5(json.dumps(what, default=str).encode()).hexdigest()
+
+
+def millis(timestamp: Any) -> Optional[int]:
+    # Truncated, as the digests recorded in stored results' metadata were made.
+    if timestamp is not None and hasattr(timestamp, "timestamp"):
+        return int(timestamp.timestamp() * 1000)
+    return None
+
+
+def _keeps_metadata(commit: dict) -> bool:
+    if commit.get("operation") not in KEEPS_METADATA:
+        return False
+    parameters = commit.get("operationParameters") or {}
+    # An overwrite may replace the schema and its properties with it: read them again.
+    return "overwrite" not in str(parameters.get("mode", "") if isinstance(parameters, dict) else parameters).lower()
+
+
+def of(location: str, recent: list, detail: Callable[[], Optional[dict]]) -> Optional[Identity]:
+    """The identity of the table at `location` whose newest commits are `recent` (DESCRIBE
+    HISTORY rows, newest first or not); `detail` runs DESCRIBE DETAIL (None: not a Delta table)."""
+    by_version = {int(c["version"]): c for c in recent}
+    newest = max(by_version)
+    with _lock:
+        seen = _seen.get(location)
+    if seen is not None and seen.version in by_version and digest(by_version[seen.version]) == seen.digest:
+        if all(_keeps_metadata(c) for v, c in by_version.items() if v > seen.version):
+            found: Optional[Identity] = seen.identity
+        else:
+            found = None
+    else:
+        found = None
+    if found is None:
+        answer = detail()
+        if answer is None:
+            return None
+        found = Identity(
+            str(answer.get("id")), dict(answer.get("properties") or {}), list(answer.get("partitionColumns") or [])
+        )
+    with _lock:
+        _seen[location] = _Seen(found, newest, digest(by_version[newest]))
+    return found
