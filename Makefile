@@ -49,7 +49,7 @@ demo-spark: install jars
 # the cluster's methods, the dbt refresh rounds, the TPC-H queries; 4 of the kill drill's 24
 # points a day (all within six days), 4 race rounds and one refresh round per cluster method.
 # make test-long runs every repetition. The budget: DEVELOPERS.md.
-CI_TIER := DVM_HYPOTHESIS_EXAMPLES=1 DVM_ROTATION=5 DVM_DRILL_RACE_ROUNDS=4 DVM_DRILL_KILL_POINTS=4 DVM_CLUSTER_REFRESH_ROUNDS=1
+CI_TIER := DVM_HYPOTHESIS_EXAMPLES=1 DVM_ROTATION=5 DVM_DRILL_RACE_ROUNDS=4 DVM_DRILL_KILL_POINTS=3 DVM_CLUSTER_REFRESH_ROUNDS=1
 
 # Lint first (ruff.toml), then type-check (mypy.ini) the code and the test support, then pytest. pytest exits 5
 # when it collected no test: that fails here too, never passes silently.

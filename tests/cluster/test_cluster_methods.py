@@ -164,7 +164,9 @@ def test_a_run_killed_mid_refresh_is_repaired_by_the_next_run(project, target):
             assert info["mode"] == "differential" and info["rows_changed"] == 0, f"{model}: {info['message']}"
 
 
-@pytest.mark.parametrize("target", TARGETS)
+# One method a day in make test (each dbt command a fresh process that waits on a dead port),
+# all three in make test-long.
+@pytest.mark.parametrize("target", rotation.todays(TARGETS, offset=1))
 def test_an_unreachable_server_fails_fast_naming_the_profile_keys(project, target):
     from python_helpers.testing.local_spark import free_port
 
