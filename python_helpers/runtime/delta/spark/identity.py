@@ -68,6 +68,14 @@ def _keeps_metadata(commit: dict) -> bool:
     return "overwrite" not in str(parameters.get("mode", "") if isinstance(parameters, dict) else parameters).lower()
 
 
+def _still_holds(seen: Optional[_Seen], by_version: dict) -> bool:
+    """The history holds the commit seen last time, unchanged, and only commits after it that
+    keep the table's id and properties."""
+    if seen is None or seen.version not in by_version or digest(by_version[seen.version]) != seen.digest:
+        return False
+    return all(_keeps_metadata(c) for v, c in by_version.items() if v > seen.version)
+
+
 def of(location: str, recent: list, detail: Callable[[], Optional[dict]]) -> Optional[Identity]:
     """The identity of the table at `location` whose newest commits are `recent` (DESCRIBE
     HISTORY rows, newest first or not); `detail` runs DESCRIBE DETAIL (None: not a Delta table)."""
@@ -75,14 +83,9 @@ def of(location: str, recent: list, detail: Callable[[], Optional[dict]]) -> Opt
     newest = max(by_version)
     with _lock:
         seen = _seen.get(location)
-    if seen is not None and seen.version in by_version and digest(by_version[seen.version]) == seen.digest:
-        if all(_keeps_metadata(c) for v, c in by_version.items() if v > seen.version):
-            found: Optional[Identity] = seen.identity
-        else:
-            found = None
+    if seen is not None and _still_holds(seen, by_version):
+        found = seen.identity
     else:
-        found = None
-    if found is None:
         answer = detail()
         if answer is None:
             return None
