@@ -413,9 +413,10 @@ def test_a_source_log_that_went_back_is_an_error_and_changes_nothing(env):
     assert after["storage_version"] == before["storage_version"]  # nothing written
 
 
-def test_a_rival_refresh_between_pinning_and_reading_the_stored_state_makes_it_start_over(env, monkeypatch):
-    """A rival refresh commits newer source versions after this one pinned its sources and before
-    it read the stored metadata: a lost race (start over), not a source that went back."""
+def test_a_rival_refresh_between_reading_the_stored_state_and_pinning_makes_it_start_over(env, monkeypatch):
+    """A rival refresh commits newer source versions after this one read the stored metadata and
+    before it pinned its sources: this one's commit loses (start over), nothing is applied twice,
+    and the source is not taken for one that went back."""
     from python_helpers.runtime.refresh import run as refresh_run
 
     env.source("t1", ROWS)
@@ -425,18 +426,17 @@ def test_a_rival_refresh_between_pinning_and_reading_the_stored_state_makes_it_s
     plan_request = refresh_run.plan_request
     rival_done: list = []
 
-    def plan_then_rival(delta, request):
-        plan = plan_request(delta, request)
+    def rival_then_plan(delta, request):
         if not rival_done:
             rival_done.append(True)
             env.apply([S.Insert("t1", [S.row(83, k=3, v=5)]), S.DeleteRows("t1", [0])])
             refresh_stream_table(env.spark, stream.request())  # commits the newer source version
-        return plan
+        return plan_request(delta, request)
 
-    monkeypatch.setattr(refresh_run, "plan_request", plan_then_rival)
+    monkeypatch.setattr(refresh_run, "plan_request", rival_then_plan)
     said: list = []
     result = refresh_stream_table(env.spark, stream.request(), log=lambda level, text: said.append(text))
-    assert any("starting over" in t and "newer source versions" in t for t in said), said
+    assert any("starting over" in t and "nothing was applied" in t for t in said), said
     assert result.skipped  # the rival already consumed everything
     stream.check()
 

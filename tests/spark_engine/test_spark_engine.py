@@ -215,8 +215,16 @@ def test_a_vacuumed_change_is_rebuilt_and_says_why(delta_env):
     stream.check()
 
 
-def test_a_stream_table_over_a_stream_table_reads_its_change_feed(delta_env):
+def test_a_stream_table_over_a_stream_table_reads_its_change_feed(delta_env, monkeypatch):
     """...and engine: auto picks the spark engine where Spark has Delta Lake."""
+    from python_helpers.runtime.delta.spark import engine as spark_engine
+    from python_helpers.runtime.delta.spark import identity
+
+    asked: list = []  # the locations DESCRIBE DETAIL is run on
+    detail = spark_engine.SparkDelta._detail
+    monkeypatch.setattr(
+        spark_engine.SparkDelta, "_detail", lambda self, at, fresh=False: asked.append(at) or detail(self, at, fresh)
+    )
     _sources(delta_env, ("t1",))
     upstream = delta_env.stream("upstream", AGG, engine="auto")
     assert upstream.refresh(expect="full").engine == "spark"
@@ -229,9 +237,14 @@ def test_a_stream_table_over_a_stream_table_reads_its_change_feed(delta_env):
     downstream.refresh(expect="full")
     downstream.check()
     delta_env.apply([S.Insert("t1", [S.row(100, k=1, v=5), S.row(101, k=7, v=2)]), S.DeleteRows("t1", [2])])
+    # As in a new dbt process, nothing remembered: the stored metadata's offsets say what the
+    # last refresh knew of each source, and the history shows it still holds (no DESCRIBE DETAIL).
+    identity._seen.clear()
+    asked.clear()
     assert upstream.refresh(expect="differential").engine == "spark"
     downstream.refresh(expect="differential")
     downstream.check()
+    assert not [a for a in asked if "t1" in a or "upstream" in a], asked
     # A table made anew keeps no id (identity.py remembers them: it must see that): the
     # upstream's --full-refresh is a CREATE OR REPLACE (a new id in the same log), its source a
     # new log at the same place.

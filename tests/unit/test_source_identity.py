@@ -40,6 +40,14 @@ def test_a_log_moved_on_by_writes_merges_and_deletes_is_not_described_again():
     assert detail.calls == 1
 
 
+def test_a_replace_where_keeps_what_was_seen():
+    place, detail = _place(), _Detail()
+    identity.of(place, [_commit(0, "CREATE TABLE"), _commit(1)], detail)
+    where = {**_commit(2, mode="Overwrite"), "operationParameters": {"mode": "Overwrite", "predicate": "[k IN (1)]"}}
+    as_text = {**_commit(3), "operationParameters": "{mode -> Overwrite, predicate -> [k IN (2)]}"}
+    assert identity.of(place, [_commit(1), where, as_text], detail).table_id == "id-1" and detail.calls == 1
+
+
 def test_a_replace_a_property_set_or_an_overwrite_is_described_again():
     for after in (
         _commit(2, "CREATE OR REPLACE TABLE AS SELECT"),
@@ -67,3 +75,41 @@ def test_a_new_log_at_the_same_place_or_a_long_gap_is_described_again():
 
 def test_not_a_delta_table_is_none():
     assert identity.of(_place(), [_commit(0)], lambda: None) is None
+
+
+def _offset(place: str, version: int, commit: dict, **extra) -> dict:
+    return {
+        "path": place,
+        "table_id": "id-9",
+        "version": version,
+        "commit": identity.digest(commit),
+        "cdf": True,
+        "partition_columns": ["day"],
+        **extra,
+    }
+
+
+def test_a_stored_results_offsets_stand_for_a_describe_detail_in_a_new_process():
+    place, detail = _place(), _Detail(table_id="never asked")
+    history = [_commit(0, "CREATE TABLE"), _commit(1), _commit(2, "MERGE")]
+    identity.recall({"s.t": _offset(place, 1, history[1])})
+    found = identity.of(place, history, detail)
+    assert (found.table_id, found.properties["delta.enableChangeDataFeed"], found.partition_columns) == (
+        "id-9",
+        "true",
+        ["day"],
+    )
+    assert detail.calls == 0
+
+
+def test_offsets_that_no_longer_hold_or_say_too_little_are_not_trusted():
+    history = [_commit(0, "CREATE TABLE"), _commit(1), _commit(2, "SET TBLPROPERTIES")]
+    cases = [
+        (history, _offset("", 1, history[1])),  # a property set since the consumed commit
+        (history[:2], _offset("", 1, _commit(1, second=9))),  # another log's commit 1
+        (history[:2], {k: v for k, v in _offset("", 1, history[1]).items() if k != "cdf"}),  # an older format
+    ]
+    for commits, offset in cases:
+        place, detail = _place(), _Detail(table_id="id-2")
+        identity.recall({"s.t": {**offset, "path": place}})
+        assert identity.of(place, commits, detail).table_id == "id-2" and detail.calls == 1

@@ -75,6 +75,10 @@ class Attempt:
                     "path": s.path,
                     # the commit consumed, so the next refresh can tell a replaced log from a newer one
                     "commit": self.delta.commit_digest(s.path, s.state.version),
+                    # what the spark engine would otherwise ask DESCRIBE DETAIL again in the next
+                    # run's process (runtime/delta/spark/identity.py)
+                    "cdf": s.state.cdf_enabled,
+                    "partition_columns": list(s.state.partition_columns),
                 }
                 for r, s in self.plan.pinned.items()
             },

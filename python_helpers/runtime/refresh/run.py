@@ -27,7 +27,6 @@ from python_helpers.errors import (
     ChangesUnavailable,
     ConcurrentRefresh,
     InvalidConfig,
-    SourceBehind,
     StreamTableError,
 )
 from python_helpers.runtime.connections.base import Connection, as_connection
@@ -94,23 +93,18 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
     meter = SparkMeter(delta.conn)
 
     with phases("plan"):
-        plan = plan_request(delta, request)
+        # The stored metadata first: it tells the engine what the last refresh knew of each
+        # source (the spark engine then pins them without DESCRIBE DETAIL).
         target = delta.stored_location(request.schema, request.identifier)
         meta = delta.read_metadata(target)
+        plan = plan_request(delta, request)
         read_consumed_commits(delta, plan, meta)
         print_fp = fingerprint(plan.definition, request.shaping(), metadata_format.FORMAT_VERSION)
         session = recorded_settings(delta.conn, plan.function_code)
         schema_now = read_schema(plan)
-        try:
-            decision = decide(request, plan, meta, print_fp, session, schema_now)
-        except SourceBehind:
-            if _overtaken(delta, plan, meta):
-                raise ConcurrentRefresh(
-                    model,
-                    "another refresh consumed newer source versions while this one planned; nothing was changed",
-                    "run the refresh again",
-                ) from None
-            raise
+        # A rival that commits after the metadata was read (newer offsets than `meta` says) makes
+        # this refresh's commit conflict: it starts over (MAX_ATTEMPTS).
+        decision = decide(request, plan, meta, print_fp, session, schema_now)
     steps.reached("planned")
 
     attempt = Attempt(
@@ -157,21 +151,6 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
     log("fallback" if decision.warn else "info", f"{model}: full refresh ({decision.reason})")
     attempt.full_reason = decision.reason
     return result("full", run_full(attempt), reason=decision.reason)
-
-
-def _overtaken(delta: DeltaEngine, plan, meta: Optional[dict]) -> bool:
-    """Did a rival refresh commit newer source versions between this one pinning its sources and
-    reading the stored metadata? Then every source it consumed beyond our pin exists now, in the
-    same table: a lost race (start over), not a log that went back."""
-    offsets = (meta or {}).get("offsets", {})
-    for relation, src in plan.pinned.items():
-        consumed = offsets.get(relation, {}).get("version")
-        if consumed is None or consumed <= src.state.version or src.pinned_by:
-            continue
-        now = delta.table_state(src.path)
-        if now is None or now.table_id != src.state.table_id or now.version < consumed:
-            return False
-    return True
 
 
 def _validate(request: RefreshRequest) -> None:
@@ -230,8 +209,8 @@ def explain(spark, request: RefreshRequest) -> str:
     _validate(request)
     delta = delta_engine(conn, request.engine, model)
     try:
-        plan = plan_request(delta, request)
         meta = delta.read_metadata(delta.stored_location(request.schema, request.identifier))
+        plan = plan_request(delta, request)
         read_consumed_commits(delta, plan, meta)
         print_fp = fingerprint(plan.definition, request.shaping(), metadata_format.FORMAT_VERSION)
         try:

@@ -222,6 +222,8 @@ class SparkDelta:
                 read_version,
             )
             if found is not None or limit is None or len(history) < limit:
+                if found is not None:
+                    identity.recall(found.get("offsets"))  # the sources as the last refresh found them
                 return found
         return None
 

@@ -12,6 +12,11 @@ with the newest commit seen then, and reused when the history still holds that c
 (KEEPS_METADATA: appends, deletes, updates, merges, compaction, vacuum). Anything else (first
 pin in this process, more than the history's length of commits since, a replace, a property set,
 an overwrite) asks DESCRIBE DETAIL again.
+
+Each `dbt run` is a new process, so the stored result's metadata carries the same memory across
+runs: every offset records the source's id, change-feed setting and partition columns with the
+digest of the commit consumed, and `recall` takes them as if seen in this process (the same rule
+then decides whether they still hold).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import json
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
+
+from python_helpers.runtime.delta.base import CDF_PROPERTY
 
 # Operations (DESCRIBE HISTORY's `operation`) that change neither a table's id nor its metadata.
 KEEPS_METADATA = frozenset(
@@ -64,8 +71,12 @@ def _keeps_metadata(commit: dict) -> bool:
     if commit.get("operation") not in KEEPS_METADATA:
         return False
     parameters = commit.get("operationParameters") or {}
-    # An overwrite may replace the schema and its properties with it: read them again.
-    return "overwrite" not in str(parameters.get("mode", "") if isinstance(parameters, dict) else parameters).lower()
+    # An overwrite may replace the schema and its properties with it: read them again. Not one
+    # with a predicate (REPLACE WHERE, as the spark engine writes small changes): Delta refuses
+    # to overwrite the schema there. A Thrift server prints the parameters as text.
+    text = str(parameters.get("mode", "") if isinstance(parameters, dict) else parameters).lower()
+    replaces_where = "predicate" in (parameters if isinstance(parameters, dict) else str(parameters))
+    return "overwrite" not in text or replaces_where
 
 
 def _still_holds(seen: Optional[_Seen], by_version: dict) -> bool:
@@ -74,6 +85,27 @@ def _still_holds(seen: Optional[_Seen], by_version: dict) -> bool:
     if seen is None or seen.version not in by_version or digest(by_version[seen.version]) != seen.digest:
         return False
     return all(_keeps_metadata(c) for v, c in by_version.items() if v > seen.version)
+
+
+def recall(offsets: Optional[dict]) -> None:
+    """Take a stored result's offsets as seen: each source's id, change-feed setting and
+    partition columns at the commit the last refresh consumed (offsets written before these
+    fields were recorded are passed over). A newer memory of this process is kept."""
+    for offset in (offsets or {}).values():
+        if not isinstance(offset, dict) or offset.get("commit") is None:
+            continue
+        if not all(k in offset for k in ("path", "table_id", "version", "cdf", "partition_columns")):
+            continue
+        known = Identity(
+            str(offset["table_id"]),
+            {CDF_PROPERTY: "true" if offset["cdf"] else "false"},
+            list(offset["partition_columns"]),
+        )
+        seen = _Seen(known, int(offset["version"]), str(offset["commit"]))
+        with _lock:
+            mine = _seen.get(offset["path"])
+            if mine is None or mine.version < seen.version:
+                _seen[offset["path"]] = seen
 
 
 def of(location: str, recent: list, detail: Callable[[], Optional[dict]]) -> Optional[Identity]:
