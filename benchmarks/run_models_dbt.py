@@ -238,7 +238,30 @@ def _report(args, models, built, tabled, records, mixes) -> str:
             peak = max(r[0].peak_dbt_mib for r in rows)
             lines.append(f"| {m} | {t:.1f} | {f:.1f} | {d:.1f} | {modes} | {t / d:.1f}x | {f / d:.1f}x | {peak:.0f} |")
         lines += _phase_table(models, rows)
+        lines += _statements(models, rows)
     return "\n".join(lines)
+
+
+def _statements(models, rows) -> list:
+    """The last cycle's DIFFERENTIAL refresh: how many calls to Spark, and the slowest."""
+    diff = rows[-1][0]
+    if not any(diff.models[m].statements for m in models):
+        return []
+    lines = [
+        "",
+        "Calls to Spark in the last DIFFERENTIAL refresh (`DBT_SPARK_STREAM_TRACE`) and the slowest of them:",
+        "",
+        "| model | calls | slowest (s, method, statement) |",
+        "|---|---|---|",
+    ]
+    for m in models:
+        run = diff.models[m]
+        slowest = "<br>".join(
+            f"{sec:.2f} {method} `{(text[:90] or '-').replace('|', '/').replace('`', '')}`"
+            for sec, method, text in run.slowest
+        )
+        lines.append(f"| {m} | {run.statements} | {slowest} |")
+    return lines
 
 
 def _chart(models, records, mixes, path: str, title: str) -> None:

@@ -25,6 +25,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from python_helpers.runtime.connections.trace import TRACE
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -40,6 +42,8 @@ class ModelRun:
     reason: str
     phases: dict
     counters: dict
+    statements: int = 0  # calls to Spark the refresh made (connections/trace.py)
+    slowest: list = field(default_factory=list)  # the slowest of them: (seconds, method, text)
 
 
 @dataclass
@@ -151,9 +155,16 @@ class DbtBench:
         results = os.path.join(self.project, "target", "run_results.json")
         if os.path.exists(results):
             os.remove(results)
+        trace = os.path.join(self.work, "traces", f"{time.time_ns()}.jsonl")
+        os.makedirs(os.path.dirname(trace), exist_ok=True)
         started = time.perf_counter()
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self._environment(), cwd=self.project
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**self._environment(), TRACE: trace},
+            cwd=self.project,
         )
         sampler = _PeakRss(proc.pid)
         sampler.start()
@@ -163,6 +174,7 @@ class DbtBench:
         own = sampler.own_peak
         models = {}
         ok = proc.returncode == 0
+        calls = _trace_by_model(trace)
         if os.path.exists(results):
             with open(results) as handle:
                 data = json.load(handle)
@@ -176,9 +188,27 @@ class DbtBench:
                     resp.get("reason") or "",
                     resp.get("phases") or {},
                     resp.get("counters") or {},
+                    len(calls.get(name, [])),
+                    sorted(calls.get(name, []), reverse=True)[:SLOWEST],
                 )
                 ok = ok and r["status"] == "success"
         return RunReport(wall, models, peak, ok, "" if ok else out[-3000:], own)
+
+
+SLOWEST = 5
+
+
+def _trace_by_model(path: str) -> dict:
+    """The trace's calls by model name (the last part of dbt's unique id): (seconds, method, text)."""
+    calls: dict = {}
+    if not os.path.exists(path):
+        return calls
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            call = json.loads(line)
+            name = str(call["model"]).split(".")[-1]
+            calls.setdefault(name, []).append((call["seconds"], call["method"], call["text"]))
+    return calls
 
 
 class _PeakRss(threading.Thread):

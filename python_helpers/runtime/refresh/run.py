@@ -32,6 +32,7 @@ from python_helpers.errors import (
 from python_helpers.runtime.connections.base import Connection, as_connection
 from python_helpers.runtime.connections.metrics import SparkMeter
 from python_helpers.runtime.connections.server_checks import require_persistent_catalog
+from python_helpers.runtime.connections.trace import traced
 from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.delta.base import DeltaEngine
 from python_helpers.runtime.delta.choose import delta_engine
@@ -64,6 +65,7 @@ def run_refresh(conn: Connection, request: RefreshRequest, log: Optional[Log] = 
     log = log or _default_log
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     _validate(request)
+    conn = traced(conn, request.model)
     require_persistent_catalog(conn, request.model)
     delta = delta_engine(conn, request.engine, request.model)
     log("debug", f"{request.model}: the {delta.name} Delta engine refreshes it (profile engine: {request.engine})")

@@ -1,0 +1,51 @@
+"""DBT_SPARK_STREAM_TRACE (runtime/connections/trace.py): each call to Spark timed in a file, the
+call's answer or error unchanged, nothing written when it is off."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from python_helpers.runtime.connections import trace
+
+
+class _Spark:
+    """A connection's surface: two calls that reach Spark, one that fails, one that does not reach it."""
+
+    kind = "session"
+
+    def rows(self, sql: str) -> list:
+        return [(1,)]
+
+    def execute(self, sql: str) -> None:
+        raise RuntimeError("no such table")
+
+    def private(self) -> "_Spark":
+        return _Spark()
+
+    def release(self) -> None:
+        pass
+
+
+def test_each_call_is_written_with_its_model_method_and_statement(tmp_path, monkeypatch):
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv(trace.TRACE, str(path))
+    conn = trace.traced(_Spark(), "model.p.facts")  # type: ignore[arg-type]
+    assert conn.rows("SELECT  1\n FROM t") == [(1,)]
+    with pytest.raises(RuntimeError, match="no such table"):
+        conn.private().execute("DROP VIEW v")
+    conn.release()  # not a call to Spark: not written
+    assert conn.kind == "session"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(c["model"], c["method"], c["text"]) for c in lines] == [
+        ("model.p.facts", "rows", "SELECT 1 FROM t"),
+        ("model.p.facts", "execute", "DROP VIEW v"),
+    ]
+    assert all(c["seconds"] >= 0 for c in lines)
+
+
+def test_off_by_default(monkeypatch):
+    monkeypatch.delenv(trace.TRACE, raising=False)
+    spark = _Spark()
+    assert trace.traced(spark, "m") is spark  # type: ignore[arg-type]
