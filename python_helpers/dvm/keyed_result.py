@@ -75,8 +75,14 @@ class KeyedBagResult(BagResult):
             ],
             sub(consolidated, c),
         ).group_by(key_id(self.key, c), copy=False)
-        # Only the stored row ids (a column of the stored result), of the keys the change names.
-        touched = touched_storage(ctx, storage, consolidated, lambda t: key_id(self.key, t))
+        # Only the stored row ids (a column of the stored result), of the keys the change gives a
+        # tuple without taking one away: only those can break the key by meeting a stored row
+        # (an update removes the key's old tuple). Scattered updates name none, and Spark then
+        # skips the stored result's scan (an empty broadcast side of the semi join).
+        only_gaining = select_from([exp.Star()], sub(per_key.copy(), ctx.alias("g"))).where(
+            exp.EQ(this=col("__dvm_lost"), expression=zero.copy()), copy=False
+        )
+        touched = touched_storage(ctx, storage, only_gaining, lambda t: col(ROW_ID, t))
         if isinstance(touched, exp.Table):
             touched = select_from([exp.Star()], touched.copy())
         stored_ids = select_from([col(ROW_ID)], sub(touched, ctx.alias("ts")))

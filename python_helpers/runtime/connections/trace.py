@@ -44,7 +44,7 @@ TIMED = frozenset(
         "remove_tag",
     }
 )
-TEXT_CHARS = 240
+TEXT_CHARS = 400
 
 _lock = threading.Lock()
 
@@ -75,7 +75,7 @@ class TracedConnection:
         return timed
 
     def _write(self, method: str, args: tuple, seconds: float) -> None:
-        text = next((a for a in args if isinstance(a, str)), "")
+        text = " | ".join(a for a in args if isinstance(a, str))  # a view's name, then its query
         line = {
             "model": self._model,
             "method": method,

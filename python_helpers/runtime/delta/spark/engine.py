@@ -45,12 +45,15 @@ VACUUM_EVERY = 20  # commits between two vacuums of a stored result
 COMPACT_AFTER_FILES = 48  # OPTIMIZE the stored result once it has more files than this
 # A differential commit whose merge rows have at most this many keys replaces them by their row
 # ids (sql.replace_keys: the ids go into the statement's text, 36 bytes each) instead of a MERGE.
-REPLACE_KEYS_MAX = 2048
+# Measured on the 6 M-row fact (docs/architecture.md): 16 k keys 7.4 s, 32 k keys 30.7 s, where a
+# MERGE took 15-18 s.
+REPLACE_KEYS_MAX = 16_384
 # A change of more rows than this (all moved sources) goes straight into a MERGE: its merge rows
 # would rarely have few enough keys to pay for computing them first. An update is two change rows
 # (before and after), and a join's other side adds its own: 1,000 scattered lineitem updates with
-# their 250 orders are 2,500 change rows and about 1,000 keys of the fact over them.
-SMALL_CHANGE_ROWS = 4 * REPLACE_KEYS_MAX
+# their 250 orders are 2,500 change rows and about 1,000 keys of the fact over them; TPC-H's
+# refresh functions at SF 1 15,000 change rows and about 12,000 keys.
+SMALL_CHANGE_ROWS = 2 * REPLACE_KEYS_MAX
 RECENT_COMMITS = 16  # commits read when a source is pinned (commit_digest finds the consumed one there)
 _CONCURRENT = ("Concurrent", "DELTA_CONCURRENT", "ProtocolChangedException", "MetadataChangedException")
 
