@@ -46,6 +46,9 @@ def test_a_replace_where_keeps_what_was_seen():
     where = {**_commit(2, mode="Overwrite"), "operationParameters": {"mode": "Overwrite", "predicate": "[k IN (1)]"}}
     as_text = {**_commit(3), "operationParameters": "{mode -> Overwrite, predicate -> [k IN (2)]}"}
     assert identity.of(place, [_commit(1), where, as_text], detail).table_id == "id-1" and detail.calls == 1
+    # an overwrite of a table with a column named like the key is an overwrite
+    column = {**_commit(4), "operationParameters": '{mode -> Overwrite, partitionBy -> ["predicate_day"]}'}
+    assert identity.of(place, [as_text, column], detail) is not None and detail.calls == 2
 
 
 def test_a_replace_a_property_set_or_an_overwrite_is_described_again():

@@ -16,13 +16,17 @@ an overwrite) asks DESCRIBE DETAIL again.
 Each `dbt run` is a new process, so the stored result's metadata carries the same memory across
 runs: every offset records the source's id, change-feed setting and partition columns with the
 digest of the commit consumed, and `recall` takes them as if seen in this process (the same rule
-then decides whether they still hold).
+then decides whether they still hold). So from the first DESCRIBE DETAIL on, a source that keeps
+moving by such commits is never described again: the invariant is KEEPS_METADATA itself (no
+operation in it may give a table a new id or change its change-feed setting). A wrong answer
+about the change feed fails the refresh (table_changes refuses), it cannot change rows.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -67,6 +71,9 @@ def millis(timestamp: Any) -> Optional[int]:
     return None
 
 
+_PREDICATE_KEY = re.compile(r"[{,]\s*\"?predicate\"?\s*(->|:)")
+
+
 def _keeps_metadata(commit: dict) -> bool:
     if commit.get("operation") not in KEEPS_METADATA:
         return False
@@ -74,9 +81,11 @@ def _keeps_metadata(commit: dict) -> bool:
     # An overwrite may replace the schema and its properties with it: read them again. Not one
     # with a predicate (REPLACE WHERE, as the spark engine writes small changes): Delta refuses
     # to overwrite the schema there. A Thrift server prints the parameters as text.
-    text = str(parameters.get("mode", "") if isinstance(parameters, dict) else parameters).lower()
-    replaces_where = "predicate" in (parameters if isinstance(parameters, dict) else str(parameters))
-    return "overwrite" not in text or replaces_where
+    if isinstance(parameters, dict):
+        mode, replaces_where = str(parameters.get("mode", "")), "predicate" in parameters
+    else:  # e.g. `{mode -> Overwrite, predicate -> [...]}` or its JSON form: the key, not a column name
+        mode, replaces_where = str(parameters), _PREDICATE_KEY.search(str(parameters)) is not None
+    return "overwrite" not in mode.lower() or replaces_where
 
 
 def _still_holds(seen: Optional[_Seen], by_version: dict) -> bool:
