@@ -237,6 +237,8 @@ def test_a_stream_table_over_a_stream_table_reads_its_change_feed(delta_env, mon
     downstream.refresh(expect="full")
     downstream.check()
     delta_env.apply([S.Insert("t1", [S.row(100, k=1, v=5), S.row(101, k=7, v=2)]), S.DeleteRows("t1", [2])])
+    for i in range(16):  # more commits than a pin reads (RECENT_COMMITS): its history is read back
+        delta_env.apply([S.Insert("t1", [S.row(200 + i, k=i % 3, v=i)])])
     # As in a new dbt process, nothing remembered: the stored metadata's offsets say what the
     # last refresh knew of each source, and the history shows it still holds (no DESCRIBE DETAIL).
     identity._seen.clear()

@@ -55,6 +55,10 @@ REPLACE_KEYS_MAX = 16_384
 # refresh functions at SF 1 15,000 change rows and about 12,000 keys.
 SMALL_CHANGE_ROWS = 2 * REPLACE_KEYS_MAX
 RECENT_COMMITS = 16  # commits read when a source is pinned (commit_digest finds the consumed one there)
+# A source with more commits than that since the one its identity was seen at (frequent small
+# writes between two runs) has its history read back to that commit, up to this many: one
+# DESCRIBE HISTORY proves the identity where DESCRIBE DETAIL would compute the table's state.
+REACH_BACK_COMMITS = 512
 _CONCURRENT = ("Concurrent", "DELTA_CONCURRENT", "ProtocolChangedException", "MetadataChangedException")
 
 
@@ -135,6 +139,7 @@ class SparkDelta:
             recent = self._recent.pop(location, None) or self._history_or_none(location, RECENT_COMMITS)
             if not recent:
                 return None
+            recent = self._back_to_seen(location, recent)
             found = identity.of(location, recent, lambda: self._detail(location, fresh=True))
             if found is None:
                 return None
@@ -161,6 +166,15 @@ class SparkDelta:
             unreadable_features=[],
             spark_types={c.name: c.type for c in columns},
         )
+
+    def _back_to_seen(self, location: str, recent: list) -> list:
+        """`recent`, or the history back to the commit the source's identity was seen at when that
+        is older than `recent` reaches (commit_digest then finds the consumed commit in it too)."""
+        seen = identity.seen_version(location)
+        versions = [int(c["version"]) for c in recent]
+        if seen is None or seen >= min(versions) or max(versions) - seen >= REACH_BACK_COMMITS:
+            return recent
+        return self._history_or_none(location, max(versions) - seen + 1) or recent
 
     def commit_digest(self, location: str, version: int) -> Optional[str]:
         history = self._histories.get(location) or []

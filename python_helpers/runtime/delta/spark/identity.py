@@ -117,6 +117,13 @@ def recall(offsets: Optional[dict]) -> None:
                 _seen[offset["path"]] = seen
 
 
+def seen_version(location: str) -> Optional[int]:
+    """The commit the remembered identity of `location` was seen at (None: nothing remembered)."""
+    with _lock:
+        seen = _seen.get(location)
+    return None if seen is None else seen.version
+
+
 def of(location: str, recent: list, detail: Callable[[], Optional[dict]]) -> Optional[Identity]:
     """The identity of the table at `location` whose newest commits are `recent` (DESCRIBE
     HISTORY rows, newest first or not); `detail` runs DESCRIBE DETAIL (None: not a Delta table)."""
