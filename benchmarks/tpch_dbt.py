@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from python_helpers.runtime.connections.trace import TRACE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SLOWEST = 5  # the slowest calls to Spark kept per model and run (connections/trace.py)
 
 
 def _source_sql(sql: str) -> str:
@@ -193,9 +194,6 @@ class DbtBench:
                 )
                 ok = ok and r["status"] == "success"
         return RunReport(wall, models, peak, ok, "" if ok else out[-3000:], own)
-
-
-SLOWEST = 5
 
 
 def _trace_by_model(path: str) -> dict:
