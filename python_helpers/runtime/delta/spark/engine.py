@@ -43,16 +43,26 @@ from python_helpers.runtime.spark_types import arrow_type
 STORED_PREFIX = "__dvm_stored__"  # the stored result's catalog name: <schema>.__dvm_stored__<model>
 VACUUM_EVERY = 20  # commits between two vacuums of a stored result
 COMPACT_AFTER_FILES = 48  # OPTIMIZE the stored result once it has more files than this
-# A differential commit whose merge rows have at most this many keys replaces them by their row
-# ids (sql.replace_keys: the ids go into the statement's text, 36 bytes each) instead of a MERGE.
-# Measured on the 6 M-row fact (docs/architecture.md): 16 k keys 7.4 s, 32 k keys 30.7 s, where a
-# MERGE took 15-18 s.
-REPLACE_KEYS_MAX = 16_384
+# A differential commit whose merge rows have few keys replaces them by their row ids
+# (sql.replace_keys: `INSERT INTO ... REPLACE WHERE row_id IN (<ids>)`) instead of a MERGE. Delta's
+# MERGE joins its rows to the whole stored result, every column, shuffled (its cost follows the
+# stored result's size: 129 s for 120 k rows into the 60 M-row fact, 4.9 GB); the replace scans
+# the row-id column and marks rows (deletion vectors), but pays about 80 us per key (the list in
+# the statement, in Delta's planning and in the commit: 36 bytes a key). Measured on that fact,
+# unchecked (sql.REPLACE_WHERE_CONSTRAINT_CHECK): 32 k keys 12.6 s, 120 k keys 24.7 s. So up to
+# REPLACE_KEYS_MIN keys always replace; more replace while there are at most one per
+# STORED_BYTES_PER_KEY of the stored result (a MERGE of a small table is cheaper than a long
+# list), never more than REPLACE_KEYS_MAX (a 4.7 MB commit, which every DESCRIBE HISTORY of the
+# stored result then reads: 0.7 s for 32 commits of 4.3 MB against 0.16 s).
+REPLACE_KEYS_MIN = 16_384
+REPLACE_KEYS_MAX = 131_072
+STORED_BYTES_PER_KEY = 8_192
 # A change of more rows than this (all moved sources) goes straight into a MERGE: its merge rows
 # would rarely have few enough keys to pay for computing them first. An update is two change rows
 # (before and after), and a join's other side adds its own: 1,000 scattered lineitem updates with
 # their 250 orders are 2,500 change rows and about 1,000 keys of the fact over them; TPC-H's
-# refresh functions at SF 1 15,000 change rows and about 12,000 keys.
+# refresh functions at SF 1 15,000 change rows and about 12,000 keys, at SF 10 about 150,000
+# change rows and 120,000 keys.
 SMALL_CHANGE_ROWS = 2 * REPLACE_KEYS_MAX
 RECENT_COMMITS = 16  # commits read when a source is pinned (commit_digest finds the consumed one there)
 # A source with more commits than that since the one its identity was seen at (frequent small
@@ -174,7 +184,15 @@ class SparkDelta:
         versions = [int(c["version"]) for c in recent]
         if seen is None or seen >= min(versions) or max(versions) - seen >= REACH_BACK_COMMITS:
             return recent
-        return self._history_or_none(location, max(versions) - seen + 1) or recent
+        try:
+            return self._history_back_to(location, max(versions), seen)
+        except Exception:  # noqa: BLE001 - the log was replaced meanwhile: the pin reads it again
+            return recent
+
+    def _history_back_to(self, location: str, newest: int, version: int) -> list[dict]:
+        """The commits from `version` to `newest` in one DESCRIBE HISTORY (its LIMIT counts back
+        from the newest commit)."""
+        return self._history(location, newest - int(version) + 1)
 
     def commit_digest(self, location: str, version: int) -> Optional[str]:
         history = self._histories.get(location) or []
@@ -182,10 +200,12 @@ class SparkDelta:
             # The commits from `version` to the pinned one (a consumed version is near the newest):
             # DESCRIBE HISTORY without a limit reads every commit file the log still holds.
             pinned = self._pinned_versions.get(location)
-            limit = pinned - int(version) + 1 if pinned is not None and pinned >= int(version) else None
-            history = self._histories[location] = self._history(location, limit)
-            if limit is not None and not any(int(c["version"]) == int(version) for c in history):
-                history = self._histories[location] = self._history(location, None)
+            history = []
+            if pinned is not None and pinned >= int(version):
+                history = self._history_back_to(location, pinned, version)
+            if not any(int(c["version"]) == int(version) for c in history):
+                history = self._history(location, None)
+            self._histories[location] = history
         commit = next((c for c in history if int(c["version"]) == int(version)), None)
         if commit is None:
             return None
@@ -264,6 +284,7 @@ class SparkDelta:
         }
         if by_keys:
             settings[delta_sql.REPLACE_WHERE_DATA_COLUMNS] = "true"
+            settings[delta_sql.REPLACE_WHERE_CONSTRAINT_CHECK] = "false"
         for key, value in settings.items():
             self.conn.set_conf(key, value)
         try:
@@ -322,7 +343,7 @@ class SparkDelta:
                 self._commit(target, delta_sql.merge(target, sql, columns, ROW_ID, ACTION), metadata, read_version)
                 return _merged(self._newest)
             # A small change: its merge rows are computed once into the executors' storage and
-            # their row ids read; up to REPLACE_KEYS_MAX keys replace their stored rows without
+            # their row ids read; few enough keys (_replace_keys_bound) replace their stored rows without
             # a join to the stored result (replace_keys), more go through one MERGE of those rows.
             rows_view = f"__dvm_{uuid.uuid4().hex[:12]}_merge_rows"
             try:
@@ -335,7 +356,7 @@ class SparkDelta:
                 # the MERGE, which matches by name.
                 stored = self._bindings.stored_columns if self._bindings is not None else []
                 by_keys = (
-                    0 < len(keyed) <= REPLACE_KEYS_MAX
+                    0 < len(keyed) <= self._replace_keys_bound(target, len(keyed))
                     and all(isinstance(k, str) for k, _ in keyed)
                     and sorted(stored) == sorted(columns)
                 )
@@ -355,6 +376,13 @@ class SparkDelta:
             deletes = sum(1 for _, action in keyed if action == "D")
             return _replaced(self._newest, upserts=len(keyed) - deletes, deletes=deletes)
         return _merged(self._newest)
+
+    def _replace_keys_bound(self, target: str, keys: int) -> int:
+        """How many keys a commit may replace by their row ids (REPLACE_KEYS_MIN..MAX); the stored
+        result's size is asked only past the minimum."""
+        if keys <= REPLACE_KEYS_MIN:
+            return REPLACE_KEYS_MIN
+        return max(REPLACE_KEYS_MIN, min(REPLACE_KEYS_MAX, self._stored_bytes(target) // STORED_BYTES_PER_KEY))
 
     def tidy(self, target: str, retention_hours: float, log: Log, model: str) -> bool:
         try:
