@@ -273,13 +273,14 @@ def test_the_spark_engine_needs_delta_lake_in_spark(env):
 
 def test_a_keyed_result_merges_per_key_and_refuses_a_second_row_of_a_key(delta_env, monkeypatch):
     """unique_key on the spark engine: the MERGE rows per key applied by Delta's MERGE INTO (the
-    paths of a change of more than REPLACE_KEYS_MAX rows or keys, made the rule here: the
+    paths of a change of more rows or keys than a replace by row ids takes, made the rule here: the
     first refresh MERGEs the query's rows directly, the second its rows computed first), and the
     key's check (raise_error) stopping the refresh before its commit."""
     from deltalake import DeltaTable
 
     from python_helpers.runtime.delta.spark import engine as spark_engine
 
+    monkeypatch.setattr(spark_engine, "REPLACE_KEYS_MIN", 0)
     monkeypatch.setattr(spark_engine, "REPLACE_KEYS_MAX", 0)
     monkeypatch.setattr(spark_engine, "SMALL_CHANGE_ROWS", 0)
 
