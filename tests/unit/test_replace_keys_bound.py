@@ -31,10 +31,15 @@ def test_up_to_the_minimum_keys_replace_whatever_the_stored_result_holds():
 
 def test_past_the_minimum_the_bound_follows_the_stored_size_up_to_the_maximum():
     keys = spark_engine.REPLACE_KEYS_MIN + 1
-    # A 60 MB rollup: a MERGE of 30 k keys into it is cheaper than their list.
-    assert _engine(60 * 2**20)._replace_keys_bound(TARGET, keys) == spark_engine.REPLACE_KEYS_MIN
-    # 300 MB: one key per STORED_BYTES_PER_KEY.
-    assert _engine(300 * 2**20)._replace_keys_bound(TARGET, keys) == 300 * 2**20 // spark_engine.STORED_BYTES_PER_KEY
-    # The 60 M-row fact (4.9 GB): its 120 k keys under TPC-H's refresh functions replace.
-    bound = _engine(4_900 * 2**20)._replace_keys_bound(TARGET, 120_553)
+    # Nothing stored: the minimum.
+    assert _engine(0)._replace_keys_bound(TARGET, keys) == spark_engine.REPLACE_KEYS_MIN
+    # The 70 MB rollup at SF 10: its 29 k keys under the refresh functions replace (3.75 s where
+    # the MERGE took 5.0 s), one more key per STORED_BYTES_PER_KEY.
+    rollup = 69_840_064
+    bound = _engine(rollup)._replace_keys_bound(TARGET, 29_460)
+    assert bound == spark_engine.REPLACE_KEYS_MIN + rollup // spark_engine.STORED_BYTES_PER_KEY and 29_460 <= bound
+    # A 10 MB result: 30 k keys go through a MERGE.
+    assert _engine(10 * 2**20)._replace_keys_bound(TARGET, 30_000) < 30_000
+    # The 60 M-row fact (1.7 GB): its 120 k keys under TPC-H's refresh functions replace.
+    bound = _engine(1_704_633_513)._replace_keys_bound(TARGET, 120_553)
     assert bound == spark_engine.REPLACE_KEYS_MAX and 120_553 <= bound

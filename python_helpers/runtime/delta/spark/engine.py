@@ -45,18 +45,18 @@ VACUUM_EVERY = 20  # commits between two vacuums of a stored result
 COMPACT_AFTER_FILES = 48  # OPTIMIZE the stored result once it has more files than this
 # A differential commit whose merge rows have few keys replaces them by their row ids
 # (sql.replace_keys: `INSERT INTO ... REPLACE WHERE row_id IN (<ids>)`) instead of a MERGE. Delta's
-# MERGE joins its rows to the whole stored result, every column, shuffled (its cost follows the
-# stored result's size: 129 s for 120 k rows into the 60 M-row fact, 4.9 GB); the replace scans
-# the row-id column and marks rows (deletion vectors), but pays about 80 us per key (the list in
-# the statement, in Delta's planning and in the commit: 36 bytes a key). Measured on that fact,
-# unchecked (sql.REPLACE_WHERE_CONSTRAINT_CHECK): 32 k keys 12.6 s, 120 k keys 24.7 s. So up to
-# REPLACE_KEYS_MIN keys always replace; more replace while there are at most one per
-# STORED_BYTES_PER_KEY of the stored result (a MERGE of a small table is cheaper than a long
-# list), never more than REPLACE_KEYS_MAX (a 4.7 MB commit, which every DESCRIBE HISTORY of the
-# stored result then reads: 0.7 s for 32 commits of 4.3 MB against 0.16 s).
+# MERGE joins its rows to the whole stored result, every column, shuffled: about 3 s and then
+# 30-75 s per GB of stored result (5.0 s for 29 k keys into the 70 MB SF 10 rollup, 129 s for
+# 120 k into the 1.7 GB SF 10 fact). The replace scans the row-id column and marks rows (deletion
+# vectors), and pays about 80 us per key (the list in the statement, in Delta's planning and in
+# the commit: 36 bytes a key): 3.75 s for those 29 k keys, 24.7 s for those 120 k, checked by
+# nobody (sql.REPLACE_WHERE_CONSTRAINT_CHECK). So a commit replaces up to REPLACE_KEYS_MIN keys
+# and one more per STORED_BYTES_PER_KEY of stored result (both below the break-even), never more
+# than REPLACE_KEYS_MAX (a 4.7 MB commit, which every DESCRIBE HISTORY of the stored result then
+# reads: 0.7 s for 32 commits of 4.3 MB against 0.16 s).
 REPLACE_KEYS_MIN = 16_384
+STORED_BYTES_PER_KEY = 4_096
 REPLACE_KEYS_MAX = 131_072
-STORED_BYTES_PER_KEY = 8_192
 # A change of more rows than this (all moved sources) goes straight into a MERGE: its merge rows
 # would rarely have few enough keys to pay for computing them first. An update is two change rows
 # (before and after), and a join's other side adds its own: 1,000 scattered lineitem updates with
@@ -382,7 +382,7 @@ class SparkDelta:
         result's size is asked only past the minimum."""
         if keys <= REPLACE_KEYS_MIN:
             return REPLACE_KEYS_MIN
-        return max(REPLACE_KEYS_MIN, min(REPLACE_KEYS_MAX, self._stored_bytes(target) // STORED_BYTES_PER_KEY))
+        return min(REPLACE_KEYS_MAX, REPLACE_KEYS_MIN + self._stored_bytes(target) // STORED_BYTES_PER_KEY)
 
     def tidy(self, target: str, retention_hours: float, log: Log, model: str) -> bool:
         try:
