@@ -3,7 +3,8 @@
 A source's change is `table_changes_by_path(path, v_old + 1, v_new)` with weights; a snapshot
 is `delta.`path` VERSION AS OF n`; the stored result the same at the version the refresh read.
 Delta skips files by their statistics itself, so a key-restricted read is the snapshot filtered
-by the change's keys (`key IN (...)`, few keys): Delta prunes the files and Parquet the pages.
+by the change's keys (`key IN (<the keys>)`, few keys, written out as literals where their type
+allows: Delta prunes files and Parquet pages only by a literal list, not by a subquery).
 Every name carries the refresh's id; all are dropped at the end.
 """
 
@@ -20,6 +21,25 @@ from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime.delta.bound_views import PAGE_FILTER_KEYS, BoundViews
 from python_helpers.runtime.delta.spark import sql as delta_sql
 from python_helpers.runtime.refresh import scan_settings
+
+# Key types written out as literals in a key-restricted read (others stay an IN subquery): the
+# literal must compare as the join's equality does, so both sides of one kind.
+_INTEGRAL = {"tinyint", "smallint", "int", "integer", "bigint", "long", "short", "byte"}
+
+
+def literal_keys(values: list, column_type: Optional[str], key_type: Optional[str]) -> Optional[list]:
+    """`values` (keys read from the change) as SQL literals for `column IN (...)`, or None where
+    a literal could compare otherwise than the join: other types, mixed kinds, no keys."""
+    if not values or column_type is None or key_type is None:
+        return None
+    column_type, key_type = column_type.lower(), key_type.lower()
+    if column_type in _INTEGRAL and key_type in _INTEGRAL:
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return [exp.Literal.number(v) for v in values]
+    elif column_type == key_type == "string" and all(isinstance(v, str) for v in values):
+        return [exp.Literal.string(v) for v in values]
+    return None
+
 
 # Up to this many change rows (all sources together) the delta side of a join is broadcast.
 SMALL_DELTA_ROWS = 200_000
@@ -67,6 +87,7 @@ class SparkBindings(BoundViews):
         self._stored_bytes: dict = {}
         self._read: dict = {}  # relation -> the view of its change computed by count_changes
         self.stored_columns: list = []  # the stored table's columns in its order, once stored() ran
+        self._key_values: dict = {}  # (relation, column) -> the change's keys, when few (_change_keys)
 
     def _columns(self, relation: str) -> list:
         src = self.pinned[relation]
@@ -162,7 +183,15 @@ class SparkBindings(BoundViews):
         snapshot = self.snapshot(relation, version)
         self.page_filtered += 1
         column_ref = exp.column(exp.to_identifier(column, quoted=True))
-        condition = exp.In(this=column_ref, query=exp.Subquery(this=exp.select("*").from_(keys)))
+        literals = literal_keys(
+            self._key_values.get((changed_relation, changed_column), []),
+            self._type_of(relation, column),
+            self._type_of(changed_relation, changed_column),
+        )
+        if literals is not None:
+            condition = exp.In(this=column_ref, expressions=literals)
+        else:
+            condition = exp.In(this=column_ref, query=exp.Subquery(this=exp.select("*").from_(keys)))
         name = f"{snapshot.name}_k{len(self.views)}"
         return sub(exp.select(exp.Star()).from_(snapshot).where(condition), name)
 
@@ -184,11 +213,16 @@ class SparkBindings(BoundViews):
             )
             name = self.view_name(f"keys{len(self.views)}")
             self.conn.view_of_query(name, render(query), materialize=True)
-            count = int(self.conn.rows(f"SELECT count(*) FROM {name}")[0][0])
-            if count <= PAGE_FILTER_KEYS:
+            values = [r[0] for r in self.conn.rows(f"SELECT * FROM {name}")]  # at most PAGE_FILTER_KEYS + 1
+            if len(values) <= PAGE_FILTER_KEYS:
                 found = exp.to_table(name)
+                self._key_values[(relation, column)] = values
         self._keys[(relation, column)] = found
         return found
+
+    def _type_of(self, relation: str, column: str) -> Optional[str]:
+        types = self.pinned[relation].state.spark_types or {}
+        return types.get(column)
 
     def stored(self, target: str, version: int) -> tuple[exp.Table, dict]:
         name = self.view_name("store")
