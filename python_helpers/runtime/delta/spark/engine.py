@@ -49,8 +49,8 @@ COMPACT_AFTER_FILES = 48  # OPTIMIZE the stored result once it has more files th
 # 30-75 s per GB of stored result (5.0 s for 29 k keys into the 70 MB SF 10 rollup, 129 s for
 # 120 k into the 1.7 GB SF 10 fact). The replace scans the row-id column and marks rows (deletion
 # vectors), and pays about 80 us per key (the list in the statement, in Delta's planning and in
-# the commit: 36 bytes a key): 3.75 s for those 29 k keys, 24.7 s for those 120 k, checked by
-# nobody (sql.REPLACE_WHERE_CONSTRAINT_CHECK). So a commit replaces up to REPLACE_KEYS_MIN keys
+# the commit: 36 bytes a key): 3.75 s for those 29 k keys, 24.7 s for those 120 k, with Delta's
+# per-row check off (sql.REPLACE_WHERE_CONSTRAINT_CHECK). So a commit replaces up to REPLACE_KEYS_MIN keys
 # and one more per STORED_BYTES_PER_KEY of stored result (both below the break-even), never more
 # than REPLACE_KEYS_MAX (a 4.7 MB commit, which every DESCRIBE HISTORY of the stored result then
 # reads: 0.7 s for 32 commits of 4.3 MB against 0.16 s).
