@@ -91,3 +91,31 @@ def test_restored_when_the_block_raises():
     except RuntimeError:
         pass
     assert conn.values[KEY] == "10"
+
+
+def test_an_intermediate_computed_once_runs_with_the_threshold_raised_once_its_reads_are_restricted():
+    """refresh/differential.with_scan_settings: a materialized intermediate (a join's delta
+    computed once) reads key-restricted snapshots; the threshold must be up while it runs, and
+    back after. Its restricted reads are bound while the query is rendered, before it runs."""
+    from python_helpers.runtime.refresh.differential import with_scan_settings
+
+    conn = Settings()
+
+    class Bindings:
+        page_filtered = 0
+
+        def scan_settings(self):
+            import contextlib
+
+            if not self.page_filtered:
+                return contextlib.nullcontext()
+            return scan_settings.at_least(conn, KEY, 512)
+
+    bindings = Bindings()
+    seen = []
+    run = with_scan_settings(bindings, lambda query: seen.append((query, conn.conf(KEY))) or query)
+    run("unrestricted")
+    bindings.page_filtered = 1  # a restricted read bound while the next query was rendered
+    run("restricted")
+    assert seen == [("unrestricted", None), ("restricted", "512")]
+    assert conn.conf(KEY) is None

@@ -9,7 +9,7 @@ delta SQL's reads.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from python_helpers.dvm.keyed_result import UNIQUE_KEY_BROKEN
 from python_helpers.dvm.operators.key_restricted import OLD_ROWS_BROKEN
@@ -63,7 +63,7 @@ def run_differential(attempt: Attempt) -> int:
                 ctx.restrict_storage = bindings.read_bytes().get(store_rel.name, 0) >= RESTRICT_STORAGE_BYTES
                 budget = auto.ReadBudget(request, bindings, attempt.counters)
                 if ctx.materialize is not None:
-                    ctx.materialize = budget.guard(ctx.materialize)
+                    ctx.materialize = with_scan_settings(bindings, budget.guard(ctx.materialize))
                 merge = result.merge_sql(ctx, store_rel, types) if changed else None
             except Exception as err:  # noqa: BLE001 - Spark's recursion limits, a change that does not fit
                 recursion_limit(plan, err)
@@ -113,6 +113,19 @@ def run_differential(attempt: Attempt) -> int:
         return merged.rows
     finally:
         bindings.close()
+
+
+def with_scan_settings(bindings: Bindings, materialize: Callable) -> Callable:
+    """`materialize` run inside the bindings' scan settings: an intermediate computed once (the
+    delta of a join, its keys) reads key-restricted snapshots as the MERGE does, and Parquet skips
+    pages by their key lists only with the IN-filter threshold raised (refresh/scan_settings.py).
+    Asked per query: the restricted reads are bound while the query is rendered, before it runs."""
+
+    def run(query):
+        with bindings.scan_settings():
+            return materialize(query)
+
+    return run
 
 
 def analyzed(attempt: Attempt, bindings: Bindings) -> MaintainedResult:
