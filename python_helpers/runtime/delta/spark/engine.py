@@ -27,20 +27,18 @@ from typing import Any, Callable, Iterator, Optional
 
 import pyarrow as pa
 
-from python_helpers.runtime.catalog import comments as view_comments
-from python_helpers.runtime.catalog import views as catalog_views
-from python_helpers.runtime.catalog.views import Catalog, quote
+from python_helpers.runtime.catalog.views import quote
 from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta import base, locations
 from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.delta.base import ConcurrentCommit, Log, Merged, TableState
-from python_helpers.runtime.delta.spark import identity, sizes
+from python_helpers.runtime.delta.spark import identity, publishing, sizes
 from python_helpers.runtime.delta.spark import sql as delta_sql
 from python_helpers.runtime.delta.spark.bindings import SparkBindings
+from python_helpers.runtime.delta.spark.publishing import STORED_PREFIX
 from python_helpers.runtime.refresh import steps
 from python_helpers.runtime.spark_types import arrow_type
 
-STORED_PREFIX = "__dvm_stored__"  # the stored result's catalog name: <schema>.__dvm_stored__<model>
 VACUUM_EVERY = 20  # commits between two vacuums of a stored result
 COMPACT_AFTER_FILES = 48  # OPTIMIZE the stored result once it has more files than this
 # A differential commit whose merge rows have few keys replaces them by their row ids
@@ -414,80 +412,17 @@ class SparkDelta:
         steps.reached("vacuumed")
         return True
 
-    # What readers see.
+    # What readers see (publishing.py).
     def publish(self, request: Any, plan: Any, target: str, view_sql: Callable, log: Log) -> None:
-        from sqlglot import exp
-
-        schema, identifier = request.schema, request.identifier
         if not self._wrote_full and self.up_to_date(request, plan, target):
             return  # a MERGE keeps the columns: the views over the table and the sources stand
-        stored = STORED_PREFIX + identifier.lower()
-        self.conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {quote(schema, stored)} USING delta LOCATION {delta_sql.string(target)}"
-        )
-        detail = self._detail_of_name(schema, stored)
-        if detail is None or not _same_place(str(detail.get("location") or ""), target):
-            raise catalog_views.NameTaken(
-                request.model,
-                f"{schema}.{stored} is a catalog object that is not this stream table's stored result "
-                f"(the Delta table at {target})",
-                f"drop or rename {schema}.{stored}: dbt-spark-stream keeps the stream table's rows under that name",
-            )
-        columns = self.conn.output_columns(f"SELECT * FROM {quote(schema, stored)}")
-        types = {c.name: c.type for c in columns}
-        relation = exp.table_(stored, db=schema, quoted=True)
-        query = view_comments.with_column_docs(self.conn, schema, identifier, view_sql(relation, types), request.docs)
-        steps.reached("stream_view_altered")
-        Catalog(self.conn).publish_view(
-            schema, identifier, query, catalog_views.STREAM_TABLE, request.model, take_over=request.take_over_relation
-        )
-        for relation_name, src in plan.pinned.items():
-            if relation_name.split(".")[-1].startswith(STORED_PREFIX):
-                continue  # an upstream stream table's stored table has its own view
-            self._publish_source(relation_name, src, request.model, log)
-
-    def _publish_source(self, relation: str, src: Any, model: str, log: Log) -> None:
-        """The source readable by its name: a view over the Delta table at its path (the newest
-        version), unless the name is the Delta table itself or someone else's object."""
-        from sqlglot import exp
-
-        schema, name = relation.split(".")[-2:]
-        kind = self.conn.table_type(quote(schema, name))
-        if kind in ("MANAGED", "EXTERNAL"):
-            detail = self._detail_of_name(schema, name)
-            if detail is not None and _same_place(str(detail.get("location") or ""), src.path):
-                return  # the catalog table is the source itself
-        query = exp.select(exp.Star()).from_(
-            exp.Table(this=exp.to_identifier(src.path, quoted=True), db=exp.to_identifier("delta"))
-        )
-        if not Catalog(self.conn).publish_view(schema, name, query, catalog_views.SOURCE, model):
-            log(
-                "info",
-                f"{model}: {relation} is a catalog object dbt-spark-stream did not create; it is left as it is, so "
-                f"other models and queries reading {relation} read that object, not the Delta table at {src.path}",
-            )
-
-    def _detail_of_name(self, schema: str, name: str) -> Optional[dict]:
-        try:
-            records = self.conn.records(f"DESCRIBE DETAIL {quote(schema, name)}")
-        except Exception:  # noqa: BLE001 - not a Delta table
-            return None
-        return records[0] if records else None
+        publishing.publish(self.conn, request, plan, target, view_sql, log)
 
     def check_publishable(self, request: Any, plan: Any) -> None:
         pass  # views over catalog Delta tables: no text grows with the data
 
     def up_to_date(self, request: Any, plan: Any, target: str) -> bool:
-        catalog = Catalog(self.conn)
-        if not catalog.exists(request.schema, request.identifier):
-            return False
-        if not catalog.exists(request.schema, STORED_PREFIX + request.identifier.lower()):
-            return False
-        for relation in plan.pinned:
-            schema, name = relation.split(".")[-2:]
-            if not name.startswith(STORED_PREFIX) and not catalog.exists(schema, name):
-                return False
-        return view_comments.columns_current(self.conn, request.schema, request.identifier, request.docs)
+        return publishing.up_to_date(self.conn, request, plan)
 
 
 def _merged(commit: Optional[dict]) -> Merged:
@@ -518,9 +453,3 @@ def _ours(user_metadata: Any) -> Optional[str]:
         return text if isinstance(json.loads(text), dict) and "offsets" in json.loads(text) else None
     except ValueError:
         return None
-
-
-def _same_place(a: str, b: str) -> bool:
-    from python_helpers.runtime import paths
-
-    return paths.normalize(a).rstrip("/") == paths.normalize(b).rstrip("/")
