@@ -6,7 +6,7 @@ Each AggCall j keeps its value in `__dvm_agg_j` plus auxiliary columns:
   avg                      value, _sum, _nn (value = _sum / _nn, cast as Spark's AVG does)
   var_*/stddev_*           value, _nn, _s (Σx), _q (Σx²), as DOUBLE
   min / max                value; LEAST/GREATEST with inserted values, rescan of the group
-                           only when a deleted value reaches the stored extremum
+                           only when a value removed (net, per value) reaches the extremum
   other                    value; the group is re-aggregated from the new snapshot
 
 One `AggregateStrategy` subclass per family (at the end of this module) holds its state
@@ -227,6 +227,11 @@ class AggregateStrategy:
         """Columns computing the value and its state from plain rows (full build, group rescan)."""
         return [alias(agg.expr.copy(), name)]
 
+    def row_exprs(self, agg: AggCall, name: str, keys: list[exp.Expr]) -> list[exp.Expr]:
+        """Columns added to every delta row before it is grouped (window expressions over the
+        group's rows), read by delta_exprs; `keys` are the aggregate's grouping expressions."""
+        return []
+
     def delta_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
         """Per-group aggregates over the weighted delta (read back by new_state as `d`)."""
         return []
@@ -413,16 +418,24 @@ class VarianceStrategy(_ExactSums):
 
 class ExtremumStrategy(AggregateStrategy):
     """MIN / MAX (semi-algebraic): LEAST / GREATEST with the inserted values; the group is
-    rescanned only when a deleted value reaches the stored extremum."""
+    rescanned only when a deleted value reaches the stored extremum.
+
+    Inserted and deleted are counted per value (its net weight in the group's delta): an update
+    that keeps the argument's value (a row's other columns changed) deletes and inserts it
+    again, which neither lowers nor raises the extremum, so it does not rescan the group."""
 
     kinds = ("min", "max")
     calls = {exp.Min: "min", exp.Max: "max"}
 
+    def row_exprs(self, agg: AggCall, name: str, keys: list[exp.Expr]) -> list[exp.Expr]:
+        partition = [*(k.copy() for k in keys), _arg(agg).copy()]
+        return [alias(exp.Window(this=exp.Sum(this=col(WEIGHT)), partition_by=partition), f"{name}_net")]
+
     def delta_exprs(self, agg: AggCall, name: str, arg_type: str | None) -> list[exp.Expr]:
-        w = col(WEIGHT)
+        net = col(f"{name}_net")
         fn = exp.Min if agg.kind == "min" else exp.Max
-        pos = exp.GT(this=w.copy(), expression=exp.Literal.number(0))
-        neg = exp.LT(this=w.copy(), expression=exp.Literal.number(0))
+        pos = exp.GT(this=net.copy(), expression=exp.Literal.number(0))
+        neg = exp.LT(this=net.copy(), expression=exp.Literal.number(0))
         return [
             alias(fn(this=_case(pos, _arg(agg).copy())), f"{name}_ins"),
             alias(fn(this=_case(neg, _arg(agg).copy())), f"{name}_del"),
@@ -432,8 +445,8 @@ class ExtremumStrategy(AggregateStrategy):
         pick = exp.Least if agg.kind == "min" else exp.Greatest
         reaches = exp.LTE if agg.kind == "min" else exp.GTE
         value = pick(this=g.stored(""), expressions=[g.delta("_ins")])
-        # A deleted value at or beyond the candidate (the old extremum or an inserted value: an
-        # unconsolidated delta can insert and delete the same value) may have been it.
+        # A value the delta removes (net, per value) at or beyond the candidate may have been
+        # the old extremum: only the group's rows can tell.
         rescan = exp.and_(
             exp.Not(this=exp.Is(this=g.delta("_del"), expression=exp.Null())),
             exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
@@ -451,6 +464,10 @@ def aux_suffixes(agg: AggCall) -> list[str]:
 
 def state_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expr]:
     return strategy_for(agg).state_exprs(agg, name, arg_type)
+
+
+def row_exprs(agg: AggCall, name: str, keys: list[exp.Expr]) -> list[exp.Expr]:
+    return strategy_for(agg).row_exprs(agg, name, keys)
 
 
 def delta_exprs(agg: AggCall, name: str, arg_type: str | None = None) -> list[exp.Expr]:

@@ -283,6 +283,9 @@ class AggregateResult(MaintainedResult):
             dcols += state.delta_exprs(a, name, self.arg_types.get(a.name))
         if any(state.needs_unit_weights(a, self.arg_types.get(a.name)) for a in self.agg.aggs):
             child_delta = _unit_weights(child_delta, self.agg.child.columns)
+        per_row = [e for a, name in zip(self.agg.aggs, self.agg_store) for e in state.row_exprs(a, name, self.agg.keys)]
+        if per_row:
+            child_delta = select_from([exp.Star(), *per_row], sub(child_delta, ctx.alias("dn")))
         dq = select_from(dcols, sub(child_delta, ctx.alias("dl")))
         if self.keyed:
             dq = dq.group_by(*[k.copy() for k in self.agg.keys], copy=False)

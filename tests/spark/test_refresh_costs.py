@@ -477,7 +477,7 @@ def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(
 
     monkeypatch.setattr(connections.SparkConnection, "arrow", spy)
     env.source("t1", _many(400))
-    sql = "SELECT k, MIN(v) AS lo, MAX(v) AS hi, COUNT(*) AS n FROM {src}.t1 GROUP BY k"
+    sql = "SELECT k, MIN(v) AS lo, MAX(v) AS hi, COUNT(*) AS n, COUNT(x) AS nx FROM {src}.t1 GROUP BY k"
     stream = env.stream("minmax_flags", sql, refresh_mode="differential")
     stream.refresh(expect="full")
 
@@ -494,6 +494,12 @@ def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(
     stream.refresh(expect="differential")
     stream.check()
     assert plans and not reads_the_source(plans[-1]), plans[-1]
+    # Another column of the rows holding each group's maximum updated: the value is deleted and
+    # inserted again, nets to nothing per value, and flags no group.
+    env.apply([S.UpdateWhere("t1", "v", 5, {"x": 0.5})])
+    stream.refresh(expect="differential")
+    stream.check()
+    assert not reads_the_source(plans[-1]), plans[-1]
     # Deleting each group's maximum (v = 5) flags the groups: the rescan reads the source.
     env.apply([S.DeleteWhere("t1", "v", 5)])
     stream.refresh(expect="differential")
