@@ -352,11 +352,11 @@ def test_a_change_of_few_keys_filters_the_other_join_input_by_them(env, key):
 
 
 def test_a_change_of_many_keys_reads_the_other_join_input_unfiltered(env, monkeypatch):
-    """Over binding.PAGE_FILTER_KEYS distinct keys no key list is sent (Spark hands Parquet
+    """Over bound_views.PAGE_FILTER_KEYS distinct keys no key list is sent (Spark hands Parquet
     one OR per key); the result still equals the recompute."""
-    from python_helpers.runtime.delta.embedded import bindings as binding
+    from python_helpers.runtime.delta import bound_views
 
-    monkeypatch.setattr(binding, "PAGE_FILTER_KEYS", 1)
+    monkeypatch.setattr(bound_views, "PAGE_FILTER_KEYS", 1)
     env.source("t1", [S.row(i, k=i, v=i) for i in range(1, 20)])
     env.source("t2", [S.row(100 + i, k=i % 10, v=i) for i in range(30)])
     stream = env.stream(

@@ -4,7 +4,9 @@ intermediates."""
 
 from __future__ import annotations
 
+import datetime
 import uuid
+from typing import Optional
 
 from sqlglot import exp
 
@@ -15,6 +17,36 @@ from python_helpers.runtime.connections.base import Connection
 # and Parquet pages whose statistics hold none are skipped. Spark hands Parquet an `IN` list as
 # a chain of ORs: a few thousand keys overflow an executor thread's stack.
 PAGE_FILTER_KEYS = 512
+
+
+# The kinds of key a key-restricted read writes out as literals (`column IN (<keys>)`): a literal
+# must compare as the join's equality does, so column and key of one kind, and values of it.
+INTEGRAL, DATE, STRING = "integral", "date", "string"
+
+
+def _literal(kind: str, value) -> Optional[exp.Expr]:
+    if kind == INTEGRAL and isinstance(value, int) and not isinstance(value, bool):
+        return exp.Literal.number(value)
+    if kind == DATE and isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return exp.Cast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("date"))
+    if kind == STRING and isinstance(value, str):
+        return exp.Literal.string(value)
+    return None
+
+
+def key_in(column: str, values: list, column_kind: Optional[str], key_kind: Optional[str]) -> Optional[exp.Expr]:
+    """`column IN (<values>)` for the distinct non-null keys of a change: FALSE when there are
+    none (an equality meets no row then); None where a literal could compare otherwise than the
+    join (kinds that differ or are unknown, a value not of its kind) or past PAGE_FILTER_KEYS.
+    Delta prunes files, and Parquet pages, by such a list; not by an `IN` subquery (a join)."""
+    if column_kind is None or column_kind != key_kind or len(values) > PAGE_FILTER_KEYS:
+        return None
+    literals = [_literal(column_kind, v) for v in sorted(values)]
+    if any(lit is None for lit in literals):
+        return None
+    if not literals:
+        return exp.false()
+    return exp.In(this=exp.column(exp.to_identifier(column, quoted=True)), expressions=literals)
 
 
 class BoundViews:

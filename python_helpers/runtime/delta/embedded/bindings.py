@@ -16,7 +16,7 @@ from python_helpers.dvm.sqlgen import Context, render, sub
 from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections.base import Connection
-from python_helpers.runtime.delta.bound_views import PAGE_FILTER_KEYS, BoundViews
+from python_helpers.runtime.delta.bound_views import DATE, INTEGRAL, PAGE_FILTER_KEYS, BoundViews, key_in
 from python_helpers.runtime.delta.embedded import change_feed
 from python_helpers.runtime.delta.embedded import log as delta_log
 from python_helpers.runtime.delta.embedded import tables as delta_tables
@@ -283,31 +283,23 @@ class Bindings(BoundViews):
 
 
 def key_filter(column: str, keys, schema) -> Optional[exp.Expr]:
-    """`column IN (keys)` for at most PAGE_FILTER_KEYS distinct non-null integer or date keys
-    and an integer or date `column` of `schema` (Arrow) alike; FALSE when every key is NULL (an
-    equality matches no row then); None otherwise (more keys, or types whose `=` and `IN`
-    could compare differently)."""
-    import pyarrow as pa
+    """`column IN (keys)` (bound_views.key_in) for the distinct non-null integer or date `keys`
+    (an Arrow array) of an integer or date `column` of `schema` (Arrow). Strings are left out:
+    Arrow does not say a column's collation, under which `IN` and the join compare alike."""
     import pyarrow.compute as pc
 
     if column not in schema.names:
         return None
-    kind, key_kind = schema.field(column).type, keys.type
-    integers = pa.types.is_integer(kind) and pa.types.is_integer(key_kind)
-    dates = pa.types.is_date32(kind) and pa.types.is_date32(key_kind)
-    if not (integers or dates):
-        return None
-    values = sorted(set(pc.drop_null(keys).to_pylist()))
-    if len(values) > PAGE_FILTER_KEYS:
-        return None
-    if not values:
-        return exp.false()
-    literals: list[exp.Expr]
-    if integers:
-        literals = [exp.Literal.number(v) for v in values]
-    else:
-        literals = [exp.Cast(this=exp.Literal.string(v.isoformat()), to=exp.DataType.build("date")) for v in values]
-    return exp.In(this=exp.column(exp.to_identifier(column, quoted=True)), expressions=literals)
+    values = list(set(pc.drop_null(keys).to_pylist()))
+    return key_in(column, values, _key_kind(schema.field(column).type), _key_kind(keys.type))
+
+
+def _key_kind(arrow_type) -> Optional[str]:
+    import pyarrow as pa
+
+    if pa.types.is_integer(arrow_type):
+        return INTEGRAL
+    return DATE if pa.types.is_date32(arrow_type) else None
 
 
 def key_ranges_query(change: exp.Table, column: str, is_date: bool) -> exp.Select:

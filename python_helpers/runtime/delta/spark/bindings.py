@@ -18,27 +18,20 @@ from sqlglot import exp
 from python_helpers.dvm.sqlgen import Context, render, sub
 from python_helpers.dvm.tree import WEIGHT
 from python_helpers.errors import ChangesUnavailable
-from python_helpers.runtime.delta.bound_views import PAGE_FILTER_KEYS, BoundViews
+from python_helpers.runtime.delta.bound_views import DATE, INTEGRAL, PAGE_FILTER_KEYS, STRING, BoundViews, key_in
 from python_helpers.runtime.delta.spark import sql as delta_sql
 from python_helpers.runtime.refresh import scan_settings
 
-# Key types written out as literals in a key-restricted read (others stay an IN subquery): the
-# literal must compare as the join's equality does, so both sides of one kind.
 _INTEGRAL = {"tinyint", "smallint", "int", "integer", "bigint", "long", "short", "byte"}
 
 
-def literal_keys(values: list, column_type: Optional[str], key_type: Optional[str]) -> Optional[list]:
-    """`values` (keys read from the change) as SQL literals for `column IN (...)`, or None where
-    a literal could compare otherwise than the join: other types, mixed kinds, no keys."""
-    if not values or column_type is None or key_type is None:
-        return None
-    column_type, key_type = column_type.lower(), key_type.lower()
-    if column_type in _INTEGRAL and key_type in _INTEGRAL:
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            return [exp.Literal.number(v) for v in values]
-    elif column_type == key_type == "string" and all(isinstance(v, str) for v in values):
-        return [exp.Literal.string(v) for v in values]
-    return None
+def key_kind(spark_type: Optional[str]) -> Optional[str]:
+    """The kind of key (bound_views.key_in) a column of this Spark type holds, or None. A
+    collated string's type names its collation (`string collate ...`): not a plain string."""
+    spark_type = (spark_type or "").lower()
+    if spark_type in _INTEGRAL:
+        return INTEGRAL
+    return {"date": DATE, "string": STRING}.get(spark_type)
 
 
 # Up to this many change rows (all sources together) the delta side of a join is broadcast.
@@ -87,7 +80,6 @@ class SparkBindings(BoundViews):
         self._stored_bytes: dict = {}
         self._read: dict = {}  # relation -> the view of its change computed by count_changes
         self.stored_columns: list = []  # the stored table's columns in its order, once stored() ran
-        self._key_values: dict = {}  # (relation, column) -> the change's keys, when few (_change_keys)
 
     def _columns(self, relation: str) -> list:
         src = self.pinned[relation]
@@ -177,48 +169,53 @@ class SparkBindings(BoundViews):
         data skipping still prunes by the join)."""
         if relation not in self.pinned or changed_relation not in self.pinned:
             return None
-        keys = self._change_keys(changed_relation, changed_column)
-        if keys is None:
+        values = self._change_keys(changed_relation, changed_column)
+        if values is None:
             return None
         snapshot = self.snapshot(relation, version)
         self.page_filtered += 1
-        column_ref = exp.column(exp.to_identifier(column, quoted=True))
-        literals = literal_keys(
-            self._key_values.get((changed_relation, changed_column), []),
-            self._type_of(relation, column),
-            self._type_of(changed_relation, changed_column),
+        condition = key_in(
+            column,
+            values,
+            key_kind(self._type_of(relation, column)),
+            key_kind(self._type_of(changed_relation, changed_column)),
         )
-        if literals is not None:
-            condition = exp.In(this=column_ref, expressions=literals)
-        else:
+        if condition is None:  # keys whose literals could compare otherwise: the change's own
+            column_ref = exp.column(exp.to_identifier(column, quoted=True))
+            keys = self._distinct_keys(changed_relation, changed_column)
             condition = exp.In(this=column_ref, query=exp.Subquery(this=exp.select("*").from_(keys)))
         name = f"{snapshot.name}_k{len(self.views)}"
         return sub(exp.select(exp.Star()).from_(snapshot).where(condition), name)
 
-    def _change_keys(self, relation: str, column: str) -> Optional[exp.Expr]:
-        """A relation of the distinct non-null keys of `relation`'s change in `column`, when there
-        are at most PAGE_FILTER_KEYS of them (materialized: read by every restricted read)."""
-        if (relation, column) in self._keys:
-            return self._keys[(relation, column)]
-        found = None
-        view = self.views_by_key.get(f"s{self._index[relation]}_chg")
-        if view is not None and column in self._columns(relation):
-            key = exp.column(exp.to_identifier(column, quoted=True))
-            query = (
-                exp.select(key)
-                .distinct()
-                .from_(view.copy())
-                .where(exp.Not(this=exp.Is(this=key.copy(), expression=exp.Null())))
-                .limit(PAGE_FILTER_KEYS + 1)
-            )
+    def _change_keys(self, relation: str, column: str) -> Optional[list]:
+        """The distinct non-null keys of `relation`'s change in `column` (one small Spark job),
+        when there are at most PAGE_FILTER_KEYS of them."""
+        if (relation, column) not in self._keys:
+            values = None
+            if self.views_by_key.get(f"s{self._index[relation]}_chg") is not None and column in self._columns(relation):
+                query = self._distinct_keys_query(relation, column).limit(PAGE_FILTER_KEYS + 1)
+                values = [r[0] for r in self.conn.rows(render(query))]
+            self._keys[(relation, column)] = values if values is not None and len(values) <= PAGE_FILTER_KEYS else None
+        return self._keys[(relation, column)]
+
+    def _distinct_keys_query(self, relation: str, column: str) -> exp.Select:
+        key = exp.column(exp.to_identifier(column, quoted=True))
+        view = self.views_by_key[f"s{self._index[relation]}_chg"]
+        return (
+            exp.select(key)
+            .distinct()
+            .from_(view.copy())
+            .where(exp.Not(this=exp.Is(this=key.copy(), expression=exp.Null())))
+        )
+
+    def _distinct_keys(self, relation: str, column: str) -> exp.Table:
+        """The same keys as a relation, computed once (read by every restricted read of them)."""
+        key = f"keys_{self._index[relation]}_{column}"
+        if key not in self.views_by_key:
             name = self.view_name(f"keys{len(self.views)}")
-            self.conn.view_of_query(name, render(query), materialize=True)
-            values = [r[0] for r in self.conn.rows(f"SELECT * FROM {name}")]  # at most PAGE_FILTER_KEYS + 1
-            if len(values) <= PAGE_FILTER_KEYS:
-                found = exp.to_table(name)
-                self._key_values[(relation, column)] = values
-        self._keys[(relation, column)] = found
-        return found
+            self.conn.view_of_query(name, render(self._distinct_keys_query(relation, column)), materialize=True)
+            self.views_by_key[key] = exp.to_table(name)
+        return self.views_by_key[key].copy()
 
     def _type_of(self, relation: str, column: str) -> Optional[str]:
         types = self.pinned[relation].state.spark_types or {}
