@@ -157,6 +157,12 @@ def main(argv=None) -> int:
         default="session",
         help="(--via dbt) a local session per run, or a long-lived Spark Connect server",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("embedded", "spark"),
+        default="embedded",
+        help="(--via dbt) the profile's Delta engine; spark loads Delta Lake (make jars)",
+    )
     parser.add_argument("--mixes", default="rf,scattered", help="(--via dbt) change mixes: rf, scattered")
     parser.add_argument(
         "--rf-fraction",

@@ -56,11 +56,20 @@ def run(args, machine: str) -> int:
     _linked_copy(os.path.join(data_root, "tpch.db"), lake)
     paths = {r: os.path.join(lake, r.split(".")[1]) for r in pristine}
     server = None
+    spark_conf: dict = {}
+    if args.engine == "spark":  # Delta Lake loaded into the local session or the Connect server
+        from python_helpers.testing import delta_lake
+
+        missing = delta_lake.missing()
+        if missing:
+            print(missing, file=sys.stderr)
+            return 1
+        spark_conf = delta_lake.spark_conf()
     if args.spark == "connect":
         from python_helpers.testing.local_spark import ConnectServer
 
         server = ConnectServer(
-            os.path.join(work, "server"), warehouse=os.path.join(work, "warehouse"), memory="10g"
+            os.path.join(work, "server"), warehouse=os.path.join(work, "warehouse"), memory="10g", extra_conf=spark_conf
         ).start()
     try:
         bench = DbtBench(
@@ -71,6 +80,8 @@ def run(args, machine: str) -> int:
             remote=server.remote if server else "",
             ui_url=server.ui_url if server else "",
             driver_memory=args.driver_memory,
+            engine=args.engine,
+            spark_conf={} if server else spark_conf,
         )
         bench.write()
         built = bench.dbt("run")
@@ -151,10 +162,12 @@ def _write(args, machine: str, queries: dict, records: dict, mixes: dict) -> str
     suffix = "_all" if args.queries == "all" else ""
     if args.rf_fraction != 0.001:  # a larger change gets its own report beside the default one
         suffix += f"_rf{args.rf_fraction * 100:g}pct"
-    stem = os.path.join(args.out, f"tpch_dbt_{args.spark}_sf{args.sf:g}{suffix}")
+    engine = "_spark_engine" if args.engine == "spark" else ""
+    stem = os.path.join(args.out, f"tpch_dbt_{args.spark}{engine}_sf{args.sf:g}{suffix}")
     with open(stem + ".md", "w") as handle:
         handle.write(report + "\n")
-    _chart(queries, records, mixes, stem + ".png", f"TPC-H SF {args.sf:g} through dbt ({args.spark})")
+    title = f"TPC-H SF {args.sf:g} through dbt ({args.spark}, {args.engine} engine)"
+    _chart(queries, records, mixes, stem + ".png", title)
     print(f"wrote {stem}.md and {stem}.png", flush=True)
     return report
 
@@ -170,7 +183,8 @@ def _report(args, machine: str, queries: dict, records: dict, mixes: dict) -> st
     else:
         spark = "a long-lived Spark Connect server"
     lines = [
-        f"TPC-H SF {args.sf:g} through `dbt run` ({args.spark}: {spark}), {args.cycles} cycle(s); medians. "
+        f"TPC-H SF {args.sf:g} through `dbt run` ({args.spark}: {spark}), engine `{args.engine}`, "
+        f"{args.cycles} cycle(s); medians. "
         f"Machine: {machine}.",
         "",
     ]
