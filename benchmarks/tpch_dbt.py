@@ -264,11 +264,14 @@ import json, os, sys
 from collections import Counter
 os.environ["PYSPARK_PYTHON"] = sys.executable
 from pyspark.sql import SparkSession
-names, work, remote = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+names, work, remote, conf = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 if remote:
     spark = SparkSession.builder.remote(remote).getOrCreate()
 else:
-    spark = (SparkSession.builder.master("local[2]").enableHiveSupport()
+    builder = SparkSession.builder
+    for key, value in conf.items():  # Delta Lake's, on the spark engine
+        builder = builder.config(key, value)
+    spark = (builder.master("local[2]").enableHiveSupport()
              .config("spark.sql.warehouse.dir", os.path.join(work, "warehouse"))
              .config("spark.hadoop.javax.jdo.option.ConnectionURL",
                      "jdbc:derby:;databaseName=" + os.path.join(work, "metastore_db") + ";create=true")
@@ -296,6 +299,7 @@ def check_equal(bench: DbtBench, names: list) -> dict:
             json.dumps(names),
             bench.work,
             bench.remote if bench.spark_mode == "connect" else "",
+            json.dumps(bench.spark_conf),
         ],
         capture_output=True,
         text=True,
