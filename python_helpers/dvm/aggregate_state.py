@@ -422,7 +422,10 @@ class ExtremumStrategy(AggregateStrategy):
 
     Inserted and deleted are counted per value (its net weight in the group's delta): an update
     that keeps the argument's value (a row's other columns changed) deletes and inserts it
-    again, which neither lowers nor raises the extremum, so it does not rescan the group."""
+    again, which neither lowers nor raises the extremum, so it does not rescan the group.
+    Values Spark's grouping takes as one (-0.0 and 0.0, strings equal under a collation) net as
+    one: an update from one to the other keeps the stored spelling, where a rebuild shows the
+    new one; both compare equal."""
 
     kinds = ("min", "max")
     calls = {exp.Min: "min", exp.Max: "max"}
