@@ -42,7 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.run_tpch_dbt import _phase_table  # noqa: E402
-from benchmarks.tpch_dbt import DbtBench, RunReport  # noqa: E402
+from benchmarks.tpch_dbt import DbtBench, RunReport, engine_spark_conf, linked_copy  # noqa: E402
 from python_helpers.testing.tpch_data import RefreshFunctions, ScatteredUpdates, build  # noqa: E402
 
 MODELS = {
@@ -107,12 +107,6 @@ def _check(bench: DbtBench, names: list) -> dict:
     return json.loads(line[len("CHECK ") :])
 
 
-def _linked_copy(src: str, dst: str) -> None:
-    if os.path.exists(dst):
-        shutil.rmtree(dst)
-    subprocess.run(["cp", "-al", src, dst], check=True)
-
-
 def _ok(report: RunReport, what: str) -> RunReport:
     if not report.ok:
         raise RuntimeError(f"{what} failed:\n{report.message}")
@@ -129,17 +123,11 @@ def run(args) -> int:
     data_root = os.path.join(args.data or os.path.join(ROOT, ".work", "tpch"), f"sf{args.sf:g}")
     pristine = build(args.sf, data_root, log=lambda t: print(t, flush=True))
     lake = os.path.join(work, "lake")
-    _linked_copy(os.path.join(data_root, "tpch.db"), lake)
+    linked_copy(os.path.join(data_root, "tpch.db"), lake)
     paths = {r: os.path.join(lake, r.split(".")[1]) for r in pristine}
-    spark_conf: dict = {}
-    if args.engine == "spark":
-        from python_helpers.testing import delta_lake
-
-        missing = delta_lake.missing()
-        if missing:
-            print(missing, file=sys.stderr)
-            return 1
-        spark_conf = delta_lake.spark_conf()
+    spark_conf = engine_spark_conf(args.engine)  # Delta Lake's, loaded into the session or the server
+    if spark_conf is None:
+        return 1
     models = {m: MODELS[m] for m in args.models.split(",")}
     bench = DbtBench(
         work,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +21,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.tpch_dbt import DbtBench, check_equal  # noqa: E402
+from benchmarks.tpch_dbt import DbtBench, check_equal, engine_spark_conf, linked_copy  # noqa: E402
 from python_helpers.testing.tpch_data import RefreshFunctions, ScatteredUpdates, build  # noqa: E402
 
 HEADLINE = ("q01", "q03", "q05", "q06", "q12")
@@ -36,14 +35,6 @@ def _queries(selection: str) -> dict:
     return {q: QUERIES[q] for q in names}
 
 
-def _linked_copy(src: str, dst: str) -> None:
-    """A copy of the pristine Delta tables whose data files are hard links (they are never
-    modified; new commits and files go to the copy only)."""
-    if os.path.exists(dst):
-        shutil.rmtree(dst)
-    subprocess.run(["cp", "-al", src, dst], check=True)
-
-
 def run(args, machine: str) -> int:
     work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="dvm-dbt-bench-"))
     os.makedirs(work, exist_ok=True)
@@ -53,18 +44,12 @@ def run(args, machine: str) -> int:
     pristine = build(args.sf, data_root, log=lambda t: print(t, flush=True))
     print(f"TPC-H sf={args.sf:g} ready in {time.perf_counter() - started:.0f}s (cached in {data_root})", flush=True)
     lake = os.path.join(work, "lake")
-    _linked_copy(os.path.join(data_root, "tpch.db"), lake)
+    linked_copy(os.path.join(data_root, "tpch.db"), lake)
     paths = {r: os.path.join(lake, r.split(".")[1]) for r in pristine}
     server = None
-    spark_conf: dict = {}
-    if args.engine == "spark":  # Delta Lake loaded into the local session or the Connect server
-        from python_helpers.testing import delta_lake
-
-        missing = delta_lake.missing()
-        if missing:
-            print(missing, file=sys.stderr)
-            return 1
-        spark_conf = delta_lake.spark_conf()
+    spark_conf = engine_spark_conf(args.engine)  # Delta Lake's, loaded into the session or the server
+    if spark_conf is None:
+        return 1
     if args.spark == "connect":
         from python_helpers.testing.local_spark import ConnectServer
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -29,6 +30,28 @@ from python_helpers.runtime.connections.trace import TRACE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLOWEST = 5  # the slowest calls to Spark kept per model and run (connections/trace.py)
+
+
+def linked_copy(src: str, dst: str) -> None:
+    """A copy of the pristine Delta tables whose data files are hard links (they are never
+    modified; new commits and files go to the copy only)."""
+    if os.path.exists(dst):
+        shutil.rmtree(dst)
+    subprocess.run(["cp", "-al", src, dst], check=True)
+
+
+def engine_spark_conf(engine: str) -> dict | None:
+    """The Spark settings a profile's `engine` needs: Delta Lake's for `spark` ({} otherwise);
+    None, with the reason printed, when its jars are missing."""
+    if engine != "spark":
+        return {}
+    from python_helpers.testing import delta_lake
+
+    missing = delta_lake.missing()
+    if missing:
+        print(missing, file=sys.stderr)
+        return None
+    return delta_lake.spark_conf()
 
 
 def _source_sql(sql: str) -> str:
