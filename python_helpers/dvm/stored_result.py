@@ -376,13 +376,13 @@ class AggregateResult(MaintainedResult):
 
     def _flags_first(self, ctx: Context) -> bool:
         """Compute the groups' new state and their rescan flags before the rescan? When the engine
-        can materialize, the delta is small and the aggregate is grouped, and every aggregate only
-        rescans on a condition (MIN/MAX losing its extremum, a wide value): an empty set of
-        flagged groups then lets Spark drop the rescan of the input (bound_views.materialize).
-        An aggregate that always rescans its touched groups gains nothing from it."""
+        can materialize, the delta is small, and every aggregate only rescans on a condition
+        (MIN/MAX losing its extremum, a wide value): an empty set of flagged groups then lets
+        Spark drop the rescan of the input (bound_views.materialize). For a global aggregate
+        that rescan is a scan of its whole input, on every refresh otherwise. An aggregate that
+        always rescans its touched groups gains nothing from it."""
         return (
-            self.keyed
-            and ctx.small_delta
+            ctx.small_delta
             and ctx.materialize is not None
             and all(a.strategy != RESCAN for a in self.agg.aggs)
             and any(self._may_rescan(a) for a in self.agg.aggs)
@@ -420,6 +420,17 @@ class AggregateResult(MaintainedResult):
             )
             rows = select_from([exp.Star()], sub(rows, ra)).join(
                 sub(flagged, ka), on=on, join_type="LEFT SEMI", copy=False
+            )
+        elif flags_first:
+            # The one group, when it is flagged: Spark cannot see a computed flag is false, but
+            # drops the scan when the materialized flag is known empty.
+            flag = ctx.materialize(  # type: ignore[misc]
+                select_from([alias(exp.Literal.number(1), "__dvm_one")], sub(m.copy(), ctx.alias("fm"))).where(
+                    col("__dvm_rescan"), copy=False
+                )
+            )
+            rows = select_from([exp.Star()], sub(rows, ctx.alias("ra"))).join(
+                sub(flag, ctx.alias("ka")), on=exp.true(), join_type="LEFT SEMI", copy=False
             )
         return self._state_from_rows(ctx, rows)
 

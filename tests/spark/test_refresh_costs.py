@@ -462,9 +462,11 @@ def test_a_small_change_joins_only_the_stored_rows_it_can_match(env, monkeypatch
     assert once and all(once), once
 
 
-def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(env, monkeypatch):
+@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "global"])
+def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(env, monkeypatch, grouped):
     """The rescan of a group (its whole input, at the new version) leaves Spark's plan when no
-    group is flagged: the flags are computed first and an empty set is folded away."""
+    group is flagged: the flags are computed first and an empty set is folded away. For a
+    global aggregate the rescan is a scan of the whole source."""
     from python_helpers.runtime.connections import spark as connections
 
     plans: list = []
@@ -477,8 +479,10 @@ def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(
 
     monkeypatch.setattr(connections.SparkConnection, "arrow", spy)
     env.source("t1", _many(400))
-    sql = "SELECT k, MIN(v) AS lo, MAX(v) AS hi, COUNT(*) AS n, COUNT(x) AS nx FROM {src}.t1 GROUP BY k"
-    stream = env.stream("minmax_flags", sql, refresh_mode="differential")
+    sql = "SELECT MIN(v) AS lo, MAX(v) AS hi, COUNT(*) AS n, COUNT(x) AS nx FROM {src}.t1"
+    if grouped:
+        sql = sql.replace("SELECT", "SELECT k,") + " GROUP BY k"
+    stream = env.stream(f"minmax_flags_{'grouped' if grouped else 'global'}", sql, refresh_mode="differential")
     stream.refresh(expect="full")
 
     def reads_the_source(plan: str) -> bool:
@@ -510,9 +514,17 @@ def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(
 OUTER = "SELECT a.id, a.k, a.v, b.g AS bg, b.x AS bx FROM {src}.t1 a LEFT JOIN {src}.t2 b ON a.k = b.k"
 
 
-def test_a_changed_source_of_an_outer_join_is_read_once_its_old_rows_are_new_minus_change(env, monkeypatch):
-    """The key-restricted recompute reads a changed plain source at the new version only (its
-    old rows: those minus the change): the MERGE rows' query names no old snapshot of it."""
+# An anti join whose inputs are a filter of one source and a projection of the other.
+ANTI_FILTERED = (
+    "SELECT a.id, a.k FROM {src}.t1 a WHERE a.v > 0 AND NOT EXISTS (SELECT 1 FROM {src}.t2 b WHERE b.k = a.k)"
+)
+
+
+@pytest.mark.parametrize("sql", [OUTER, ANTI_FILTERED], ids=["outer", "anti_filtered"])
+def test_a_changed_source_of_an_outer_join_is_read_once_its_old_rows_are_new_minus_change(env, monkeypatch, sql):
+    """The key-restricted recompute reads a changed plain source (or a filter or projection of
+    one) at the new version only (its old rows: those minus the change): the MERGE rows' query
+    names no old snapshot of it."""
     from python_helpers.runtime.connections import spark as connections
 
     merges: list = []
@@ -526,7 +538,7 @@ def test_a_changed_source_of_an_outer_join_is_read_once_its_old_rows_are_new_min
     monkeypatch.setattr(connections.SparkConnection, "arrow", spy)
     for t in ("t1", "t2"):
         env.source(t, INITIAL[t])
-    stream = env.stream("outer_once", OUTER, refresh_mode="differential")
+    stream = env.stream(f"once_{'outer' if sql == OUTER else 'anti'}", sql, refresh_mode="differential")
     stream.refresh(expect="full")
     for batch in SMOKE_BATCHES[:1]:  # inserts, duplicates, NULL keys, key moves on both sides
         env.apply(batch, only_existing=True)
