@@ -45,7 +45,7 @@ from python_helpers.dvm.sqlgen import (
     union_all_of,
     weight,
 )
-from python_helpers.dvm.tree import WEIGHT, Node, OuterJoin, Scan, SemiJoin, SetOp, Window
+from python_helpers.dvm.tree import WEIGHT, Filter, Node, OuterJoin, Project, Scan, SemiJoin, SetOp, Window
 from python_helpers.sql.predicates import conjuncts
 
 _KEY = "__dvm_rk"
@@ -163,17 +163,19 @@ OLD_ROWS_BROKEN = "the change of a source names rows its new version does not ho
 
 
 def _old_from_change(ctx: Context, child: Node, change) -> bool:
-    """Read `child` at the old version as its new rows minus its change? For a plain source
-    (its change rows are its stored rows, value for value) with a small change, when the
-    engine can compute the new rows once: computed inputs (joins, aggregates) could round
-    differently in their delta than in their plain rows, and a bag upstream's rows repeat."""
-    return (
-        change is not None
-        and ctx.small_delta
-        and ctx.materialize is not None
-        and isinstance(child, Scan)
-        and child.weight_column is None
-    )
+    """Read `child` at the old version as its new rows minus its change? For a plain source,
+    or filters and projections of one (its change rows are its rows, value for value: the same
+    expressions over the same row), with a small change, when the engine can compute the new
+    rows once: computed inputs (joins, aggregates) could round differently in their delta than
+    in their plain rows, and a bag upstream's rows repeat."""
+    return change is not None and ctx.small_delta and ctx.materialize is not None and _row_wise_source(child)
+
+
+def _row_wise_source(node: Node) -> bool:
+    """A plain source under nothing but filters and projections."""
+    while isinstance(node, (Filter, Project)):
+        node = node.child
+    return isinstance(node, Scan) and node.weight_column is None
 
 
 def _minus_change(ctx: Context, columns: list, new_rows: exp.Expr, change: exp.Expr) -> exp.Select:
