@@ -1,6 +1,6 @@
-{# Pinned to differential: every batch of the example's changes touches customers, which the
-   recursive step reads, so under `auto` this would refresh in full each time (a differential
-   refresh first recomputes the old recursion in full: docs/dbt-usage.md). Pinned, the tests
-   keep the recursion's delta under dbt, and the demo shows what it costs. #}
-{{ config(refresh_mode='differential') }}
+{# A recursion whose step reads the changed source: a differential refresh first recomputes the
+   old recursion in full (docs/dbt-usage.md), so `auto` refreshes it in full and says why. The
+   test suites pin it to differential (DBT_SPARK_STREAM_CHAINS_REFRESH_MODE, tests/conftest.py)
+   to keep the recursion's delta under dbt. #}
+{{ config(refresh_mode=env_var('DBT_SPARK_STREAM_CHAINS_REFRESH_MODE', 'auto')) }}
 {{ customer_chains_sql() }}
