@@ -20,7 +20,7 @@ run.py turns into a full refresh with the rule's reason:
    recursion whose step reads one of them, which a differential refresh recomputes at the old
    version in full (a rebuild of the recursion) before it derives the change;
 4. read cost (`ReadBudget`): the delta SQL, intermediates computed first included, would read
-   several times the bytes a rebuild reads (read_cost.py);
+   several times the bytes a rebuild reads and writes (read_cost.py);
 5. a delta recursion that reaches Spark's limit (differential.recursion_limit; not a cost rule,
    but the same way out).
 """
@@ -294,8 +294,11 @@ class ReadBudget:
     them all (each read once; the final query reads their results, not the snapshots). A rule
     judged only on the final query would see none of their reads, after they were paid."""
 
-    def __init__(self, request: RefreshRequest, bindings: Bindings, counters: dict):
+    def __init__(self, request: RefreshRequest, bindings: Bindings, counters: dict, rebuild_writes: int = 0):
         self.request, self.bindings, self.counters = request, bindings, counters
+        # A rebuild reads every source once and writes the whole result: the stored result's
+        # bytes (a wide result, one row per order, costs a rebuild more to write than to read).
+        self.rebuild_writes = rebuild_writes
         self.spent = read_cost.ReadEstimate(0, 0, 0)  # what the materialized intermediates read
         self._full_bytes: Optional[int] = None
         self._full_known = False
@@ -314,7 +317,9 @@ class ReadBudget:
         it, reads several times the bytes a rebuild reads (read_cost.py), judged from the Delta
         logs before the query runs. None when the engine cannot tell without reading."""
         if not self._full_known:  # once per refresh: it opens every source's log
-            self._full_bytes, self._full_known = self.bindings.full_read_bytes(), True
+            read = self.bindings.full_read_bytes()
+            self._full_bytes = None if read is None else read + self.rebuild_writes
+            self._full_known = True
         full_bytes = self._full_bytes
         if full_bytes is None:
             return None  # the rule does not apply

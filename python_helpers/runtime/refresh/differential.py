@@ -60,8 +60,9 @@ def run_differential(attempt: Attempt) -> int:
             check_plan(request.model, result, meta.get("plan"))
             try:  # a recursion's delta is computed here already (Bindings.materialize)
                 ctx = bindings.context(changed)
-                ctx.restrict_storage = bindings.read_bytes().get(store_rel.name, 0) >= RESTRICT_STORAGE_BYTES
-                budget = auto.ReadBudget(request, bindings, attempt.counters)
+                stored_bytes = bindings.read_bytes().get(store_rel.name, 0)
+                ctx.restrict_storage = stored_bytes >= RESTRICT_STORAGE_BYTES
+                budget = auto.ReadBudget(request, bindings, attempt.counters, rebuild_writes=stored_bytes)
                 if ctx.materialize is not None:
                     ctx.materialize = with_scan_settings(bindings, budget.guard(ctx.materialize))
                 merge = result.merge_sql(ctx, store_rel, types) if changed else None
