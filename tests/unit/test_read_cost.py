@@ -30,6 +30,25 @@ def test_an_identical_grouped_derived_table_is_read_once():
     assert read_cost.estimate(plain, {"v_new": 100}, full_bytes=100).references == 2
 
 
+def test_a_read_joined_to_an_empty_materialized_relation_is_not_counted():
+    # A group rescan when no group is flagged: the flagged keys served as `... WHERE FALSE`.
+    empty = "(SELECT * FROM m WHERE FALSE)"
+    rescan = f"SELECT k, MAX(v) FROM (SELECT * FROM v_new) AS ra LEFT SEMI JOIN {empty} AS ka ON ra.k = ka.k GROUP BY k"
+    query = parse_one(f"SELECT * FROM chg AS d LEFT JOIN ({rescan}) AS r ON d.k = r.k")
+    assert read_cost.estimate(query, {"v_new": 100, "chg": 1}, full_bytes=100).differential_bytes == 1
+    inner = parse_one(f"SELECT * FROM v_new AS a JOIN {empty} AS b ON a.k = b.k")
+    assert read_cost.estimate(inner, {"v_new": 100}, full_bytes=100).differential_bytes == 0
+    from_empty = parse_one(f"SELECT * FROM {empty} AS a LEFT JOIN v_new AS b ON a.k = b.k")
+    assert read_cost.estimate(from_empty, {"v_new": 100}, full_bytes=100).differential_bytes == 0
+    # An outer or anti join keeps its preserved side; a non-empty relation prunes nothing.
+    for sql in (
+        f"SELECT * FROM v_new AS a LEFT JOIN {empty} AS b ON a.k = b.k",
+        f"SELECT * FROM v_new AS a LEFT ANTI JOIN {empty} AS b ON a.k = b.k",
+        "SELECT * FROM v_new AS a LEFT SEMI JOIN (SELECT * FROM m WHERE k > 0) AS b ON a.k = b.k",
+    ):
+        assert read_cost.estimate(parse_one(sql), {"v_new": 100}, full_bytes=100).differential_bytes == 100, sql
+
+
 def test_a_cte_is_read_at_each_use():
     query = parse_one("WITH c AS (SELECT * FROM v_new WHERE k > 1) SELECT * FROM c JOIN c AS d ON c.k = d.k")
     est = read_cost.estimate(query, {"V_NEW": 10}, full_bytes=10)

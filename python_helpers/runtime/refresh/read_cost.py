@@ -68,9 +68,9 @@ def estimate(query: exp.Expr, view_bytes: dict, full_bytes: int) -> ReadEstimate
 
     def cost(node: exp.Expr, seen: frozenset) -> tuple[int, int]:
         total = refs = 0
-        reused = _reused_tables(node)
+        skipped = _reused_tables(node) | _pruned_tables(node)
         for table in node.find_all(exp.Table):
-            if id(table) in reused:
+            if id(table) in skipped:
                 continue
             name = table.name.lower()
             if table.db or not name:
@@ -112,6 +112,32 @@ def _reused_tables(node: exp.Expr) -> set:
             reused.update(id(t) for t in inner.find_all(exp.Table))
         seen.add(text)
     return reused
+
+
+def _empty(relation: Optional[exp.Expr]) -> bool:
+    """`SELECT ... WHERE FALSE`: how a materialized intermediate with no rows is served
+    (bound_views.materialize), which Spark's optimizer folds into an empty relation."""
+    while isinstance(relation, exp.Subquery):
+        relation = relation.this
+    where = relation.args.get("where") if isinstance(relation, exp.Select) else None
+    return where is not None and isinstance(where.this, exp.Boolean) and not where.this.this
+
+
+def _pruned_tables(node: exp.Expr) -> set:
+    """Tables under a SELECT that joins an empty relation where the join's result is empty
+    (inner, cross, semi; or any but a right or full join from an empty FROM): Spark drops those
+    reads from the plan (a group rescan when no group is flagged, a recompute for no keys)."""
+    pruned: set = set()
+    for select in node.find_all(exp.Select):
+        source = select.args.get("from_")
+        empty_from = source is not None and _empty(source.this)
+        for join in select.args.get("joins") or []:
+            kind, side = (join.args.get("kind") or "").upper(), (join.args.get("side") or "").upper()
+            empties = kind == "SEMI" or (not side and kind in ("", "INNER", "CROSS"))
+            if (_empty(join.this) and empties) or (empty_from and side not in ("RIGHT", "FULL")):
+                pruned.update(id(t) for t in select.find_all(exp.Table))
+                break
+    return pruned
 
 
 def _size(n: int) -> str:
