@@ -32,23 +32,22 @@ from typing import Optional, Union
 
 from sqlglot import exp
 
+from python_helpers.dvm.operators import restricted_reads
 from python_helpers.dvm.operators.base import Operator, Walk, copied_from
+from python_helpers.dvm.operators.restricted_reads import KEY, restrict
 from python_helpers.dvm.sqlgen import (
     Context,
     alias,
     col,
     consolidate,
-    repeat_rows,
     select_from,
     sub,
     union_all,
     union_all_of,
     weight,
 )
-from python_helpers.dvm.tree import WEIGHT, Filter, Node, OuterJoin, Project, Scan, SemiJoin, SetOp, Window
+from python_helpers.dvm.tree import WEIGHT, Node, OuterJoin, Scan, SemiJoin, SetOp, Window
 from python_helpers.sql.predicates import conjuncts
-
-_KEY = "__dvm_rk"
 
 # The operators this module differentiates by recomputing them for the changed keys.
 KeyRestricted = Union[OuterJoin, SemiJoin, SetOp]
@@ -136,10 +135,10 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
     reads: dict = {}
     if keys is not None:
         for i, (child, d, exprs) in enumerate(inputs):
-            if _old_from_change(ctx, child, d):
-                new = ctx.materialize(_restrict(ctx, plain_of(child, "new"), exprs, keys))  # type: ignore[misc]
+            if restricted_reads.from_change(ctx, child, d):
+                new = ctx.materialize(restrict(ctx, plain_of(child, "new"), exprs, keys))  # type: ignore[misc]
                 reads[(i, "new")] = new
-                reads[(i, "old")] = _minus_change(ctx, child.columns, new, d)
+                reads[(i, "old")] = restricted_reads.minus_change(ctx, child.columns, new, d)
 
     def at(version):
         rendered = []
@@ -149,51 +148,12 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
             if read is not None:
                 rendered.append(read.copy())
             elif keys is not None:
-                rendered.append(_restrict(ctx, plain_of(child, read_at), exprs, keys))
+                rendered.append(restrict(ctx, plain_of(child, read_at), exprs, keys))
             else:
                 rendered.append(plain_of(child, read_at))
         return plain(node, ctx, *rendered)
 
     return _new_minus_old(ctx, node.columns, at)
-
-
-# raise_error's text when a source's change names rows its new version lacks (the old rows
-# would have a negative count): the refresh stops rather than publish wrong rows.
-OLD_ROWS_BROKEN = "the change of a source names rows its new version does not hold"
-
-
-def _old_from_change(ctx: Context, child: Node, change) -> bool:
-    """Read `child` at the old version as its new rows minus its change? For a plain source,
-    or filters and projections of one (its change rows are its rows, value for value: the same
-    expressions over the same row), with a small change, when the engine can compute the new
-    rows once: computed inputs (joins, aggregates) could round differently in their delta than
-    in their plain rows, and a bag upstream's rows repeat."""
-    return change is not None and ctx.small_delta and ctx.materialize is not None and _row_wise_source(child)
-
-
-def _row_wise_source(node: Node) -> bool:
-    """A plain source under nothing but filters and projections."""
-    while isinstance(node, (Filter, Project)):
-        node = node.child
-    return isinstance(node, Scan) and node.weight_column is None
-
-
-def _minus_change(ctx: Context, columns: list, new_rows: exp.Expr, change: exp.Expr) -> exp.Select:
-    """The rows at the old version: the new rows (each once) minus the change's weights, counted
-    per distinct row and repeated by the count."""
-    plus = select_from(
-        [col(c) for c in columns] + [alias(exp.Literal.number(1), WEIGHT)], sub(new_rows.copy(), ctx.alias("on"))
-    )
-    minus = select_from(
-        [col(c) for c in columns] + [alias(exp.Neg(this=weight()), WEIGHT)], sub(change.copy(), ctx.alias("oc"))
-    )
-    counted = consolidate(ctx, union_all_of([plus, minus]), columns)
-    broken = exp.Anonymous(this="raise_error", expressions=[exp.Literal.string(OLD_ROWS_BROKEN)])
-    count = exp.If(this=exp.LT(this=weight(), expression=exp.Literal.number(0)), true=broken, false=weight())
-    checked = select_from([col(c) for c in columns] + [alias(count, "__dvm_m")], sub(counted, ctx.alias("om")))
-    outer = select_from([col(c) for c in columns] + [col("__dvm_m")], sub(checked, ctx.alias("ok")))
-    repeated = repeat_rows(outer, col("__dvm_m"), ctx.alias("rep"))
-    return select_from([col(c) for c in columns], sub(repeated, ctx.alias("oo")))
 
 
 def _new_minus_old(ctx: Context, columns: list, at) -> exp.Select:
@@ -222,19 +182,9 @@ def _changed_keys(ctx: Context, node: KeyRestricted, pairs, dl, dr) -> Optional[
         if d is not None:
             if not isinstance(child, Scan):
                 d = consolidate(ctx, d.copy(), list(child.columns))
-            exprs = [alias(p[side].copy(), f"{_KEY}{i}") for i, p in enumerate(pairs)]
+            exprs = [alias(p[side].copy(), f"{KEY}{i}") for i, p in enumerate(pairs)]
             parts.append(select_from(exprs, sub(d.copy(), ctx.alias("dk"))))
     return union_all(parts)
-
-
-def _restrict(ctx: Context, query, exprs: list, keys) -> exp.Select:
-    """Rows of `query` whose key (null-safe) is among `keys`."""
-    q, k = ctx.alias("q"), ctx.alias("k")
-    on = exp.and_(*[exp.NullSafeEQ(this=e.copy(), expression=col(f"{_KEY}{i}", k)) for i, e in enumerate(exprs)])
-    step = select_from([exp.Star()], sub(query, q))
-    if ctx.small_delta:
-        step.set("hint", exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[exp.to_identifier(k)])]))
-    return step.join(sub(keys.copy(), k), on=on, join_type="LEFT SEMI", copy=False)
 
 
 # -- window functions: one input, keyed by the PARTITION BY expressions all calls share --------
@@ -254,12 +204,12 @@ def window_delta(node: Window, ctx: Context, delta_of, plain_of):
     keys = None
     if node.partition_keys:
         keys = select_from(
-            [alias(k.copy(), f"{_KEY}{i}") for i, k in enumerate(node.partition_keys)], sub(d.copy(), ctx.alias("dk"))
+            [alias(k.copy(), f"{KEY}{i}") for i, k in enumerate(node.partition_keys)], sub(d.copy(), ctx.alias("dk"))
         )
 
     def at(version):
         rows = plain_of(node.child, version)
-        return window_plain(node, ctx, _restrict(ctx, rows, node.partition_keys, keys) if keys is not None else rows)
+        return window_plain(node, ctx, restrict(ctx, rows, node.partition_keys, keys) if keys is not None else rows)
 
     return _new_minus_old(ctx, node.columns, at)
 

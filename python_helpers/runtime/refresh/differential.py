@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from python_helpers.dvm.keyed_result import UNIQUE_KEY_BROKEN
-from python_helpers.dvm.operators.key_restricted import OLD_ROWS_BROKEN
+from python_helpers.dvm.operators.restricted_reads import OLD_ROWS_BROKEN
 from python_helpers.dvm.sqlgen import render
 from python_helpers.dvm.stored_result import MaintainedResult, plan_stored_result
 from python_helpers.dvm.tree import Recursive, walk

@@ -1,0 +1,76 @@
+"""Reading an operator's input for the keys a change touches, and its old rows from its new ones.
+
+A key-restricted recompute (outer / semi / anti joins, set operations, a window's partitions, an
+aggregate or DISTINCT below the root) reads its input at both versions, restricted to the keys
+in the change. For a plain source (or filters and projections of one) the old rows need no
+second read: they are the new rows minus the change (`old = new − Δ`), since a source's change
+rows are its rows, value for value, and the same expressions over the same row give the same
+values. The new rows for the keys are computed once (`ctx.materialize`), so a large source is
+scanned once instead of twice.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from python_helpers.dvm.sqlgen import (
+    Context,
+    alias,
+    col,
+    consolidate,
+    repeat_rows,
+    select_from,
+    sub,
+    union_all_of,
+    weight,
+)
+from python_helpers.dvm.tree import WEIGHT, Filter, Node, Project, Scan
+
+KEY = "__dvm_rk"  # the columns of a relation of keys: __dvm_rk0, __dvm_rk1, ...
+
+# raise_error's text when a source's change names rows its new version lacks (the old rows
+# would have a negative count): the refresh stops rather than publish wrong rows.
+OLD_ROWS_BROKEN = "the change of a source names rows its new version does not hold"
+
+
+def restrict(ctx: Context, query, exprs: list, keys) -> exp.Select:
+    """Rows of `query` whose key (null-safe) is among `keys` (columns KEY0, KEY1, ...)."""
+    q, k = ctx.alias("q"), ctx.alias("k")
+    on = exp.and_(*[exp.NullSafeEQ(this=e.copy(), expression=col(f"{KEY}{i}", k)) for i, e in enumerate(exprs)])
+    step = select_from([exp.Star()], sub(query, q))
+    if ctx.small_delta:
+        step.set("hint", exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[exp.to_identifier(k)])]))
+    return step.join(sub(keys.copy(), k), on=on, join_type="LEFT SEMI", copy=False)
+
+
+def from_change(ctx: Context, child: Node, change) -> bool:
+    """Read `child` at the old version as its new rows minus its change? For a plain source,
+    or filters and projections of one, with a small change, when the engine can compute the new
+    rows once: computed inputs (joins, aggregates) could round differently in their delta than
+    in their plain rows, and a bag upstream's rows repeat."""
+    return change is not None and ctx.small_delta and ctx.materialize is not None and row_wise_source(child)
+
+
+def row_wise_source(node: Node) -> bool:
+    """A plain source under nothing but filters and projections."""
+    while isinstance(node, (Filter, Project)):
+        node = node.child
+    return isinstance(node, Scan) and node.weight_column is None
+
+
+def minus_change(ctx: Context, columns: list, new_rows: exp.Expr, change: exp.Expr) -> exp.Select:
+    """The rows at the old version: the new rows (each once) minus the change's weights, counted
+    per distinct row and repeated by the count."""
+    plus = select_from(
+        [col(c) for c in columns] + [alias(exp.Literal.number(1), WEIGHT)], sub(new_rows.copy(), ctx.alias("on"))
+    )
+    minus = select_from(
+        [col(c) for c in columns] + [alias(exp.Neg(this=weight()), WEIGHT)], sub(change.copy(), ctx.alias("oc"))
+    )
+    counted = consolidate(ctx, union_all_of([plus, minus]), columns)
+    broken = exp.Anonymous(this="raise_error", expressions=[exp.Literal.string(OLD_ROWS_BROKEN)])
+    count = exp.If(this=exp.LT(this=weight(), expression=exp.Literal.number(0)), true=broken, false=weight())
+    checked = select_from([col(c) for c in columns] + [alias(count, "__dvm_m")], sub(counted, ctx.alias("om")))
+    outer = select_from([col(c) for c in columns] + [col("__dvm_m")], sub(checked, ctx.alias("ok")))
+    repeated = repeat_rows(outer, col("__dvm_m"), ctx.alias("rep"))
+    return select_from([col(c) for c in columns], sub(repeated, ctx.alias("oo")))
