@@ -532,11 +532,23 @@ ANTI_FILTERED = (
 )
 
 
-@pytest.mark.parametrize("sql", [OUTER, ANTI_FILTERED], ids=["outer", "anti_filtered"])
+# Aggregates below the root (recomputed for the changed keys): a DISTINCT of (g, k) pairs under
+# COUNT(DISTINCT), and a GROUP BY under another.
+DISTINCT_BELOW = "SELECT g, COUNT(DISTINCT k) AS dk FROM {src}.t1 GROUP BY g"
+NESTED_GROUPS = (
+    "SELECT n, COUNT(*) AS ks FROM (SELECT k, COUNT(*) AS n FROM {src}.t1 WHERE v > -3 GROUP BY k) GROUP BY n"
+)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [OUTER, ANTI_FILTERED, DISTINCT_BELOW, NESTED_GROUPS],
+    ids=["outer", "anti_filtered", "distinct_below", "nested_groups"],
+)
 def test_a_changed_source_of_an_outer_join_is_read_once_its_old_rows_are_new_minus_change(env, monkeypatch, sql):
-    """The key-restricted recompute reads a changed plain source (or a filter or projection of
-    one) at the new version only (its old rows: those minus the change): the MERGE rows' query
-    names no old snapshot of it."""
+    """The key-restricted recompute (a join's, an aggregate's below the root) reads a changed
+    plain source (or a filter or projection of one) at the new version only (its old rows: those
+    minus the change): the MERGE rows' query names no old snapshot of it."""
     from python_helpers.runtime.connections import spark as connections
 
     merges: list = []
@@ -550,7 +562,8 @@ def test_a_changed_source_of_an_outer_join_is_read_once_its_old_rows_are_new_min
     monkeypatch.setattr(connections.SparkConnection, "arrow", spy)
     for t in ("t1", "t2"):
         env.source(t, INITIAL[t])
-    stream = env.stream(f"once_{'outer' if sql == OUTER else 'anti'}", sql, refresh_mode="differential")
+    name = {OUTER: "outer", ANTI_FILTERED: "anti", DISTINCT_BELOW: "distinct", NESTED_GROUPS: "nested"}[sql]
+    stream = env.stream(f"once_{name}", sql, refresh_mode="differential")
     stream.refresh(expect="full")
     for batch in SMOKE_BATCHES[:1]:  # inserts, duplicates, NULL keys, key moves on both sides
         env.apply(batch, only_existing=True)
@@ -565,9 +578,9 @@ def test_a_changed_source_of_an_outer_join_is_read_once_its_old_rows_are_new_min
 def test_a_change_that_does_not_fit_its_sources_new_rows_rebuilds_and_says_why(env, monkeypatch):
     """Old rows read as new rows minus a change that does not match them (here: a change counted
     twice) would have negative counts: the refresh stops before writing and runs in full."""
-    from python_helpers.dvm.operators import key_restricted
+    from python_helpers.dvm.operators import restricted_reads
 
-    original = key_restricted._minus_change
+    original = restricted_reads.minus_change
 
     def doubled(ctx, columns, new_rows, change):
         twice = exp.union(change.copy(), change.copy(), distinct=False)
@@ -577,8 +590,8 @@ def test_a_change_that_does_not_fit_its_sources_new_rows_rebuilds_and_says_why(e
         env.source(t, INITIAL[t])
     stream = env.stream("outer_misfit", OUTER, refresh_mode="differential")
     stream.refresh(expect="full")
-    monkeypatch.setattr(key_restricted, "_minus_change", doubled)
+    monkeypatch.setattr(restricted_reads, "minus_change", doubled)
     env.apply([S.DeleteWhere("t1", "k", 1), S.UpdateWhere("t2", "k", 1, {"x": 7.5})])
     result = stream.refresh(expect="full")
-    assert key_restricted.OLD_ROWS_BROKEN in result.reason, result.reason
+    assert restricted_reads.OLD_ROWS_BROKEN in result.reason, result.reason
     stream.check()

@@ -5,6 +5,10 @@ not change cancel. Only groups whose key appears in the delta are rescanned (del
 restriction); Spark pushes the semi join below the aggregation on the grouping keys. An
 aggregate without keys recomputes its single row when its input changed at all.
 
+When the input is a changed plain source (or filters and projections of one) and the change is
+small, the input is read once: its rows of the changed keys at the new version are computed
+first, and its old rows are those minus the change (restricted_reads), instead of a second scan.
+
 At the root, the stored result keeps each group's state instead (python_helpers.dvm.stored_result),
 which avoids the rescan of the old version.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from python_helpers.dvm.operators import restricted_reads
 from python_helpers.dvm.operators.base import UnaryOperator, Walk, only_child
 from python_helpers.dvm.sqlgen import (
     Context,
@@ -66,14 +71,43 @@ def recompute_delta(node, ctx: Context, child_delta, plain_old, plain_new):
     return consolidate(ctx, union_all_of(sides), node.columns)
 
 
+def _key_exprs(node) -> list:
+    """The node's grouping key as expressions over its input's columns ([] for a global aggregate)."""
+    return list(node.keys) if isinstance(node, Aggregate) else [col(c) for c in node.columns]
+
+
+def read_once_delta(node, ctx: Context, child: Node, child_delta, child_new) -> exp.Expr:
+    """recompute_delta over an input read once: its rows of the changed keys at the new version,
+    computed first, and its old rows those minus its change (restricted_reads)."""
+    exprs = _key_exprs(node)
+    keys = select_from(
+        [alias(e.copy(), f"{restricted_reads.KEY}{i}") for i, e in enumerate(exprs)],
+        sub(child_delta.copy(), ctx.alias("dk")),
+    ).distinct(copy=False)
+    new = ctx.materialize(restricted_reads.restrict(ctx, child_new, exprs, keys))  # type: ignore[misc]
+    old = restricted_reads.minus_change(ctx, child.columns, new, child_delta)
+    render = aggregate_plain if isinstance(node, Aggregate) else distinct_plain
+    sides = [
+        select_from(
+            [col(c) for c in node.columns] + [alias(exp.Literal.number(sign), WEIGHT)],
+            sub(render(node, ctx, version, rows), ctx.alias("v")),
+        )
+        for sign, version, rows in ((1, "new", new), (-1, "old", old))
+    ]
+    return consolidate(ctx, union_all_of(sides), node.columns)
+
+
 class _KeyedRecomputeOperator(UnaryOperator):
-    """Recomputed for the keys its input's change touches, at both versions (recompute_delta)."""
+    """Recomputed for the keys its input's change touches, at both versions (recompute_delta);
+    a changed plain source below is read once (read_once_delta)."""
 
     @classmethod
     def delta(cls, node: Node, ctx: Context, walk: Walk) -> exp.Expr | None:
-        return recompute_delta(
-            node, ctx, walk.delta(only_child(node)), lambda: walk.plain(node, "old"), lambda: walk.plain(node, "new")
-        )
+        child = only_child(node)
+        child_delta = walk.delta(child)
+        if _key_exprs(node) and restricted_reads.from_change(ctx, child, child_delta):
+            return read_once_delta(node, ctx, child, child_delta, walk.plain(child, "new"))
+        return recompute_delta(node, ctx, child_delta, lambda: walk.plain(node, "old"), lambda: walk.plain(node, "new"))
 
 
 class AggregateOperator(_KeyedRecomputeOperator):
