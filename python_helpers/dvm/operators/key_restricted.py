@@ -34,7 +34,7 @@ from sqlglot import exp
 
 from python_helpers.dvm.operators import restricted_reads
 from python_helpers.dvm.operators.base import Operator, Walk, copied_from
-from python_helpers.dvm.operators.restricted_reads import KEY, restrict
+from python_helpers.dvm.operators.restricted_reads import keys_of, new_minus_old, restrict
 from python_helpers.dvm.sqlgen import (
     Context,
     alias,
@@ -153,18 +153,7 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
                 rendered.append(plain_of(child, read_at))
         return plain(node, ctx, *rendered)
 
-    return _new_minus_old(ctx, node.columns, at)
-
-
-def _new_minus_old(ctx: Context, columns: list, at) -> exp.Select:
-    """`at(version)` (the operator over its restricted inputs) at new minus at old, consolidated."""
-    sides = [
-        select_from(
-            [col(c) for c in columns] + [alias(exp.Literal.number(sign), WEIGHT)], sub(at(version), ctx.alias("v"))
-        )
-        for sign, version in ((1, "new"), (-1, "old"))
-    ]
-    return consolidate(ctx, union_all_of(sides), columns)
+    return new_minus_old(ctx, node.columns, at)
 
 
 def _derived(*deltas) -> bool:
@@ -182,8 +171,7 @@ def _changed_keys(ctx: Context, node: KeyRestricted, pairs, dl, dr) -> Optional[
         if d is not None:
             if not isinstance(child, Scan):
                 d = consolidate(ctx, d.copy(), list(child.columns))
-            exprs = [alias(p[side].copy(), f"{KEY}{i}") for i, p in enumerate(pairs)]
-            parts.append(select_from(exprs, sub(d.copy(), ctx.alias("dk"))))
+            parts.append(keys_of(ctx, d, [p[side] for p in pairs]))
     return union_all(parts)
 
 
@@ -203,15 +191,13 @@ def window_delta(node: Window, ctx: Context, delta_of, plain_of):
         return None
     keys = None
     if node.partition_keys:
-        keys = select_from(
-            [alias(k.copy(), f"{KEY}{i}") for i, k in enumerate(node.partition_keys)], sub(d.copy(), ctx.alias("dk"))
-        )
+        keys = keys_of(ctx, d, node.partition_keys)
 
     def at(version):
         rows = plain_of(node.child, version)
         return window_plain(node, ctx, restrict(ctx, rows, node.partition_keys, keys) if keys is not None else rows)
 
-    return _new_minus_old(ctx, node.columns, at)
+    return new_minus_old(ctx, node.columns, at)
 
 
 class KeyRestrictedOperator(Operator):

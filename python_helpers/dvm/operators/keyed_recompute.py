@@ -80,21 +80,11 @@ def read_once_delta(node, ctx: Context, child: Node, child_delta, child_new) -> 
     """recompute_delta over an input read once: its rows of the changed keys at the new version,
     computed first, and its old rows those minus its change (restricted_reads)."""
     exprs = _key_exprs(node)
-    keys = select_from(
-        [alias(e.copy(), f"{restricted_reads.KEY}{i}") for i, e in enumerate(exprs)],
-        sub(child_delta.copy(), ctx.alias("dk")),
-    ).distinct(copy=False)
+    keys = restricted_reads.keys_of(ctx, child_delta, exprs)
     new = ctx.materialize(restricted_reads.restrict(ctx, child_new, exprs, keys))  # type: ignore[misc]
-    old = restricted_reads.minus_change(ctx, child.columns, new, child_delta)
+    rows = {"new": new, "old": restricted_reads.minus_change(ctx, child.columns, new, child_delta)}
     render = aggregate_plain if isinstance(node, Aggregate) else distinct_plain
-    sides = [
-        select_from(
-            [col(c) for c in node.columns] + [alias(exp.Literal.number(sign), WEIGHT)],
-            sub(render(node, ctx, version, rows), ctx.alias("v")),
-        )
-        for sign, version, rows in ((1, "new", new), (-1, "old", old))
-    ]
-    return consolidate(ctx, union_all_of(sides), node.columns)
+    return restricted_reads.new_minus_old(ctx, node.columns, lambda version: render(node, ctx, version, rows[version]))
 
 
 class _KeyedRecomputeOperator(UnaryOperator):

@@ -33,6 +33,11 @@ KEY = "__dvm_rk"  # the columns of a relation of keys: __dvm_rk0, __dvm_rk1, ...
 OLD_ROWS_BROKEN = "the change of a source names rows its new version does not hold"
 
 
+def keys_of(ctx: Context, delta: exp.Expr, exprs: list) -> exp.Select:
+    """The keys a delta names: `exprs` over its rows, as columns KEY0, KEY1, ..."""
+    return select_from([alias(e.copy(), f"{KEY}{i}") for i, e in enumerate(exprs)], sub(delta.copy(), ctx.alias("dk")))
+
+
 def restrict(ctx: Context, query, exprs: list, keys) -> exp.Select:
     """Rows of `query` whose key (null-safe) is among `keys` (columns KEY0, KEY1, ...)."""
     q, k = ctx.alias("q"), ctx.alias("k")
@@ -74,3 +79,14 @@ def minus_change(ctx: Context, columns: list, new_rows: exp.Expr, change: exp.Ex
     outer = select_from([col(c) for c in columns] + [col("__dvm_m")], sub(checked, ctx.alias("ok")))
     repeated = repeat_rows(outer, col("__dvm_m"), ctx.alias("rep"))
     return select_from([col(c) for c in columns], sub(repeated, ctx.alias("oo")))
+
+
+def new_minus_old(ctx: Context, columns: list, at) -> exp.Select:
+    """`at(version)` (an operator over its restricted inputs) at new minus at old, consolidated."""
+    sides = [
+        select_from(
+            [col(c) for c in columns] + [alias(exp.Literal.number(sign), WEIGHT)], sub(at(version), ctx.alias("v"))
+        )
+        for sign, version in ((1, "new"), (-1, "old"))
+    ]
+    return consolidate(ctx, union_all_of(sides), columns)
