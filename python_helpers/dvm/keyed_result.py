@@ -13,11 +13,14 @@ from python_helpers.errors import InvalidConfig
 
 # Spark's raise_error text when a refresh would break a declared unique_key.
 UNIQUE_KEY_BROKEN = "is not unique: this change gives a key a second row"
+# The names under which the key columns' Spark types are kept with the aggregate arguments'
+# (MaintainedResult.arg_types).
+KEY_TYPE = "__dvm_key_type_"
 
 
 class KeyedBagResult(BagResult):
     """A bag whose rows the model declares unique by `unique_key` (dbt's config of that name):
-    one stored row per key, its row id the key itself (sqlgen.key_id: its JSON form, exact, no
+    one stored row per key, its row id the key itself (sqlgen.key_id: its values' text, exact, no
     digest), so nothing is grouped by every column.
 
     A full build is a projection (no GROUP BY over all columns, no digest of every column), the
@@ -36,10 +39,22 @@ class KeyedBagResult(BagResult):
     def _view(self, query: exp.Select) -> exp.Select:
         return query  # one stored row per key, each shown once
 
+    def typed_args(self) -> list:
+        # The key columns' types choose the row id's form (sqlgen.key_id).
+        return [(f"{KEY_TYPE}{i}", col(c)) for i, c in enumerate(self.key)]
+
+    def args_query(self, ctx: Context) -> exp.Select:
+        args = [alias(arg, f"a{i}") for i, (_, arg) in enumerate(self.typed_args())]
+        return select_from(args, sub(plain(self.input, ctx, "new"), ctx.alias("ty")))
+
+    def _id(self, table: str) -> exp.Expr:
+        types = [self.arg_types.get(f"{KEY_TYPE}{i}") for i in range(len(self.key))]
+        return key_id(self.key, table, types if None not in types else None)
+
     def full_sql(self, ctx: Context) -> exp.Select:
         b = ctx.alias("b")
         return select_from(
-            [alias(key_id(self.key, b), ROW_ID)]
+            [alias(self._id(b), ROW_ID)]
             + [alias(col(c, b), u) for c, u in zip(self.input.columns, self.user_columns)]
             + [alias(_bigint(1), COUNT)],
             sub(plain(self.input, ctx, "new"), b),
@@ -68,13 +83,13 @@ class KeyedBagResult(BagResult):
         consolidated = delta_once(ctx, consolidate(ctx, d, cols))
         per_key = select_from(
             [
-                alias(key_id(self.key, c), ROW_ID),
+                alias(self._id(c), ROW_ID),
                 alias(gained, "__dvm_gained"),
                 alias(lost, "__dvm_lost"),
                 alias(newest, "__dvm_new"),
             ],
             sub(consolidated, c),
-        ).group_by(key_id(self.key, c), copy=False)
+        ).group_by(self._id(c), copy=False)
         # Only the stored row ids (a column of the stored result), of the keys the change gives a
         # tuple without taking one away: only those can break the key by meeting a stored row
         # (an update removes the key's old tuple). Scattered updates name none, and Spark then

@@ -148,16 +148,43 @@ def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expr:
     return exp.MD5(this=_json_of(columns, table))
 
 
-def key_id(columns: list[str], table: Optional[str] = None) -> exp.Expr:
-    """The exact identity of a declared key: its JSON form itself, no digest.
+# Key column types whose text form is exact and cheap to build (digits, or a length-prefixed
+# string): a key of only these is identified without JSON (key_id).
+_PLAIN_KEY_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "string"})
+
+
+def key_id(columns: list[str], table: Optional[str] = None, types: Optional[list] = None) -> exp.Expr:
+    """The exact identity of a declared key: the key's own values, no digest.
 
     For the keyed layout, whose keys are a model's few declared key columns: injective (no two
     keys share it, at any row count) and cheaper than `row_id` where it counts, a fact of
     millions of rows: an md5 per row plus 32 incompressible characters per stored row cost the
-    6 M-row fact's build a third more than the same query written plainly."""
+    6 M-row fact's build a third more than the same query written plainly.
+
+    With `types` (the key columns' Spark types) all integers or strings, the id is their text
+    joined by `|`: an integer's digits, a string as `<length>:<text>`, NULL as `n` (one reading
+    back is possible only one way, so two keys never share an id). Spark's `to_json`, the form
+    for every other key, is not compiled into its generated code: 1.2-1.7 s of the 6 M-row fact's
+    build. Which form a stored result has is part of its plan's digest."""
     if not columns:
         return exp.Literal.string("__dvm_single_row")
+    if types is not None and len(types) == len(columns) and all(t in _PLAIN_KEY_TYPES for t in types):
+        parts: list[exp.Expr] = []
+        for i, (c, t) in enumerate(zip(columns, types)):
+            if i:
+                parts.append(exp.Literal.string("|"))
+            parts.append(_plain_key_part(col(c, table), t))
+        return parts[0] if len(parts) == 1 else exp.Anonymous(this="concat", expressions=parts)
     return _json_of(columns, table)
+
+
+def _plain_key_part(value: exp.Expr, spark_type: str) -> exp.Expr:
+    null = exp.Literal.string("n")
+    if spark_type == "string":
+        length = exp.Cast(this=exp.Length(this=value.copy()), to=exp.DataType.build("string"))
+        text = exp.Anonymous(this="concat", expressions=[length, exp.Literal.string(":"), value.copy()])
+        return exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=null, false=text)
+    return exp.Coalesce(this=exp.Cast(this=value.copy(), to=exp.DataType.build("string")), expressions=[null])
 
 
 def _json_of(columns: list[str], table: Optional[str]) -> exp.Expr:

@@ -352,6 +352,25 @@ def test_a_unique_key_stores_one_row_per_key_without_grouping_or_repeating():
         plan_stored_result("m", tree_of(sql), ["id", "amount", "region"], unique_key=["nope"])
 
 
+def test_a_keyed_row_id_form_follows_the_key_types_and_the_plan_digest_tells_them_apart():
+    from python_helpers.runtime.refresh.attempt import plan_digest
+
+    sql = "select o.id, o.amount from shop.orders o"
+    # A stored result whose analysis kept no key types (built by an earlier release) keeps its
+    # JSON ids; with the types, integer keys are their digits and the plan's digest differs, so
+    # such a stored result is rebuilt once rather than merged with ids of another form.
+    old = plan_stored_result("m", tree_of(sql), ["id", "amount"], unique_key=["id"])
+    new = plan_stored_result("m", tree_of(sql), ["id", "amount"], unique_key=["id"])
+    assert [name for name, _ in new.typed_args()] == ["__dvm_key_type_0"]
+    new.arg_types = {"__dvm_key_type_0": "bigint"}
+    assert "TO_JSON" in render(old.full_sql(ctx(()))) and "TO_JSON" in render(
+        old.merge_sql(ctx(), exp.to_table("s"), {})
+    )
+    for text in (render(new.full_sql(ctx(()))), render(new.merge_sql(ctx(), exp.to_table("s"), {}))):
+        assert "TO_JSON" not in text and "COALESCE(CAST(" in text
+    assert plan_digest(old) != plan_digest(new)
+
+
 def test_duplicate_output_names_are_rejected():
     with pytest.raises(UnsupportedSql, match="(?i)two columns named .id."):
         storage_names("m", ["id", "ID"])

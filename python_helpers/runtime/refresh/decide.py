@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from python_helpers.dvm.keyed_result import KEY_TYPE
 from python_helpers.errors import ChangeFeedDisabled, SourceBehind
 from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.refresh import settings as result_settings
@@ -151,5 +152,6 @@ def _float_recompute_due(request, meta: dict) -> bool:
     if not every:
         return False
     arg_types = (meta.get("analysis") or {}).get("arg_types") or {}
-    floats = any(t in ("double", "float") for t in arg_types.values())
+    # Aggregate arguments only: a keyed result keeps its key columns' types there too.
+    floats = any(t in ("double", "float") for n, t in arg_types.items() if not n.startswith(KEY_TYPE))
     return floats and meta.get("differential_since_full", 0) >= every
