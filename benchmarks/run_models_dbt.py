@@ -4,8 +4,9 @@
     .venv/bin/python benchmarks/run_models_dbt.py                      # SF 1, embedded engine
     .venv/bin/python benchmarks/run_models_dbt.py --engine spark       # Delta Lake in Spark (make jars)
     .venv/bin/python benchmarks/run_models_dbt.py --sf 10 --cycles 1
+    .venv/bin/python benchmarks/run_models_dbt.py --models fact,rollup,tpch --cycles 1 --mixes rf
 
-Two models over TPC-H's Delta tables:
+Two models over TPC-H's Delta tables (and with `--models`, any of TPC-H's 22 queries as well):
 * `fact`: a denormalized fact, one row per lineitem (lineitem ⋈ orders ⋈ customer, 12 columns),
   declared unique by lineitem's key (`unique_key`; `--no-unique-key` stores it as a bag);
 * `rollup`: one row per customer with its orders' count, total and last date.
@@ -13,16 +14,19 @@ Two models over TPC-H's Delta tables:
 Each is written twice: `<m>` (materialized='stream_table', refresh_mode='auto') and
 `<m>_table` (materialized='table', the file format the engine's users have: parquet without
 Delta Lake in Spark, delta with it). Every `dbt run` is a fresh process with a fresh local Spark
-(dbt-spark's `method: session`); times are dbt's own `execution_time` per model.
+(dbt-spark's `method: session`); times are dbt's own `execution_time` per model (a stream
+table's less the metering's own REST calls, `meter_ms`: benchmarks/tpch_dbt.py).
 
 First the stream tables are built and the table models run once (first build against table).
 Then per cycle and change mix (1,000 scattered lineitem updates with their orders; TPC-H's
 refresh functions): change the sources, `dbt run -s tag:diff` (DIFFERENTIAL), `dbt run -s
 tag:table` (the table model on the same source versions), check that each stream table holds
 exactly the table model's rows (Spark's EXCEPT ALL both ways), then `dbt run -s tag:diff
---full-refresh` (FULL). Peak resident memory of the dbt process alone is its kernel high-water mark (/proc VmHWM).
+--full-refresh` (FULL). Peak resident memory of the dbt process alone is its kernel high-water
+mark (/proc VmHWM).
 
-Writes benchmarks/results/models_dbt_<engine>_sf<sf>.{md,png}.
+Writes benchmarks/results/models_dbt_<engine>_sf<sf>.{md,png} (`_<n>_models` added when
+TPC-H's queries are among them).
 """
 
 from __future__ import annotations
@@ -93,6 +97,20 @@ print("CHECK " + json.dumps(out))
 """
 
 
+def _models(selection: str) -> dict:
+    """The models by name: fact, rollup, TPC-H's q01..q22, or `tpch` for all 22 of them."""
+    from python_helpers.testing.tpch_queries import QUERIES
+
+    known = {**MODELS, **QUERIES}
+    names: list = []
+    for name in (n.strip() for n in selection.split(",") if n.strip()):
+        names += list(QUERIES) if name == "tpch" else [name]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown models {unknown}: fact, rollup, q01..q22 or tpch")
+    return {n: known[n] for n in names}
+
+
 def _check(bench: DbtBench, names: list) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", CHECK, json.dumps(names), bench.work, json.dumps(bench.spark_conf)],
@@ -128,7 +146,7 @@ def run(args) -> int:
     spark_conf = engine_spark_conf(args.engine)  # Delta Lake's, loaded into the session or the server
     if spark_conf is None:
         return 1
-    models = {m: MODELS[m] for m in args.models.split(",")}
+    models = _models(args.models)
     bench = DbtBench(
         work,
         paths,
@@ -178,6 +196,7 @@ def run(args) -> int:
                     return 1
         report = _report(args, models, built, tabled, records, mixes)
         suffix = "_bag" if args.no_unique_key and "fact" in models else ""
+        suffix += "" if set(models) <= set(MODELS) else f"_{len(models)}_models"
         stem = os.path.join(args.out, f"models_dbt_{args.engine}_sf{args.sf:g}{suffix}")
         os.makedirs(args.out, exist_ok=True)
         with open(stem + ".md", "w") as handle:
@@ -214,9 +233,9 @@ def _report(args, models, built, tabled, records, mixes) -> str:
             "",
             f"**{mixes[mix].name}**",
             "",
-            "| model | table model (s) | FULL (s) | DIFFERENTIAL (s) | mode | table / DIFF | FULL / DIFF "
-            "| dbt process peak, DIFF (MiB) |",
-            "|---|---|---|---|---|---|---|---|",
+            "| model | table model (s) | FULL (s) | FULL / table | DIFFERENTIAL (s) | mode | table / DIFF "
+            "| FULL / DIFF | dbt process peak, DIFF (MiB) |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for m in models:
             d = _median([r[0].models[m].seconds for r in rows])
@@ -224,7 +243,10 @@ def _report(args, models, built, tabled, records, mixes) -> str:
             f = _median([r[2].models[m].seconds for r in rows])
             modes = ", ".join(sorted({r[0].models[m].mode for r in rows}))
             peak = max(r[0].peak_dbt_mib for r in rows)
-            lines.append(f"| {m} | {t:.1f} | {f:.1f} | {d:.1f} | {modes} | {t / d:.1f}x | {f / d:.1f}x | {peak:.0f} |")
+            lines.append(
+                f"| {m} | {t:.1f} | {f:.1f} | {f / t:.2f}x | {d:.1f} | {modes} | {t / d:.1f}x | {f / d:.1f}x "
+                f"| {peak:.0f} |"
+            )
         lines += _phase_table(models, rows)
         lines += _statements(models, rows)
     return "\n".join(lines)
@@ -259,8 +281,9 @@ def _chart(models, records, mixes, path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     shown = [m for m in records if records[m]]
-    fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4), squeeze=False)
-    for ax, mix in zip(axes[0], shown):
+    width = max(6, len(models) * 0.6)
+    fig, axes = plt.subplots(len(shown), 1, figsize=(width, 4 * len(shown)), squeeze=False)
+    for ax, mix in zip(axes[:, 0], shown):
         rows = records[mix]
         names = list(models)
         series = {
@@ -271,7 +294,7 @@ def _chart(models, records, mixes, path: str, title: str) -> None:
         for i, (label, values) in enumerate(series.items()):
             ax.bar([x + (i - 1) * 0.27 for x in range(len(names))], values, width=0.27, label=label)
         ax.set_xticks(list(range(len(names))))
-        ax.set_xticklabels(names)
+        ax.set_xticklabels(names, rotation=45 if len(names) > 6 else 0)
         ax.set_ylabel("seconds (dbt execution_time)")
         ax.set_title(mixes[mix].name)
         ax.legend(fontsize=8)
@@ -284,7 +307,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (default 1)")
     parser.add_argument("--engine", choices=("embedded", "spark"), default="embedded")
-    parser.add_argument("--models", default="fact,rollup", help="comma-separated: fact, rollup")
+    parser.add_argument(
+        "--models", default="fact,rollup", help="comma-separated: fact, rollup, q01..q22, or tpch (all 22)"
+    )
     parser.add_argument("--mixes", default="scattered,rf", help="change mixes: scattered, rf")
     parser.add_argument("--cycles", type=int, default=2, help="change cycles (default 2)")
     parser.add_argument("--driver-memory", default="8g", help="the local Spark's heap (default 8g)")

@@ -5,7 +5,8 @@ For each cycle and change mix (TPC-H refresh functions; scattered updates) it ch
 sources, runs the differential models (`dbt run -s tag:diff`) and the full twins
 (`dbt run -s tag:full --full-refresh`) on the same source versions, the differential run first
 in odd cycles and second in even ones, and checks both equal.
-Per model: dbt's execution_time, the refresh mode, Spark jobs and rows read (Spark's REST API),
+Per model: dbt's execution_time (less the metering's own REST calls), the refresh mode, Spark
+jobs and rows read (Spark's REST API),
 snapshot files skipped by statistics; per run: wall time and peak memory of dbt + Spark.
 """
 
