@@ -7,15 +7,21 @@ from sqlglot import exp
 
 from python_helpers.dvm.differentiate import delta, plain
 from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, key_id, select_from, sub
-from python_helpers.dvm.stored_result import ACTION, COUNT, ROW_ID, BagResult, _cast, delta_once, touched_storage
+from python_helpers.dvm.stored_result import (
+    ACTION,
+    COUNT,
+    KEY_TYPE,
+    ROW_ID,
+    BagResult,
+    _cast,
+    delta_once,
+    touched_storage,
+)
 from python_helpers.dvm.tree import WEIGHT, Node
 from python_helpers.errors import InvalidConfig
 
 # Spark's raise_error text when a refresh would break a declared unique_key.
 UNIQUE_KEY_BROKEN = "is not unique: this change gives a key a second row"
-# The names under which the key columns' Spark types are kept with the aggregate arguments'
-# (MaintainedResult.arg_types).
-KEY_TYPE = "__dvm_key_type_"
 
 
 class KeyedBagResult(BagResult):

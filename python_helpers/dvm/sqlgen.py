@@ -159,23 +159,27 @@ def key_id(columns: list[str], table: Optional[str] = None, types: Optional[list
     For the keyed layout, whose keys are a model's few declared key columns: injective (no two
     keys share it, at any row count) and cheaper than `row_id` where it counts, a fact of
     millions of rows: an md5 per row plus 32 incompressible characters per stored row cost the
-    6 M-row fact's build a third more than the same query written plainly.
-
-    With `types` (the key columns' Spark types) all integers or strings, the id is their text
-    joined by `|`: an integer's digits, a string as `<length>:<text>`, NULL as `n` (one reading
-    back is possible only one way, so two keys never share an id). Spark's `to_json`, the form
-    for every other key, is not compiled into its generated code: 1.2-1.7 s of the 6 M-row fact's
-    build. Which form a stored result has is part of its plan's digest."""
+    6 M-row fact's build a third more than the same query written plainly. With `types` all
+    integers or strings it is `plain_key_id`, else the key's JSON form."""
     if not columns:
         return exp.Literal.string("__dvm_single_row")
-    if types is not None and len(types) == len(columns) and all(t in _PLAIN_KEY_TYPES for t in types):
-        parts: list[exp.Expr] = []
-        for i, (c, t) in enumerate(zip(columns, types)):
-            if i:
-                parts.append(exp.Literal.string("|"))
-            parts.append(_plain_key_part(col(c, table), t))
-        return parts[0] if len(parts) == 1 else exp.Anonymous(this="concat", expressions=parts)
-    return _json_of(columns, table)
+    return plain_key_id(columns, table, types) or _json_of(columns, table)
+
+
+def plain_key_id(columns: list[str], table: Optional[str], types: Optional[list]) -> Optional[exp.Expr]:
+    """A key of integer and string columns (`types`: their Spark types) as its values' text
+    joined by `|`: an integer's digits, a string as `<length>:<text>`, NULL as `n`. It reads
+    back one way only, so two keys never share it. None for a key of other types (or none).
+    Spark's `to_json` is not compiled into its generated code: 1.2-1.7 s of the 6 M-row fact's
+    build. Which form a stored result has is part of its plan's digest."""
+    if not columns or types is None or len(types) != len(columns) or any(t not in _PLAIN_KEY_TYPES for t in types):
+        return None
+    parts: list[exp.Expr] = []
+    for i, (c, t) in enumerate(zip(columns, types)):
+        if i:
+            parts.append(exp.Literal.string("|"))
+        parts.append(_plain_key_part(col(c, table), t))
+    return parts[0] if len(parts) == 1 else exp.Anonymous(this="concat", expressions=parts)
 
 
 def _plain_key_part(value: exp.Expr, spark_type: str) -> exp.Expr:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 from sqlglot import exp
 
@@ -34,6 +35,7 @@ from python_helpers.dvm.sqlgen import (
     col,
     consolidate,
     null_safe_match,
+    plain_key_id,
     repeat_rows,
     row_id,
     select_from,
@@ -97,6 +99,11 @@ class StoredResult:
             return view
         orderable = [not (types or {}).get(u, "").startswith("map") for u in self.user_columns]
         return self.top_k.apply(view, self.output_names, orderable)
+
+
+# The names under which a group key's or a declared unique key's Spark types are kept beside the
+# aggregate arguments' (MaintainedResult.arg_types): they choose the row id's form.
+KEY_TYPE = "__dvm_key_type_"
 
 
 class MaintainedResult(StoredResult):
@@ -245,7 +252,7 @@ class AggregateResult(MaintainedResult):
 
     def _finish(self, state_query: exp.Expr, ctx: Context, types: dict) -> exp.Select:
         """Row id, user columns, HAVING flag and state columns over rows holding the state."""
-        cols = [alias(row_id(self.key_store), ROW_ID)]
+        cols = [alias(self._id(), ROW_ID)]
         for e, u in zip(self.project.exprs, self.user_columns):
             cols.append(alias(_cast(self._rename_to_store(e), types.get(u)), u))
         if self.having is not None:
@@ -263,7 +270,15 @@ class AggregateResult(MaintainedResult):
         return query.group_by(*[k.copy() for k in self.agg.keys], copy=False) if self.keyed else query
 
     def typed_args(self) -> list:
-        return [(a.name, a.arg) for a in self.agg.aggs if a.kind in state.VAR_KINDS + ("sum", "avg")]
+        args = [(a.name, a.arg) for a in self.agg.aggs if a.kind in state.VAR_KINDS + ("sum", "avg")]
+        # The group key's types choose the row id's form (_id).
+        return args + [(f"{KEY_TYPE}{i}", k) for i, k in enumerate(self.agg.keys)]
+
+    def _id(self, table: Optional[str] = None) -> exp.Expr:
+        """A group's row id: its key's text where the key is integers and strings
+        (sqlgen.plain_key_id), else the md5 of its JSON form (sqlgen.row_id)."""
+        types = [self.arg_types.get(f"{KEY_TYPE}{i}") for i in range(len(self.key_store))]
+        return plain_key_id(self.key_store, table, types) or row_id(self.key_store, table)
 
     def args_query(self, ctx: Context) -> exp.Select:
         args = [alias(arg.copy(), f"a{i}") for i, (_, arg) in enumerate(self.typed_args())]
@@ -313,10 +328,10 @@ class AggregateResult(MaintainedResult):
         compare = self.storage_columns()[1:]
         mcols.append(alias(row_id(compare, o), "__dvm_old_digest"))
         dq_once = delta_once(ctx, dq)
-        touched = touched_storage(ctx, storage, dq_once, lambda t: row_id(self.key_store, t))
+        touched = touched_storage(ctx, storage, dq_once, self._id)
         m = select_from(mcols, sub(dq_once, d)).join(
             sub(touched, o),
-            on=exp.EQ(this=col(ROW_ID, o), expression=row_id(self.key_store, d)),
+            on=exp.EQ(this=col(ROW_ID, o), expression=self._id(d)),
             join_type="LEFT",
             copy=False,
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from python_helpers.dvm.keyed_result import KEY_TYPE
+from python_helpers.dvm.stored_result import KEY_TYPE
 from python_helpers.errors import ChangeFeedDisabled, SourceBehind
 from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.refresh import settings as result_settings
