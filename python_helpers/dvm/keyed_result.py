@@ -7,16 +7,8 @@ from sqlglot import exp
 
 from python_helpers.dvm.differentiate import delta, plain
 from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, key_id, select_from, sub
-from python_helpers.dvm.stored_result import (
-    ACTION,
-    COUNT,
-    KEY_TYPE,
-    ROW_ID,
-    BagResult,
-    _cast,
-    delta_once,
-    touched_storage,
-)
+from python_helpers.dvm.stored_reads import ACTION, COUNT, ROW_ID, delta_once, touched_storage
+from python_helpers.dvm.stored_result import KEY_TYPE, BagResult, _cast
 from python_helpers.dvm.tree import WEIGHT, Node
 from python_helpers.errors import InvalidConfig
 

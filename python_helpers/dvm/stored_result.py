@@ -41,13 +41,10 @@ from python_helpers.dvm.sqlgen import (
     select_from,
     sub,
 )
+from python_helpers.dvm.stored_reads import ACTION, COUNT, HAVING, ROW_ID, delta_once, touched_storage
 from python_helpers.dvm.tree import RESCAN, WEIGHT, Aggregate, Distinct, Filter, Node, Project
 from python_helpers.errors import UnsupportedSql
 
-ROW_ID = "__dvm_row_id"
-ACTION = "__dvm_action"
-COUNT = "__dvm_count"
-HAVING = "__dvm_having"
 _SAFE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -190,34 +187,6 @@ class BagResult(MaintainedResult):
         out.append(_cast(col(COUNT), "bigint").as_(COUNT))
         keep = exp.Not(this=exp.and_(gone.copy(), exp.Not(this=col("__dvm_existed"))))
         return select_from(out, sub(m, mm)).where(keep, copy=False)
-
-
-def touched_storage(ctx: Context, storage: exp.Expr, delta_rows: exp.Expr, delta_row_id) -> exp.Expr:
-    """The stored rows a MERGE can match. With a small delta (the engine counted few change rows)
-    and a large stored result (ctx.restrict_storage): those whose row id is among the delta's,
-    by a semi join that broadcasts the delta's row ids. The stored result is then scanned once,
-    without the shuffle and sort that joining all of it costs (a 1.6 M-row result for 40 changed
-    rows), and the LEFT JOIN after it moves only the rows found. The delta is then named twice:
-    pass it through `delta_once`."""
-    if not (ctx.small_delta and ctx.restrict_storage):
-        return storage
-    st, dk, k = ctx.alias("st"), ctx.alias("dk"), ctx.alias("k")
-    ids = select_from([alias(delta_row_id(dk), "__dvm_rid")], sub(delta_rows.copy(), dk))
-    step = select_from([exp.Star()], sub(storage.copy(), st))
-    step.set("hint", exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[exp.to_identifier(k)])]))
-    return step.join(
-        sub(ids, k), on=exp.EQ(this=col(ROW_ID, st), expression=col("__dvm_rid", k)), join_type="LEFT SEMI", copy=False
-    )
-
-
-def delta_once(ctx: Context, rows: exp.Expr) -> exp.Expr:
-    """The delta's rows computed once, now, where the MERGE rows' query names them twice (the rows
-    themselves and, in touched_storage, the stored row ids they reach). Spark reuses neither the
-    delta's consolidation nor its scans across the two: a 6 M-row fact's refresh scanned its
-    lineitem and orders snapshots twice for 1,000 changed rows."""
-    if ctx.small_delta and ctx.restrict_storage and ctx.materialize is not None:
-        return ctx.materialize(rows)
-    return rows
 
 
 class AggregateResult(MaintainedResult):
