@@ -46,8 +46,7 @@ class KeyedBagResult(BagResult):
         return select_from(args, sub(plain(self.input, ctx, "new"), ctx.alias("ty")))
 
     def _id(self, table: str) -> exp.Expr:
-        types = [self.arg_types.get(f"{KEY_TYPE}{i}") for i in range(len(self.key))]
-        return key_id(self.key, table, types if None not in types else None)
+        return key_id(self.key, table, self.key_types(len(self.key)))
 
     def full_sql(self, ctx: Context) -> exp.Select:
         b = ctx.alias("b")

@@ -116,6 +116,10 @@ class MaintainedResult(StoredResult):
         """(aggregate name, argument) pairs whose Spark type the engine should look up."""
         return []
 
+    def key_types(self, count: int) -> list:
+        """The Spark types of the first `count` key columns (KEY_TYPE), None where not known."""
+        return [self.arg_types.get(f"{KEY_TYPE}{i}") for i in range(count)]
+
     def args_query(self, ctx: Context) -> exp.Select:
         """A query whose columns are the `typed_args` arguments (analysed, never run)."""
         raise NotImplementedError
@@ -246,8 +250,7 @@ class AggregateResult(MaintainedResult):
     def _id(self, table: Optional[str] = None) -> exp.Expr:
         """A group's row id: its key's text where the key is integers and strings
         (sqlgen.plain_key_id), else the md5 of its JSON form (sqlgen.row_id)."""
-        types = [self.arg_types.get(f"{KEY_TYPE}{i}") for i in range(len(self.key_store))]
-        return plain_key_id(self.key_store, table, types) or row_id(self.key_store, table)
+        return plain_key_id(self.key_store, table, self.key_types(len(self.key_store))) or row_id(self.key_store, table)
 
     def args_query(self, ctx: Context) -> exp.Select:
         args = [alias(arg.copy(), f"a{i}") for i, (_, arg) in enumerate(self.typed_args())]
