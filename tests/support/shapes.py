@@ -411,6 +411,15 @@ SHAPES = [
         WHERE a.x < (SELECT 2 * AVG(b.x) FROM {src}.t2 b WHERE b.k = a.k AND b.g = a.g AND b.v IS NOT NULL)""",
     ),
     Shape(
+        # TPC-H q20's shape: the IN also narrows the scalar subquery's groups (sql/rewrites).
+        "in_beside_correlated_scalar",
+        "sublink",
+        """
+        SELECT id, k, v, (SELECT MIN(d.v) FROM {src}.t2 d WHERE d.k = a.k) AS low FROM {src}.t1 a
+        WHERE a.k IN (SELECT b.k FROM {src}.t2 b WHERE b.v > 0)
+          AND a.v > (SELECT 0.5 * SUM(c.v) FROM {src}.t3 c WHERE c.k = a.k AND c.g = a.g)""",
+    ),
+    Shape(
         "scalar_in_select",
         "sublink",
         """

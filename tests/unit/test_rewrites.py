@@ -313,6 +313,27 @@ def test_the_pipeline_runs_the_passes_in_order_and_leaves_no_subquery_expression
     assert [j.kind for j in inner.args["joins"]] == ["CROSS"]  # the nested scalar subquery, hoisted
 
 
+def test_semi_and_anti_joins_come_before_the_scalar_subquery_joins_they_do_not_read():
+    # TPC-H q20's shape: the IN narrows the rows before the scalar subquery's aggregate is joined.
+    out = rewrites.rewrite(
+        "m",
+        qualified(
+            "select o.ok from s.o o where o.ck in (select c.ck from s.c c where c.seg = 'x') "
+            "and o.amt > (select 0.5 * sum(l.qty) from s.l l where l.ok = o.ok) "
+            "and not exists (select 1 from s.c c2 where c2.ck = o.ck and c2.seg = 'y')"
+        ),
+    )
+    names = [j.this.alias for j in out.args["joins"]]
+    kinds = [f"{j.side} {j.kind}".strip() for j in out.args["joins"]]
+    assert kinds == ["LEFT SEMI", "LEFT ANTI", "CROSS"], out.sql("spark")
+    assert names[2].startswith("__dvm_sq"), names
+    # An IN whose value is the scalar subquery's reads that join: it stays after it.
+    out = rewrites.rewrite(
+        "m", qualified("select o.ok from s.o o where (select max(l.ok) from s.l l) in (select c.ck from s.c c)")
+    )
+    assert [f"{j.side} {j.kind}".strip() for j in out.args["joins"]] == ["CROSS", "LEFT SEMI"], out.sql("spark")
+
+
 @pytest.mark.parametrize(
     "sql, reason",
     [
@@ -449,3 +470,29 @@ def test_in_as_a_value_is_left_alone_where_moving_x_inside_would_change_it():
         exists_values, "select o.ok, o.ck in (select row_number() over (order by l.qty) from s.l l) as f from s.o o"
     )
     assert "IN (SELECT" in windowed, windowed
+
+
+def test_an_in_narrows_the_groups_of_a_scalar_subquery_joined_on_the_same_value():
+    out = rewrites.rewrite(
+        "m",
+        qualified(
+            "select o.ok from s.o o where o.ck in (select c.ck from s.c c where c.seg = 'x') "
+            "and o.amt > (select 0.5 * sum(l.qty) from s.l l where l.ok = o.ck) "
+            "and o.amt < (select max(l2.qty) from s.l l2 where l2.ok = o.ok)"
+        ),
+    )
+    scalar = {j.this.alias: j.this.this for j in out.args["joins"] if j.this.alias.startswith("__dvm_sq")}
+    assert len(scalar) == 2, out.sql("spark")
+    narrowed = [a for a, d in scalar.items() if d.args.get("joins")]
+    assert len(narrowed) == 1, out.sql("spark")  # only the one keyed by the IN's value, o.ck
+    join = scalar[narrowed[0]].args["joins"][0]
+    assert (join.side, join.kind) == ("LEFT", "SEMI") and join.args["on"].this.sql("spark") == "l.ok", out.sql("spark")
+    # NOT IN keeps rows whose value is absent: nothing to narrow.
+    out = rewrites.rewrite(
+        "m",
+        qualified(
+            "select o.ok from s.o o where o.ck not in (select c.ck from s.c c) "
+            "and o.amt > (select sum(l.qty) from s.l l where l.ok = o.ck)"
+        ),
+    )
+    assert not any(j.this.this.args.get("joins") for j in out.args["joins"] if j.this.alias.startswith("__dvm_sq"))

@@ -10,7 +10,8 @@ Passes run in this order, each over every SELECT block (inner blocks first), one
 5. scalar_subqueries  -- scalar subqueries in WHERE and SELECT (grouped blocks too): hoist to a
                          join with a (grouped) derived table
 6. sublinks_in_or     -- EXISTS / IN inside OR or NOT: disjoint UNION ALL branches (to a fixed point)
-7. semi_anti_joins    -- EXISTS / NOT EXISTS / IN / NOT IN in WHERE: semi and anti joins
+7. semi_anti_joins    -- EXISTS / NOT EXISTS / IN / NOT IN in WHERE: semi and anti joins (before
+                         the scalar subqueries' joins they do not read)
 8. distinct_aggregates -- COUNT / SUM / AVG (DISTINCT x): the same aggregate over the distinct
                          (group, x) pairs of an inner GROUP BY
 

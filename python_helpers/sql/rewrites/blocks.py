@@ -92,13 +92,39 @@ def add_join(
 ) -> None:
     """Append `<side> <kind> JOIN (query) alias [ON on]` to the block's FROM (left-deep: it
     joins everything before it)."""
+    select.append("joins", _join(query, alias, side, kind, on))
+
+
+def _join(query: exp.Expr, alias: str, side: str, kind: str, on: exp.Expr | None) -> exp.Join:
     sub = exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier(alias)))
     args = {"this": sub, "kind": kind}
     if side:
         args["side"] = side
     if on is not None:
         args["on"] = on
-    select.append("joins", exp.Join(**args))
+    return exp.Join(**args)
+
+
+# The alias prefix of the joins pass 5 adds for scalar subqueries.
+SCALAR_JOIN = "__dvm_sq"
+
+
+def add_filtering_join(select: exp.Select, query: exp.Expr, alias: str, kind: str, on: exp.Expr) -> None:
+    """A LEFT SEMI / ANTI join, placed before the block's trailing scalar-subquery joins that
+    `on` does not read. Those joins were only hoisted out of the same WHERE; joining their
+    (often large) aggregates to rows the semi join then drops is work Spark does not undo, as
+    it does not move a semi join below an inner join. Equivalent: a semi or anti join whose
+    condition reads only the left side commutes with inner, cross and left joins after it."""
+    joins = select.args.get("joins") or []
+    read = {c.table for c in on.find_all(exp.Column)}
+    at = len(joins)
+    while at > 0:
+        previous = joins[at - 1].this
+        name = previous.alias_or_name if isinstance(previous, exp.Subquery) else ""
+        if not name.startswith(SCALAR_JOIN) or name in read:
+            break
+        at -= 1
+    select.set("joins", [*joins[:at], _join(query, alias, "LEFT", kind, on), *joins[at:]])
 
 
 def unaliased(projection: exp.Expr) -> exp.Expr:

@@ -143,7 +143,7 @@ def _hoist(model: str, select: exp.Select, sq: exp.Subquery, conj, fresh: blocks
     value = blocks.unaliased(inner.expressions[0]).copy()
     empty = _empty_value(model, value) if pairs else None
     inner_join = not pairs or (_null_rejecting(sq, conj) and isinstance(empty, exp.Null))
-    alias = fresh("__dvm_sq")
+    alias = fresh(blocks.SCALAR_JOIN)
     derived = inner.copy()
     blocks.set_where(derived, [c.copy() for c in local])
     derived.set(

@@ -1,5 +1,6 @@
 """Pass 7: EXISTS, NOT EXISTS, IN and NOT IN (subquery) conjuncts of WHERE become semi and
-anti joins appended to the block's FROM.
+anti joins in the block's FROM, before the scalar-subquery joins of pass 5 they do not read
+(`blocks.add_filtering_join`), else appended.
 
 Correlated EXISTS: the subquery's WHERE conjuncts that read outer columns become the join
 condition, over the inner columns they need; the rest stay inside:
@@ -32,6 +33,7 @@ from sqlglot import exp
 
 from python_helpers.errors import UnsupportedSql
 from python_helpers.sql.aggregates import is_aggregate
+from python_helpers.sql.predicates import conjuncts
 from python_helpers.sql.rewrites import blocks
 
 
@@ -102,7 +104,7 @@ def _exists(model: str, select: exp.Select, inner: exp.Expr, anti: bool, fresh) 
         "expressions", [exp.alias_(c, n) for n, c in inner_cols.values()] or [exp.alias_(exp.true(), "__dvm_c0")]
     )
     derived.set("distinct", None)
-    blocks.add_join(select, derived, alias, side="LEFT", kind="ANTI" if anti else "SEMI", on=condition)
+    blocks.add_filtering_join(select, derived, alias, kind="ANTI" if anti else "SEMI", on=condition)
     return []
 
 
@@ -129,11 +131,12 @@ def _in(model: str, select: exp.Select, node: exp.In, anti: bool, fresh) -> list
     alias = fresh("__dvm_in")
     condition = exp.and_(*[exp.EQ(this=v.copy(), expression=exp.column(n, table=alias)) for v, n in zip(lhs, names)])
     if not anti:
-        blocks.add_join(select, body.copy(), alias, side="LEFT", kind="SEMI", on=condition)
+        blocks.add_filtering_join(select, body.copy(), alias, kind="SEMI", on=condition)
+        _narrow_scalar_joins(select, lhs, body, names, fresh)
         return []
     if len(lhs) != 1:
         raise UnsupportedSql(model, "NOT IN over several columns")
-    blocks.add_join(select, body.copy(), alias, side="LEFT", kind="ANTI", on=condition)
+    blocks.add_filtering_join(select, body.copy(), alias, kind="ANTI", on=condition)
     flag, x = fresh("__dvm_nn"), fresh("__dvm_x")
     has_null = exp.Case(
         ifs=[
@@ -152,3 +155,38 @@ def _in(model: str, select: exp.Select, node: exp.In, anti: bool, fresh) -> list
         exp.Not(this=exp.Is(this=lhs[0].copy(), expression=exp.Null())),
     )
     return [exp.or_(empty, exp.Paren(this=clean))]
+
+
+def _narrow_scalar_joins(select: exp.Select, lhs: list, body: exp.Expr, names: list, fresh) -> None:
+    """`x IN (q)` beside a scalar subquery's join `x = sq.k` (pass 5): only the groups whose key
+    is in q can meet a row the semi join keeps, so the grouped derived table gets the same semi
+    join on its key before it aggregates (TPC-H q20: lineitem's quantities are summed for the
+    `forest%` parts only, not for every part). Spark passes a semi join into an aggregate this
+    way for the SQL as written, but not once the aggregate is a joined derived table. Removing
+    whole groups that no kept row matches changes no result, NULL keys included: `=` never
+    matches them."""
+    wanted = {v.sql("spark"): n for v, n in zip(lhs, names)}
+    equalities = [c for c in blocks.where_conjuncts(select) if isinstance(c, exp.EQ)]
+    for join in select.args.get("joins") or []:
+        if join.args.get("on") is not None:
+            equalities += [c for c in conjuncts(join.args["on"]) if isinstance(c, exp.EQ)]
+    narrowed = set()
+    for join in select.args.get("joins") or []:
+        sub = join.this
+        if not (isinstance(sub, exp.Subquery) and sub.alias_or_name.startswith(blocks.SCALAR_JOIN)):
+            continue
+        derived = sub.this
+        if not isinstance(derived, exp.Select):
+            continue
+        keys = {p.alias: blocks.unaliased(p) for p in derived.expressions if p.alias.startswith("__dvm_k")}
+        for eq in equalities:
+            for outer, key in ((eq.this, eq.expression), (eq.expression, eq.this)):
+                if not (isinstance(key, exp.Column) and key.table == sub.alias_or_name and key.name in keys):
+                    continue
+                name = wanted.get(outer.sql("spark"))
+                if name is None or (sub.alias_or_name, key.name) in narrowed:
+                    continue
+                narrowed.add((sub.alias_or_name, key.name))
+                narrow = fresh("__dvm_in")
+                on = exp.EQ(this=keys[key.name].copy(), expression=exp.column(name, table=narrow))
+                blocks.add_join(derived, body.copy(), narrow, side="LEFT", kind="SEMI", on=on)
