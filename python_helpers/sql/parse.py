@@ -7,6 +7,7 @@ import hashlib
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError
+from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
 from python_helpers.errors import SqlParseError, UnsupportedSql
@@ -74,7 +75,7 @@ def qualify_query(model: str, query: exp.Query, schemas: dict[str, dict[str, str
         else:
             nested.setdefault(parts[0], {}).setdefault(parts[1], {})[parts[2]] = columns
     try:
-        return qualify(
+        qualified = qualify(
             query.copy(),
             schema=nested,
             dialect=DIALECT,
@@ -84,6 +85,17 @@ def qualify_query(model: str, query: exp.Query, schemas: dict[str, dict[str, str
         )
     except (OptimizeError, ParseError) as err:
         raise UnsupportedSql(model, f"column resolution failed ({err})") from None
+    return _with_column_types(qualified, nested)
+
+
+def _with_column_types(query: exp.Query, nested: dict) -> exp.Query:
+    """The source columns' types on the column nodes (`Column.type`), for rewrites that are
+    exact only when compared values share a type. Best effort: a query sqlglot cannot type is
+    returned untyped (`type` None), and those rewrites then leave it as it is."""
+    try:
+        return annotate_types(query.copy(), schema=nested, dialect=DIALECT)
+    except Exception:  # noqa: BLE001 - typing is an optimisation's precondition, never a failure
+        return query
 
 
 def fingerprint(sql: str, shaping_config: dict | None = None, format_version: int = 1) -> str:

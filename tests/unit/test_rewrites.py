@@ -496,3 +496,16 @@ def test_an_in_narrows_the_groups_of_a_scalar_subquery_joined_on_the_same_value(
         ),
     )
     assert not any(j.this.this.args.get("joins") for j in out.args["joins"] if j.this.alias.startswith("__dvm_sq"))
+
+
+def test_an_in_does_not_narrow_a_scalar_subquery_keyed_by_a_value_of_another_type():
+    # l.qty is an INT, o.ck and c.ck BIGINT: across types x = k and x = y need not give k = y.
+    out = rewrites.rewrite(
+        "m",
+        qualified(
+            "select o.ok from s.o o where o.ck in (select c.ck from s.c c) "
+            "and o.amt > (select sum(l.qty) from s.l l where l.qty = o.ck)"
+        ),
+    )
+    scalar = [j.this.this for j in out.args["joins"] if j.this.alias.startswith("__dvm_sq")]
+    assert len(scalar) == 1 and not scalar[0].args.get("joins"), out.sql("spark")

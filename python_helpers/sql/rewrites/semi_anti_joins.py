@@ -164,8 +164,15 @@ def _narrow_scalar_joins(select: exp.Select, lhs: list, body: exp.Expr, names: l
     `forest%` parts only, not for every part). Spark passes a semi join into an aggregate this
     way for the SQL as written, but not once the aggregate is a joined derived table. Removing
     whole groups that no kept row matches changes no result, NULL keys included: `=` never
-    matches them."""
-    wanted = {v.sql("spark"): n for v, n in zip(lhs, names)}
+    matches them. Only where x, the key and q's column are columns of one type (parse.py
+    types them): across types, Spark's casts can make x = k and x = y hold while k = y does
+    not, and the filter would then drop a group a kept row matches."""
+    outputs = _output_columns(body)
+    if outputs is None:
+        return
+    wanted = {
+        v.sql("spark"): (n, _type_of(v)) for v, n in zip(lhs, names) if _type_of(v) and _type_of(v) == outputs.get(n)
+    }
     equalities = [c for c in blocks.where_conjuncts(select) if isinstance(c, exp.EQ)]
     for join in select.args.get("joins") or []:
         if join.args.get("on") is not None:
@@ -183,10 +190,25 @@ def _narrow_scalar_joins(select: exp.Select, lhs: list, body: exp.Expr, names: l
             for outer, key in ((eq.this, eq.expression), (eq.expression, eq.this)):
                 if not (isinstance(key, exp.Column) and key.table == sub.alias_or_name and key.name in keys):
                     continue
-                name = wanted.get(outer.sql("spark"))
-                if name is None or (sub.alias_or_name, key.name) in narrowed:
+                name, kind = wanted.get(outer.sql("spark"), (None, None))
+                if name is None or kind != _type_of(keys[key.name]) or (sub.alias_or_name, key.name) in narrowed:
                     continue
                 narrowed.add((sub.alias_or_name, key.name))
                 narrow = fresh("__dvm_in")
                 on = exp.EQ(this=keys[key.name].copy(), expression=exp.column(name, table=narrow))
                 blocks.add_join(derived, body.copy(), narrow, side="LEFT", kind="SEMI", on=on)
+
+
+def _type_of(expression: exp.Expr) -> str | None:
+    """A column's Spark type where parse.py typed it; None for anything else."""
+    kind = expression.type if isinstance(expression, exp.Column) else None
+    if kind is None or kind.is_type(exp.DataType.Type.UNKNOWN):
+        return None
+    return kind.sql("spark")
+
+
+def _output_columns(body: exp.Expr) -> dict | None:
+    """{output name: type} of a plain SELECT's column outputs (None for set operations)."""
+    if not isinstance(body, exp.Select):
+        return None
+    return {p.alias_or_name: _type_of(blocks.unaliased(p)) for p in body.expressions}
