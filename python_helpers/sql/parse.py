@@ -93,7 +93,7 @@ def _with_column_types(query: exp.Query, nested: dict) -> exp.Query:
     exact only when compared values share a type. Best effort: a query sqlglot cannot type is
     returned untyped (`type` None), and those rewrites then leave it as it is."""
     try:
-        return annotate_types(query.copy(), schema=nested, dialect=DIALECT)
+        return annotate_types(query, schema=nested, dialect=DIALECT)  # in place: `query` is qualify's own copy
     except Exception:  # noqa: BLE001 - typing is an optimisation's precondition, never a failure
         return query
 

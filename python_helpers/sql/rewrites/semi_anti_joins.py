@@ -170,9 +170,8 @@ def _narrow_scalar_joins(select: exp.Select, lhs: list, body: exp.Expr, names: l
     outputs = _output_columns(body)
     if outputs is None:
         return
-    wanted = {
-        v.sql("spark"): (n, _type_of(v)) for v, n in zip(lhs, names) if _type_of(v) and _type_of(v) == outputs.get(n)
-    }
+    typed = [(v, n, _type_of(v)) for v, n in zip(lhs, names)]
+    wanted = {v.sql("spark"): (n, kind) for v, n, kind in typed if kind and kind == outputs.get(n)}
     equalities = [c for c in blocks.where_conjuncts(select) if isinstance(c, exp.EQ)]
     for join in select.args.get("joins") or []:
         if join.args.get("on") is not None:
