@@ -14,7 +14,8 @@ matches keys null-safely, so rows with a NULL key are restricted like any other.
 
 A LEFT outer, semi or anti join is linear in its left input (each left row's output depends
 on that row and the right side only). When only the left input changed, Δ = op(ΔL, R), which
-needs no restriction at all; when both did,
+needs no restriction to be exact; a small ΔL read from a change still narrows R to its keys
+first (R ⋉ keys(ΔL), broadcast), as Spark hashes only a semi join's right side. When both did,
 
     Δ = op(ΔL, R_new) + op(L_old ⋉ K, R_new ⋉ K) − op(L_old ⋉ K, R_old ⋉ K),   K = keys(ΔR)
 
@@ -105,7 +106,7 @@ def delta(node: KeyRestricted, ctx: Context, delta_of, plain_of):
         return None
     linear = isinstance(node, SemiJoin) or (isinstance(node, OuterJoin) and node.kind == "left")
     if dr is None and linear:
-        return plain(node, ctx, dl, plain_of(node.right, "old"), weighted=True)
+        return plain(node, ctx, dl, _matchable(node, ctx, dl, plain_of(node.right, "old")), weighted=True)
     if dr is not None and linear and _derived(dl):
         # Linear in its left input: Δ = ΔL op R_new + (L_old op R_new − L_old op R_old), the
         # second part recomputed for the keys of ΔR only. A ΔL computed by joins (outer joins
@@ -116,6 +117,17 @@ def delta(node: KeyRestricted, ctx: Context, delta_of, plain_of):
         right_part = _recomputed(node, ctx, None, dr, plain_of, left_version="old")
         return consolidate(ctx, union_all_of([left_part, right_part]), node.columns)
     return _recomputed(node, ctx, dl, dr, plain_of)
+
+
+def _matchable(node: KeyRestricted, ctx: Context, dl, right):
+    """The right input of Δ = ΔL op R, narrowed to the rows whose key ΔL holds when ΔL is a
+    small read of a change. Spark cannot build a semi, anti or left join's hash from its left
+    side, so it would shuffle all of R to meet a few changed rows; a broadcast of ΔL's keys
+    drops the rest of R first. Exact: a right row whose key no ΔL row holds matches none."""
+    pairs = key_pairs(node)
+    if not pairs or not ctx.small_delta or _derived(dl):
+        return right
+    return restrict(ctx, right, [b for _, b in pairs], keys_of(ctx, dl, [a for a, _ in pairs]))
 
 
 def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_version: Optional[str] = None):
