@@ -38,6 +38,9 @@ class Context:
     # relation on an equality: keyed_snapshot(relation, version, column, changed_relation,
     # changed_column) -> a FROM-able expression, or None when it cannot narrow the read.
     keyed_snapshot: Optional[Callable[[str, str, str, str, str], Optional[exp.Expr]]] = None
+    # The engine's judgement whether a source is too large for Spark to broadcast it in a join
+    # (None: unknown, taken as large).
+    large_source: Optional[Callable[[str], bool]] = None
     _alias: int = 0
 
     def __post_init__(self):

@@ -152,8 +152,8 @@ def test_join_delta_starts_from_the_changed_input_and_joins_outward():
     assert "open" in first_from.sql()
 
 
-@pytest.mark.parametrize("small", [True, False])
-def test_a_semi_join_delta_reads_the_right_side_for_the_changed_keys_only_when_small(small):
+@pytest.mark.parametrize(("small", "large_right"), [(True, True), (False, True), (True, False)])
+def test_a_semi_join_delta_reads_a_large_right_side_for_a_small_change_s_keys_only(small, large_right):
     # Spark hashes only a semi join's right side: without the narrowing it shuffles all of
     # items to meet a few changed orders.
     tree = tree_of("SELECT o.id FROM shop.orders o WHERE EXISTS (SELECT 1 FROM shop.items i WHERE i.order_id = o.id)")
@@ -162,13 +162,15 @@ def test_a_semi_join_delta_reads_the_right_side_for_the_changed_keys_only_when_s
         snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"),
         changed={"shop.orders"},
         small_delta=small,
+        large_source=lambda relation: large_right,
     )
+    narrowed = small and large_right
     parsed = sqlglot.parse_one(render(delta(tree, ctx)), read="spark")
     semis = [j for j in parsed.find_all(exp.Join) if j.args.get("kind") == "SEMI"]
     # The operator's own semi join, and with a small change one more: items by the changed keys.
     narrowing = [j for j in semis if "__dvm_rk0" in j.args["on"].sql()]
-    assert len(semis) == (2 if small else 1)
-    assert len(narrowing) == (1 if small else 0)
+    assert len(semis) == (2 if narrowed else 1)
+    assert len(narrowing) == (1 if narrowed else 0)
     for j in narrowing:
         assert "chg_shop_orders" in j.this.sql()
         assert "new_shop_items" in j.find_ancestor(exp.Select).sql()

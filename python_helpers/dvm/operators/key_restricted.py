@@ -47,7 +47,7 @@ from python_helpers.dvm.sqlgen import (
     union_all_of,
     weight,
 )
-from python_helpers.dvm.tree import WEIGHT, Node, OuterJoin, Scan, SemiJoin, SetOp, Window
+from python_helpers.dvm.tree import WEIGHT, Node, OuterJoin, Scan, SemiJoin, SetOp, Window, walk
 from python_helpers.sql.predicates import conjuncts
 
 # The operators this module differentiates by recomputing them for the changed keys.
@@ -121,13 +121,22 @@ def delta(node: KeyRestricted, ctx: Context, delta_of, plain_of):
 
 def _matchable(node: KeyRestricted, ctx: Context, dl, right):
     """The right input of Δ = ΔL op R, narrowed to the rows whose key ΔL holds when ΔL is a
-    small read of a change. Spark cannot build a semi, anti or left join's hash from its left
-    side, so it would shuffle all of R to meet a few changed rows; a broadcast of ΔL's keys
-    drops the rest of R first. Exact: a right row whose key no ΔL row holds matches none."""
+    small read of a change and R reads a source too large to broadcast. Spark cannot build a
+    semi, anti or left join's hash from its left side, so it would shuffle all of R to meet a
+    few changed rows; a broadcast of ΔL's keys drops the rest of R first (TPC-H q04, warm:
+    0.9 s against 1.3 s). A small R Spark broadcasts itself, and the narrowing's extra job
+    made q20's delta slower (2.0 s against 1.5 s). Exact: a right row whose key no ΔL row
+    holds matches none."""
     pairs = key_pairs(node)
     if not pairs or not ctx.small_delta or _derived(dl):
         return right
+    if ctx.large_source is not None and not any(ctx.large_source(s.relation) for s in _scans(node.right)):
+        return right  # Spark broadcasts a small R itself; the narrowing would add a job
     return restrict(ctx, right, [b for _, b in pairs], keys_of(ctx, dl, [a for a, _ in pairs]))
+
+
+def _scans(node: Node) -> list:
+    return [n for n in walk(node) if isinstance(n, Scan)]
 
 
 def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_version: Optional[str] = None):

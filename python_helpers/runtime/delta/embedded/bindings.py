@@ -32,6 +32,9 @@ MAX_KEYS = 100_000
 # many [min, max] ranges of its keys, one per slice of its key span: new and expiring business
 # keys form a few runs, and the files between them are still skipped.
 KEY_RANGES = 1024
+# Spark's default spark.sql.autoBroadcastJoinThreshold: a source of fewer bytes is broadcast by
+# Spark itself, so a join's delta gains nothing from first narrowing it to a change's keys.
+BROADCAST_BYTES = 10 * 1024 * 1024
 
 
 class Bindings(BoundViews):
@@ -186,7 +189,16 @@ class Bindings(BoundViews):
             small_delta=sum(self.change_counts.values()) <= SMALL_DELTA_ROWS,
             materialize=self.materialize,
             keyed_snapshot=self.keyed_snapshot,
+            large_source=self.large_source,
         )
+
+    def large_source(self, relation: str) -> bool:
+        """Are the source's data files more bytes than Spark's default broadcast threshold? (Its
+        estimate of a scan starts from the files' size.) Unknown counts as large."""
+        if relation not in self.pinned:
+            return True
+        size = self.view_bytes.get(self.snapshot(relation, "new").name)
+        return size is None or size > BROADCAST_BYTES
 
     def keyed_snapshot(self, relation: str, version: str, column: str, changed_relation: str, changed_column: str):
         """`relation` at `version`, only the files whose statistics of `column` can hold a value
