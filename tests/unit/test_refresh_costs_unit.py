@@ -176,6 +176,39 @@ def test_a_semi_join_delta_reads_a_large_right_side_for_a_small_change_s_keys_on
         assert "new_shop_items" in j.find_ancestor(exp.Select).sql()
 
 
+def _keyed_context(changed: set) -> Context:
+    # The engine's keyed read, as a table naming what it narrows: `keyed_<relation>_by_<changed>`.
+    return Context(
+        changes=lambda r: exp.to_table(f"chg_{r.replace('.', '_')}"),
+        snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"),
+        changed=changed,
+        small_delta=True,
+        keyed_snapshot=lambda r, v, c, cr, cc: exp.to_table(f"keyed_{r.split('.')[1]}_{c}_by_{cr.split('.')[1]}_{cc}"),
+    )
+
+
+def test_a_semi_join_delta_reads_the_right_side_by_the_change_s_keys_without_a_job():
+    tree = tree_of("SELECT o.id FROM shop.orders o WHERE EXISTS (SELECT 1 FROM shop.items i WHERE i.order_id = o.id)")
+    parsed = sqlglot.parse_one(render(delta(tree, _keyed_context({"shop.orders"}))), read="spark")
+    tables = {t.name for t in parsed.find_all(exp.Table)}
+    # items read only where it can hold the changed orders' ids; no broadcast semi join of keys.
+    assert "keyed_items_order_id_by_orders_id" in tables
+    assert "new_shop_items" not in tables
+    assert [j for j in parsed.find_all(exp.Join) if j.args.get("kind") == "SEMI"] == [parsed.find(exp.Join)]
+
+
+@pytest.mark.parametrize("op", ["=", "<=>"])
+def test_a_left_join_delta_reads_the_right_side_keyed_only_on_an_equality_that_drops_nulls(op):
+    # A keyed read drops rows with a NULL key: `=` never matches them, `<=>` does.
+    tree = tree_of(f"SELECT c.id, o.amount FROM shop.customers c LEFT JOIN shop.orders o ON o.customer_id {op} c.id")
+    sql = render(delta(tree, _keyed_context({"shop.customers"})))
+    tables = {t.name for t in sqlglot.parse_one(sql, read="spark").find_all(exp.Table)}
+    if op == "=":
+        assert "keyed_orders_customer_id_by_customers_id" in tables and "new_shop_orders" not in tables
+    else:
+        assert "new_shop_orders" in tables and not any(t.startswith("keyed_") for t in tables)
+
+
 # -- the key list of a key-restricted read ---------------------------------------------------
 def test_key_filter_lists_distinct_non_null_integer_and_date_keys():
     import datetime

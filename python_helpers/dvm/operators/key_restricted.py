@@ -80,14 +80,15 @@ def _set_op(node: SetOp, ctx: Context, left_sql, right_sql) -> exp.Expr:
     return cls(this=left, expression=right, distinct=not node.all)
 
 
-def key_pairs(node: KeyRestricted) -> list[tuple[exp.Expr, exp.Expr]]:
-    """(left expression, right expression) pairs the operator matches on, [] when it has none."""
+def key_pairs(node: KeyRestricted, null_safe: bool = True) -> list[tuple[exp.Expr, exp.Expr]]:
+    """(left expression, right expression) pairs the operator matches on, [] when it has none;
+    with `null_safe` False, only the `=` pairs (a NULL on either side matches nothing)."""
     if isinstance(node, SetOp):
-        return [(col(a), col(b)) for a, b in zip(node.left.columns, node.right.columns)]
+        return [(col(a), col(b)) for a, b in zip(node.left.columns, node.right.columns)] if null_safe else []
     left, right = set(node.left.columns), set(node.right.columns)
     pairs = []
     for c in conjuncts(node.condition):
-        if not isinstance(c, (exp.EQ, exp.NullSafeEQ)):
+        if not isinstance(c, (exp.EQ, exp.NullSafeEQ)) or (isinstance(c, exp.NullSafeEQ) and not null_safe):
             continue
         a, b = c.this, c.expression
         ca = {x.name for x in a.find_all(exp.Column)}
@@ -106,7 +107,7 @@ def delta(node: KeyRestricted, ctx: Context, delta_of, plain_of):
         return None
     linear = isinstance(node, SemiJoin) or (isinstance(node, OuterJoin) and node.kind == "left")
     if dr is None and linear:
-        return plain(node, ctx, dl, _matchable(node, ctx, dl, plain_of(node.right, "old")), weighted=True)
+        return plain(node, ctx, dl, _matchable(node, ctx, dl, plain_of), weighted=True)
     if dr is not None and linear and _derived(dl):
         # Linear in its left input: Δ = ΔL op R_new + (L_old op R_new − L_old op R_old), the
         # second part recomputed for the keys of ΔR only. A ΔL computed by joins (outer joins
@@ -119,20 +120,39 @@ def delta(node: KeyRestricted, ctx: Context, delta_of, plain_of):
     return _recomputed(node, ctx, dl, dr, plain_of)
 
 
-def _matchable(node: KeyRestricted, ctx: Context, dl, right):
-    """The right input of Δ = ΔL op R, narrowed to the rows whose key ΔL holds when ΔL is a
-    small read of a change and R reads a source too large to broadcast. Spark cannot build a
-    semi, anti or left join's hash from its left side, so it would shuffle all of R to meet a
-    few changed rows; a broadcast of ΔL's keys drops the rest of R first (TPC-H q04, warm:
-    0.9 s against 1.3 s). A small R Spark broadcasts itself, and the narrowing's extra job
-    made q20's delta slower (2.0 s against 1.5 s). Exact: a right row whose key no ΔL row
-    holds matches none."""
+def _matchable(node: KeyRestricted, ctx: Context, dl, plain_of):
+    """The right input of Δ = ΔL op R when ΔL is a small read of a change: R read only where it
+    can hold one of the change's keys. Spark cannot build a semi, anti or left join's hash from
+    its left side, so it would shuffle all of R to meet a few changed rows (TPC-H q04: 1,000
+    changed orders against all of lineitem). Exact: a right row whose key no ΔL row holds
+    matches none.
+
+    First the engine's keyed read (files by their statistics, rows by a key list: no extra
+    job); else, for a source too large for Spark to broadcast, R ⋉ keys(ΔL) with the keys
+    broadcast (q04, warm: 0.9 s against 1.3 s). A small R Spark broadcasts itself: there the
+    semi join's extra job made q20's delta slower (2.0 s against 1.5 s)."""
     pairs = key_pairs(node)
-    if not pairs or not ctx.small_delta or _derived(dl):
-        return right
-    if ctx.large_source is not None and not any(ctx.large_source(s.relation) for s in _scans(node.right)):
-        return right  # Spark broadcasts a small R itself; the narrowing would add a job
-    return restrict(ctx, right, [b for _, b in pairs], keys_of(ctx, dl, [a for a, _ in pairs]))
+    if pairs and ctx.small_delta and not _derived(dl):
+        right = _keyed_right(ctx, node)
+        if right is not None:
+            return right
+        if ctx.large_source is None or any(ctx.large_source(s.relation) for s in _scans(node.right)):
+            return restrict(
+                ctx, plain_of(node.right, "old"), [b for _, b in pairs], keys_of(ctx, dl, [a for a, _ in pairs])
+            )
+    return plain_of(node.right, "old")
+
+
+def _keyed_right(ctx: Context, node: KeyRestricted):
+    """The right input of a LEFT, semi or anti join, read only where it can meet the keys of the
+    source change below its left input, on an `=` of two columns (restricted_reads.keyed_read),
+    or None. A keyed read drops rows whose key is NULL, which an `=` never matches."""
+    for left, right in key_pairs(node, null_safe=False):
+        if isinstance(left, exp.Column) and isinstance(right, exp.Column):
+            read = restricted_reads.keyed_read(ctx, node.right, "old", right.name, node.left, left.name)
+            if read is not None:
+                return read
+    return None
 
 
 def _scans(node: Node) -> list:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from python_helpers.dvm.operators import base
+from python_helpers.dvm.operators import scan as scan_rules
 from python_helpers.dvm.sqlgen import (
     Context,
     alias,
@@ -48,6 +50,47 @@ def restrict(ctx: Context, query, exprs: list, keys) -> exp.Select:
     return step.join(sub(keys.copy(), k), on=on, join_type="LEFT SEMI", copy=False)
 
 
+def scan_below(node: Node):
+    """The source of a plain source under nothing but filters and projections, else None."""
+    while isinstance(node, (Filter, Project)):
+        node = node.child
+    return node if isinstance(node, Scan) and node.weight_column is None else None
+
+
+def keyed_read(ctx: Context, child: Node, version: str, column: str, changed: Node, changed_column: str):
+    """`child` (a plain source under filters and projections) at `version`, its source read only
+    from what can hold a value `changed`'s source change has in `changed_column` where `child`
+    has it in `column` (ctx.keyed_snapshot: files by their statistics, rows by a key list). A
+    superset of the rows whose `column` meets such a value; None where that cannot be done."""
+    scan, changed_scan = scan_below(child), scan_below(changed)
+    if scan is None or changed_scan is None or ctx.keyed_snapshot is None:
+        return None
+    source = base.copied_from(child, column, scan.relation)
+    changed_source = base.copied_from(changed, changed_column, changed_scan.relation)
+    if source is None or changed_source is None:
+        return None
+    read = scan_rules.keyed_source_plain(scan, ctx, version, source, changed_scan.relation, changed_source)
+    return None if read is None else _Substituted(ctx, scan, read).plain(child, version)
+
+
+class _Substituted:
+    """A Walk that renders one node as given SQL and every other node by its own rules."""
+
+    def __init__(self, ctx: Context, node: Node, rendered: exp.Expr):
+        self.ctx, self.node, self.rendered = ctx, node, rendered
+
+    def plain(self, node: Node, version: str) -> exp.Expr:
+        if node is self.node:
+            return self.rendered.copy()
+        return base.operator_for(node).plain(node, self.ctx, version, self)
+
+    def delta(self, node: Node):
+        raise TypeError("a substituted read renders rows, not changes")
+
+    def changed(self, node: Node) -> bool:
+        return False
+
+
 def from_change(ctx: Context, child: Node, change) -> bool:
     """Read `child` at the old version as its new rows minus its change? For a plain source,
     or filters and projections of one, with a small change, when the engine can compute the new
@@ -58,9 +101,7 @@ def from_change(ctx: Context, child: Node, change) -> bool:
 
 def row_wise_source(node: Node) -> bool:
     """A plain source under nothing but filters and projections."""
-    while isinstance(node, (Filter, Project)):
-        node = node.child
-    return isinstance(node, Scan) and node.weight_column is None
+    return scan_below(node) is not None
 
 
 def minus_change(ctx: Context, columns: list, new_rows: exp.Expr, change: exp.Expr) -> exp.Select:
