@@ -14,8 +14,9 @@ matches keys null-safely, so rows with a NULL key are restricted like any other.
 
 A LEFT outer, semi or anti join is linear in its left input (each left row's output depends
 on that row and the right side only). When only the left input changed, Δ = op(ΔL, R), which
-needs no restriction to be exact; a small ΔL read from a change still narrows R to its keys
-first (R ⋉ keys(ΔL), broadcast), as Spark hashes only a semi join's right side. When both did,
+needs no restriction to be exact; with a small ΔL read from a change, R is still read only
+where it can hold ΔL's keys (_matchable), as Spark hashes only a semi join's right side. When
+both did,
 
     Δ = op(ΔL, R_new) + op(L_old ⋉ K, R_new ⋉ K) − op(L_old ⋉ K, R_old ⋉ K),   K = keys(ΔR)
 
