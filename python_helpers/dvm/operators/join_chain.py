@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from python_helpers.dvm.operators import linear, scan
+from python_helpers.dvm.operators import linear, restricted_reads, scan
 from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub, union_all, weight
 from python_helpers.dvm.tree import WEIGHT, Filter, Join, Node, Project, Scan
 from python_helpers.sql.predicates import conjuncts
@@ -58,8 +58,8 @@ def counted_plain(node: Node, ctx: Context, version: str):
 
 def _keyed_input(ctx: Context, changed: Node, other: Node, on: list, version: str):
     """A source joined on an equality with a column of the term's changed source (whose
-    columns every step carries) is read only from the files whose statistics can hold the
-    change's values in that column."""
+    columns every step carries) is read only from what can hold the change's values in that
+    column (restricted_reads.keyed_read): an equality matches no other row, NULL included."""
     if not isinstance(changed, Scan) or not isinstance(other, Scan):
         return None
     for cond in on:
@@ -70,7 +70,7 @@ def _keyed_input(ctx: Context, changed: Node, other: Node, on: list, version: st
             continue
         for mine, theirs in ((a.name, b.name), (b.name, a.name)):
             if mine in other.columns and theirs in changed.columns:
-                rendered = scan.keyed_plain(other, ctx, version, mine, changed, theirs)
+                rendered = restricted_reads.keyed_read(ctx, other, version, mine, changed, theirs)
                 if rendered is not None:
                     return rendered
     return None
@@ -121,7 +121,7 @@ def _term(node: Node, ctx: Context, i: int, d, inputs: list, conds: list, owners
             if any(not applied[k] and j in own and own & joined and own <= joined | {j} for k, own in enumerate(owners))
         ]
         # Inputs tied to the changed input itself first: they are read only where the change's
-        # keys can be (keyed_plain), and they keep the intermediate result small.
+        # keys can be (_keyed_input), and they keep the intermediate result small.
         direct = [j for j in tied if any(not applied[k] and own == frozenset({i, j}) for k, own in enumerate(owners))]
         j = direct[0] if direct else tied[0] if tied else remaining[0]
         remaining.remove(j)

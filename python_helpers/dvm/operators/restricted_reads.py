@@ -50,19 +50,21 @@ def restrict(ctx: Context, query, exprs: list, keys) -> exp.Select:
     return step.join(sub(keys.copy(), k), on=on, join_type="LEFT SEMI", copy=False)
 
 
-def scan_below(node: Node):
-    """The source of a plain source under nothing but filters and projections, else None."""
+def scan_below(node: Node, weighted: bool = False):
+    """The source of a plain source under nothing but filters and projections, else None; with
+    `weighted`, a bag upstream's stored rows with their counts count as one too."""
     while isinstance(node, (Filter, Project)):
         node = node.child
-    return node if isinstance(node, Scan) and node.weight_column is None else None
+    return node if isinstance(node, Scan) and (weighted or node.weight_column is None) else None
 
 
 def keyed_read(ctx: Context, child: Node, version: str, column: str, changed: Node, changed_column: str):
     """`child` (a plain source under filters and projections) at `version`, its source read only
     from what can hold a value `changed`'s source change has in `changed_column` where `child`
     has it in `column` (ctx.keyed_snapshot: files by their statistics, rows by a key list). A
-    superset of the rows whose `column` meets such a value; None where that cannot be done."""
-    scan, changed_scan = scan_below(child), scan_below(changed)
+    superset of the rows whose `column` meets such a value; None where that cannot be done.
+    `changed` may be a bag upstream: its change's keys are keys whatever their counts."""
+    scan, changed_scan = scan_below(child), scan_below(changed, weighted=True)
     if scan is None or changed_scan is None or ctx.keyed_snapshot is None:
         return None
     source = base.copied_from(child, column, scan.relation)

@@ -27,21 +27,10 @@ def weighted_plain(node: Scan, ctx: Context, version: str, multiplicity: str) ->
     return select_from(_columns(node) + [alias(count, multiplicity)], ctx.snapshot(node.relation, version))
 
 
-def keyed_plain(node: Scan, ctx: Context, version: str, column: str, changed: Scan, changed_column: str):
-    """The snapshot narrowed to the files whose statistics can hold a value of `changed`'s
-    change in `changed_column` (an equality `column = changed_column` will select from it), or
-    None where the engine cannot narrow it. Rows outside those files match no change row."""
-    source = node.source_columns[node.columns.index(column)]
-    changed_source = changed.source_columns[changed.columns.index(changed_column)]
-    if source is None or changed_source is None:
-        return None
-    return keyed_source_plain(node, ctx, version, source, changed.relation, changed_source)
-
-
 def keyed_source_plain(node: Scan, ctx: Context, version: str, source: str, changed_relation: str, changed_source):
-    """keyed_plain by source columns: the snapshot narrowed to what can hold a value that
-    `changed_relation`'s change has in its column `changed_source`, in the source column
-    `source`; None where the engine cannot narrow it."""
+    """The snapshot narrowed to what can hold a value that `changed_relation`'s change has in its
+    column `changed_source`, in the source column `source` (restricted_reads.keyed_read); None
+    where the engine cannot narrow it."""
     if ctx.keyed_snapshot is None or node.weight_column is not None:
         return None
     relation = ctx.keyed_snapshot(node.relation, version, source, changed_relation, changed_source)
