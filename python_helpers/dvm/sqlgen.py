@@ -36,7 +36,9 @@ class Context:
     materialize: Optional[Callable[[exp.Expr], exp.Expr]] = None
     # The engine's way to read only the part of a snapshot that can match the change of another
     # relation on an equality: keyed_snapshot(relation, version, column, changed_relation,
-    # changed_column) -> a FROM-able expression, or None when it cannot narrow the read.
+    # changed_column) -> a FROM-able expression, or None when it cannot narrow the read. An
+    # engine that also keeps only the rows holding a key (a key list), not only the files that
+    # can, says so with `keyed_rows` on the expression.
     keyed_snapshot: Optional[Callable[[str, str, str, str, str], Optional[exp.Expr]]] = None
     # The engine's judgement whether a source is too large for Spark to broadcast it in a join
     # (None: unknown, taken as large).
@@ -246,3 +248,17 @@ def parenthesize(expression: exp.Expr) -> exp.Expr:
 def render(expression: exp.Expr) -> str:
     """The Spark SQL text of a generated query."""
     return spark_sql(parenthesize(expression))
+
+
+KEYED_ROWS = "dvm_keyed_rows"  # in an expression's meta: rows kept by a key list (keyed_snapshot)
+
+
+def keyed_rows(relation: exp.Expr) -> exp.Expr:
+    """Mark a keyed read whose rows are only those holding one of the change's keys."""
+    relation.meta[KEYED_ROWS] = True
+    return relation
+
+
+def reads_keyed_rows(query: exp.Expr) -> bool:
+    """Does `query` read a keyed read marked by keyed_rows (the mark survives copies)?"""
+    return any(node.meta.get(KEYED_ROWS) for node in query.walk())

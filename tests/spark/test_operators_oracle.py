@@ -172,11 +172,11 @@ def test_duplicate_heavy_data(spark, family, data):
 
 
 def _every_source_large():
-    """The test sources are far below Spark's broadcast threshold; taken as large, a semi, anti
-    or left join's delta that cannot read its right input keyed narrows it by a semi join with
+    """The test sources are far below the session's broadcast threshold; taken as large (as
+    under a threshold of -1), a semi, anti or left join's delta that cannot read its right input keyed narrows it by a semi join with
     the change's keys (key_restricted._matchable), the path large sources take. The smoke and
     random tests keep the small sources' path."""
-    return mock.patch.object(embedded_bindings, "BROADCAST_BYTES", -1)
+    return mock.patch.object(embedded_bindings.Bindings, "broadcast_bytes", lambda self: -1)
 
 
 @pytest.mark.slow

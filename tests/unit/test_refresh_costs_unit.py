@@ -9,7 +9,7 @@ import sqlglot
 from sqlglot import exp
 
 from python_helpers.dvm.differentiate import delta
-from python_helpers.dvm.sqlgen import Context, render
+from python_helpers.dvm.sqlgen import Context, keyed_rows, render
 from python_helpers.runtime.delta.embedded import generations as published_files
 from python_helpers.runtime.delta.embedded.tables import consolidate_arrow
 from tests.unit.test_dvm_tree_and_sql import tree_of
@@ -176,14 +176,20 @@ def test_a_semi_join_delta_reads_a_large_right_side_for_a_small_change_s_keys_on
         assert "new_shop_items" in j.find_ancestor(exp.Select).sql()
 
 
-def _keyed_context(changed: set) -> Context:
-    # The engine's keyed read, as a table naming what it narrows: `keyed_<relation>_by_<changed>`.
+def _keyed_context(changed: set, rows: bool = True, large: bool = True) -> Context:
+    # The engine's keyed read, as a table naming what it narrows: `keyed_<relation>_by_<changed>`;
+    # `rows`: it keeps only the rows holding a key (a key list), not only the files that can.
+    def keyed(r, v, c, cr, cc):
+        read = exp.to_table(f"keyed_{r.split('.')[1]}_{c}_by_{cr.split('.')[1]}_{cc}")
+        return keyed_rows(read) if rows else read
+
     return Context(
         changes=lambda r: exp.to_table(f"chg_{r.replace('.', '_')}"),
         snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"),
         changed=changed,
         small_delta=True,
-        keyed_snapshot=lambda r, v, c, cr, cc: exp.to_table(f"keyed_{r.split('.')[1]}_{c}_by_{cr.split('.')[1]}_{cc}"),
+        keyed_snapshot=keyed,
+        large_source=lambda relation: large,
     )
 
 
@@ -197,6 +203,23 @@ def test_a_semi_join_delta_reads_the_right_side_by_the_change_s_keys_without_a_j
     assert [j for j in parsed.find_all(exp.Join) if j.args.get("kind") == "SEMI"] == [parsed.find(exp.Join)]
 
 
+@pytest.mark.parametrize("large", [True, False])
+def test_a_keyed_read_of_files_only_is_narrowed_by_the_keys_too_where_spark_would_not_broadcast_it(large):
+    # A change of scattered keys leaves most of a large source's files to read: the broadcast
+    # semi join with the keys then keeps Spark from shuffling them all.
+    tree = tree_of("SELECT o.id FROM shop.orders o WHERE EXISTS (SELECT 1 FROM shop.items i WHERE i.order_id = o.id)")
+    ctx = _keyed_context({"shop.orders"}, rows=False, large=large)
+    parsed = sqlglot.parse_one(render(delta(tree, ctx)), read="spark")
+    assert "keyed_items_order_id_by_orders_id" in {t.name for t in parsed.find_all(exp.Table)}
+    narrowing = [
+        j for j in parsed.find_all(exp.Join) if j.args.get("kind") == "SEMI" and "__dvm_rk0" in j.args["on"].sql()
+    ]
+    assert len(narrowing) == (1 if large else 0)
+    for j in narrowing:
+        assert "keyed_items_order_id_by_orders_id" in j.find_ancestor(exp.Select).sql()
+        assert "chg_shop_orders" in j.this.sql()
+
+
 @pytest.mark.parametrize("op", ["=", "<=>"])
 def test_a_left_join_delta_reads_the_right_side_keyed_only_on_an_equality_that_drops_nulls(op):
     # A keyed read drops rows with a NULL key: `=` never matches them, `<=>` does.
@@ -207,6 +230,33 @@ def test_a_left_join_delta_reads_the_right_side_keyed_only_on_an_equality_that_d
         assert "keyed_orders_customer_id_by_customers_id" in tables and "new_shop_orders" not in tables
     else:
         assert "new_shop_orders" in tables and not any(t.startswith("keyed_") for t in tables)
+
+
+def test_a_source_is_large_by_the_session_s_broadcast_threshold_read_once():
+    from python_helpers.runtime.delta.embedded import bindings as binding
+
+    assert [binding.byte_size(v) for v in ("10485760b", "20MB", "1g", "-1", "512", "lots")] == [
+        10 << 20,
+        20 << 20,
+        1 << 30,
+        -1,
+        512,
+        None,
+    ]
+
+    class Session:  # the one call broadcast_bytes makes of the connection
+        def __init__(self, value):
+            self.value, self.asked = value, 0
+
+        def setting(self, key):
+            assert key == "spark.sql.autoBroadcastJoinThreshold"
+            self.asked += 1
+            return self.value
+
+    for value, expected in (("20MB", 20 << 20), ("-1", -1), (None, binding.BROADCAST_BYTES), ("?", 10 << 20)):
+        conn = Session(value)
+        bound = binding.Bindings(conn, {}, {}, {})
+        assert (bound.broadcast_bytes(), bound.broadcast_bytes(), conn.asked) == (expected, expected, 1)
 
 
 # -- the key list of a key-restricted read ---------------------------------------------------

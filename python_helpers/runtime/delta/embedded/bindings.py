@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from typing import Optional
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import Context, render, sub
+from python_helpers.dvm.sqlgen import Context, keyed_rows, render, sub
 from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections.base import Connection
@@ -32,9 +33,10 @@ MAX_KEYS = 100_000
 # many [min, max] ranges of its keys, one per slice of its key span: new and expiring business
 # keys form a few runs, and the files between them are still skipped.
 KEY_RANGES = 1024
-# Spark's default spark.sql.autoBroadcastJoinThreshold: a source of fewer bytes is broadcast by
-# Spark itself, so a join's delta gains nothing from first narrowing it to a change's keys.
-BROADCAST_BYTES = 10 * 1024 * 1024
+# A source of fewer bytes than the session's spark.sql.autoBroadcastJoinThreshold is broadcast
+# by Spark itself, so a join's delta gains nothing from first narrowing it to a change's keys.
+BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
+BROADCAST_BYTES = 10 * 1024 * 1024  # its default, used when the session's value cannot be read
 
 
 class Bindings(BoundViews):
@@ -48,6 +50,7 @@ class Bindings(BoundViews):
         self.consolidated: set = set()  # relations whose change rows are consolidated already
         self._ranges: dict = {}  # (relation, column) -> [min, max] ranges covering its change
         self.view_bytes: dict = {}  # bound snapshot view -> bytes of the data files it covers (read_bytes)
+        self._broadcast_bytes: Optional[int] = None  # the session's threshold, read once when asked
 
     def bind_files(self, suffix: str, files: list, schema) -> exp.Table:
         """A view over data files of a Delta table (paths as Spark reads them)."""
@@ -193,12 +196,24 @@ class Bindings(BoundViews):
         )
 
     def large_source(self, relation: str) -> bool:
-        """Are the source's data files more bytes than Spark's default broadcast threshold? (Its
-        estimate of a scan starts from the files' size.) Unknown counts as large."""
+        """Are the source's data files more bytes than the session's broadcast threshold? (Spark's
+        estimate of a scan starts from the files' size.) Unknown counts as large, and so does
+        every source when the threshold is -1 (Spark broadcasts nothing by itself)."""
         if relation not in self.pinned:
             return True
         size = self.view_bytes.get(self.snapshot(relation, "new").name)
-        return size is None or size > BROADCAST_BYTES
+        return size is None or size > self.broadcast_bytes()
+
+    def broadcast_bytes(self) -> int:
+        """The session's spark.sql.autoBroadcastJoinThreshold in bytes, read once per refresh."""
+        if self._broadcast_bytes is None:
+            try:
+                value = self.conn.setting(BROADCAST_THRESHOLD)
+            except Exception:  # noqa: BLE001 - a server that does not answer settings: the default
+                value = None
+            parsed = byte_size(value) if value is not None else None
+            self._broadcast_bytes = BROADCAST_BYTES if parsed is None else parsed
+        return self._broadcast_bytes
 
     def keyed_snapshot(self, relation: str, version: str, column: str, changed_relation: str, changed_column: str):
         """`relation` at `version`, only the files whose statistics of `column` can hold a value
@@ -240,7 +255,7 @@ class Bindings(BoundViews):
         if row_filter is None:
             return view
         self.page_filtered += 1
-        return sub(exp.select(exp.Star()).from_(view).where(row_filter), f"{name}_rows")
+        return keyed_rows(sub(exp.select(exp.Star()).from_(view).where(row_filter), f"{name}_rows"))
 
     def scan_settings(self):
         """The session settings the bound reads need while a query over them runs: Parquet
@@ -292,6 +307,18 @@ class Bindings(BoundViews):
                 ranges = list(zip(found.column(0).to_pylist(), found.column(1).to_pylist()))
         self._ranges[(relation, column)] = ranges
         return ranges
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def byte_size(text: str) -> Optional[int]:
+    """A Spark byte setting's value in bytes ("10485760b", "20MB", "1g", "-1"), as Spark reads
+    one without a unit (bytes); None when it is not one."""
+    found = re.fullmatch(r"\s*(-?\d+)\s*([kmgtp]?)b?\s*", str(text).lower())
+    if found is None:
+        return None
+    return int(found.group(1)) * _BYTE_UNITS[found.group(2)]
 
 
 def key_filter(column: str, keys, schema) -> Optional[exp.Expr]:

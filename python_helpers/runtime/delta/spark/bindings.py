@@ -15,7 +15,7 @@ from typing import Optional
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import Context, render, sub
+from python_helpers.dvm.sqlgen import Context, keyed_rows, render, sub
 from python_helpers.dvm.tree import WEIGHT
 from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime.delta.bound_views import DATE, INTEGRAL, PAGE_FILTER_KEYS, STRING, BoundViews, key_in
@@ -185,7 +185,7 @@ class SparkBindings(BoundViews):
             keys = self._distinct_keys(changed_relation, changed_column)
             condition = exp.In(this=column_ref, query=exp.Subquery(this=exp.select("*").from_(keys)))
         name = f"{snapshot.name}_k{len(self.views)}"
-        return sub(exp.select(exp.Star()).from_(snapshot).where(condition), name)
+        return keyed_rows(sub(exp.select(exp.Star()).from_(snapshot).where(condition), name))
 
     def _change_keys(self, relation: str, column: str) -> Optional[list]:
         """The distinct non-null keys of `relation`'s change in `column` (one small Spark job),
