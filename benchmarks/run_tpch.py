@@ -165,6 +165,11 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--mixes", default="rf,scattered", help="(--via dbt) change mixes: rf, scattered")
     parser.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="(--via dbt, session) no warm-up model first in each run (benchmarks/tpch_dbt.py)",
+    )
+    parser.add_argument(
         "--rf-fraction",
         type=float,
         default=0.001,
