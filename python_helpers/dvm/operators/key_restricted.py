@@ -135,8 +135,8 @@ def _matchable(node: KeyRestricted, ctx: Context, dl, plain_of):
     job). Where R's rows are not kept by a key list and R reads a source too large for Spark to
     broadcast: R ⋉ keys(ΔL), with the keys broadcast (q04, warm: 0.9 s against 1.3 s); over the
     keyed read where there is one, since a change of scattered keys leaves most files to read
-    and the semi join would shuffle all their rows. A small R Spark broadcasts itself: there the semi join's extra job made q20's delta slower
-    (2.0 s against 1.5 s)."""
+    and the semi join would shuffle all their rows. A small R Spark broadcasts itself: there
+    the semi join's extra job made q20's delta slower (2.0 s against 1.5 s)."""
     pairs = key_pairs(node)
     if not (pairs and ctx.small_delta and not _derived(dl)):
         return plain_of(node.right, "old")
