@@ -112,8 +112,8 @@ class DbtBench:
     # A `table` model that every run builds first (every other model depends on it), not
     # reported: a fresh JVM's first heavy queries pay its warm-up (JIT, code generation, the
     # writer: seconds), which would otherwise land on whichever model first has work to do, a
-    # different one in a differential run than in a full one. Its SQL reads a source's data
-    # files as `{lineitem}` (parquet, whatever Delta's log says: the first build has no
+    # different one in a differential run than in a full one. Its SQL names a source's data
+    # files as `{orders}` (read as parquet, whatever Delta's log says: the first build has no
     # catalog entries for the sources yet). "" writes none.
     warmup: str = ""
 

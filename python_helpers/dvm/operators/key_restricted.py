@@ -16,8 +16,7 @@ A LEFT outer, semi or anti join is linear in its left input (each left row's out
 on that row and the right side only). When only the left input changed, Δ = op(ΔL, R), which
 needs no restriction to be exact; with a small ΔL read from a change, R is still read only
 where it can hold ΔL's keys (_matchable: the engine's keyed read, a broadcast semi join with
-the keys, or both), as Spark hashes only a semi join's right side. When
-both did,
+the keys, or both), as Spark hashes only a semi join's right side. When both did,
 
     Δ = op(ΔL, R_new) + op(L_old ⋉ K, R_new ⋉ K) − op(L_old ⋉ K, R_old ⋉ K),   K = keys(ΔR)
 
