@@ -1,6 +1,7 @@
 """A Spark server too old for stream tables is refused before anything is written, with the
 version it runs, the profile key and the fix (no older Spark is installable here, so the checks
-are fed the version strings such servers report)."""
+are fed the version strings such servers report); and a Connect session whose server has gone
+does not hold the process at its exit."""
 
 from __future__ import annotations
 
@@ -72,3 +73,28 @@ def test_thrift_server_below_spark_4_message_names_server_keys_and_fix():
     message = old_server_message("localhost:10000", "3.5.1")
     assert "localhost:10000" in message and "Spark 3.5.1" in message
     assert "`host`/`port`" in message and "Spark 4.0 or later" in message and "newer server" in message
+
+
+def test_a_connect_session_whose_server_is_gone_lets_the_process_exit():
+    """pyspark's Connect client registers a call for the process's exit that retries a server
+    that is gone for about ten minutes; the adapter's shared session takes it back. A real
+    client, in a process of its own, pointed at a port nobody listens on (the client makes no
+    call before the first query): it exits in seconds."""
+    import subprocess
+    import sys
+    import time
+
+    from python_helpers.testing.local_spark import free_port
+
+    script = (
+        "from pyspark.sql.connect.session import SparkSession\n"
+        "from dbt.adapters.spark_stream.spark_connect import no_call_at_exit\n"
+        f"session = SparkSession.builder.remote('sc://127.0.0.1:{free_port()}').create()\n"
+        "no_call_at_exit(session)\n"
+        "print('created')\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "created", done.stderr[-2000:]
+    # Without no_call_at_exit this process outlives the timeout above (checked by hand: >90 s).
+    assert time.monotonic() - started < 60

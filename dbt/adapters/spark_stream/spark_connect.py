@@ -16,6 +16,7 @@ The profile:
 
 from __future__ import annotations
 
+import atexit
 import socket
 import threading
 from typing import Dict
@@ -114,10 +115,22 @@ def connect_session(credentials):
                 "spark_stream profile (method: connect) needs the Spark Connect client: "
                 f"pip install 'dbt-spark-stream[connect]' ({exc})"
             ) from exc
+        no_call_at_exit(session)
         _require_version(session, url)
         _apply_parameters(session, credentials.server_side_parameters, url)
         _sessions[url] = session
         return session
+
+
+def no_call_at_exit(session) -> None:
+    """Take back the call pyspark's Connect client registers to run at the process's exit (it
+    clears the server's ML cache, which dbt never fills). The shared session lives as long as the
+    process; if its server has gone by then (a restarted cluster, a run that failed because the
+    server died), that call retries with back-off for about ten minutes, and the dbt process with
+    it. A session the server no longer needs ends by the server's own timeout."""
+    cleanup = getattr(getattr(session, "client", None), "_cleanup_ml_cache", None)
+    if cleanup is not None:
+        atexit.unregister(cleanup)
 
 
 def _apply_parameters(session, parameters: Dict[str, str], url: str) -> None:
