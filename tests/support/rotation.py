@@ -20,13 +20,15 @@ ROTATION = max(1, int(os.environ.get("DVM_ROTATION", "1")))
 DAY = int(os.environ.get("DVM_DAY", str(datetime.date.today().toordinal())))
 
 
-def todays(items: Sequence[T], offset: int = 0) -> list:
-    """Today's share of `items` (never empty when `items` is not: a list shorter than the
-    rotation still runs one item a day, each in turn). `offset` shifts the share, so two lists
-    of the same things (say, methods refreshed and methods killed) take different ones today."""
+def todays(items: Sequence[T], offset: int = 0, every_day: bool = True) -> list:
+    """Today's share of `items`. With `every_day` it is never empty when `items` is not: a list
+    shorter than the rotation still runs one item a day, each in turn; without it such a list
+    runs on as many days of the rotation as it has items, and nothing on the others. `offset`
+    shifts the share, so two lists of the same things (say, methods refreshed and methods
+    killed) take different ones today."""
     day = DAY + offset
     chosen = [item for i, item in enumerate(items) if i % ROTATION == day % ROTATION]
-    if not chosen and items:
+    if not chosen and items and every_day:
         chosen = [items[day % len(items)]]
     return chosen
 

@@ -1,0 +1,28 @@
+"""The day rotation that spreads make test's repeated items over days (tests/support/rotation.py)."""
+
+from __future__ import annotations
+
+from tests.support import rotation
+
+
+def _days(monkeypatch, items, k, **kw) -> list:
+    monkeypatch.setattr(rotation, "ROTATION", k)
+    picks = []
+    for day in range(2 * k):
+        monkeypatch.setattr(rotation, "DAY", day)
+        picks.append(rotation.todays(items, **kw))
+    return picks
+
+
+def test_every_item_runs_within_the_rotation_and_a_short_list_every_day(monkeypatch):
+    picks = _days(monkeypatch, list("abcdefg"), 5)
+    assert all(picks) and sorted(sum(picks[:5], [])) == list("abcdefg")
+    short = _days(monkeypatch, ["x", "y"], 5)
+    assert all(len(p) == 1 for p in short) and {p[0] for p in short[:5]} == {"x", "y"}
+
+
+def test_a_short_list_not_needed_every_day_runs_on_as_many_days_as_it_has_items(monkeypatch):
+    picks = _days(monkeypatch, ["x", "y"], 5, every_day=False)
+    assert [p for p in picks[:5] if p] == [["x"], ["y"]]
+    assert picks[5:] == picks[:5]  # the next five days the same again
+    assert _days(monkeypatch, ["x", "y"], 1, every_day=False)[0] == ["x", "y"]  # make test-long: both
