@@ -42,6 +42,13 @@ def pytest_configure(config):
     os.environ.setdefault("DBT_SPARK_STREAM_CHAINS_REFRESH_MODE", "differential")
 
 
+def pytest_report_header(config):
+    from tests.support import rotation
+    from tests.support.cluster_project import todays_suites
+
+    return f"tests/cluster today: {', '.join(todays_suites())} ({rotation.where()})"
+
+
 _CONFIG = None
 _STARTED = time.monotonic()
 # Tests at least this long are named as they end, with the minutes since the run started: CI

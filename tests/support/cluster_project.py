@@ -25,6 +25,17 @@ DBT = [sys.executable, "-c", "from dbt.cli.main import cli; cli()"]
 
 TARGETS = ("connect", "thrift", "thrift_sql")
 
+# The two cluster suites each start a cluster of their own (a master, a worker and a server: three
+# JVMs on two cores, slowing every other item while they run). make test takes one of them a day
+# in turn (every day one, each within two days); make test-long both (tests/cluster/conftest.py).
+SUITES = ("test_cluster_methods.py", "test_cluster_delta.py")
+
+
+def todays_suites() -> list:
+    from tests.support import rotation
+
+    return rotation.todays(SUITES)
+
 
 @contextlib.contextmanager
 def local_cluster(work: Path, extra_conf: Optional[dict] = None) -> Iterator:
