@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from python_helpers.testing import run_results
+from tests.support import rotation
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_SRC = ROOT / "integration_tests"
@@ -32,8 +33,6 @@ SUITES = ("test_cluster_methods.py", "test_cluster_delta.py")
 
 
 def todays_suites() -> list:
-    from tests.support import rotation
-
     return rotation.todays(SUITES)
 
 
