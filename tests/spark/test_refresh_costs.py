@@ -330,7 +330,7 @@ def test_a_change_of_few_keys_filters_the_other_join_input_by_them(env, key):
     """Every file of the other input spans the whole key range, so statistics skip none; a
     change of few keys then filters that input's rows by them (Parquet skips pages by its
     column index). The result equals the recompute after inserts, updates and deletes on both
-    sides, NULL keys included, and the session's setting is put back after each refresh."""
+    sides, NULL keys included, and the session's settings are put back after each refresh."""
     from python_helpers.runtime.refresh import scan_settings
 
     def r(i, n, v):
@@ -351,16 +351,17 @@ def test_a_change_of_few_keys_filters_the_other_join_input_by_them(env, key):
         f"GROUP BY a.{key}",
     )
     stream.refresh(expect="full")
-    before = env.spark.conf.get(scan_settings.IN_FILTER_THRESHOLD)
+    settings = (scan_settings.IN_FILTER_THRESHOLD, "parquet.filter.dictionary.enabled")
+    before = [env.spark.conf.get(key, None) for key in settings]
     env.apply([S.Insert("t1", [r(50, 7, 1), r(51, 61, 1), r(52, None, 1)]), S.DeleteRows("t1", [2])])
     result = stream.refresh(expect="differential")
     stream.check()
     assert result.counters["reads_filtered_by_keys"] >= 1 and result.counters["files_skipped"] == 0, result.counters
-    assert env.spark.conf.get(scan_settings.IN_FILTER_THRESHOLD) == before
+    assert [env.spark.conf.get(key, None) for key in settings] == before
     env.apply([S.UpdateWhere("t2", "k", 61, {"v": 50}), S.DeleteWhere("t2", "k", 7), S.Insert("t1", [r(53, 9, 1)])])
     stream.refresh(expect="differential")
     stream.check()
-    assert env.spark.conf.get(scan_settings.IN_FILTER_THRESHOLD) == before
+    assert [env.spark.conf.get(key, None) for key in settings] == before
 
 
 def test_a_change_of_many_keys_reads_the_other_join_input_unfiltered(env, monkeypatch):

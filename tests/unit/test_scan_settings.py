@@ -119,3 +119,11 @@ def test_an_intermediate_computed_once_runs_with_the_threshold_raised_once_its_r
     run("restricted")
     assert seen == [("unrestricted", None), ("restricted", "512")]
     assert conn.conf(KEY) is None
+
+
+def test_a_key_filtered_query_raises_the_list_and_turns_the_dictionary_filter_off_until_it_ends():
+    conn = Settings()
+    conn.values["parquet.filter.dictionary.enabled"] = "true"
+    with scan_settings.key_filtered(conn, 512):  # type: ignore[arg-type]
+        assert conn.values == {KEY: "512", "parquet.filter.dictionary.enabled": "false"}
+    assert conn.values == {"parquet.filter.dictionary.enabled": "true"}

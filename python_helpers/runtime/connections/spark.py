@@ -14,7 +14,7 @@ from typing import Any, Optional
 import pyarrow as pa
 
 from python_helpers.runtime.connections import function_code
-from python_helpers.runtime.connections.base import FunctionKind, OutputColumn
+from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, FunctionKind, OutputColumn
 
 # (session, cache key, columns) -> DataFrame. A version of a Delta table never changes, so its
 # scan (file listing included) is built once per process: the old snapshot of one refresh is
@@ -126,7 +126,7 @@ class SparkConnection:
         if not files:
             frame = self._empty(schema)
         else:
-            reader = self.spark.read.schema(spark_schema(schema))
+            reader = self.spark.read.schema(spark_schema(schema)).options(**NO_DICTIONARY_FILTER)
             if base_path is not None:
                 # Partition values live in the directory names (hive style), found from the root.
                 reader = reader.option("basePath", base_path)

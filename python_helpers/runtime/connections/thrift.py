@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections import files
-from python_helpers.runtime.connections.base import FunctionKind, OutputColumn
+from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, FunctionKind, OutputColumn
 from python_helpers.runtime.connections.files import _ident, _string
 from python_helpers.runtime.connections.server_checks import required_version, too_old
 
@@ -246,7 +246,8 @@ class ThriftConnection:
             for i, (directory, group) in enumerate(_by_directory(files).items()):
                 part = f"{name}__f{i}"
                 pattern = group[0] if len(group) == 1 else f"{directory}/{{{','.join(_glob_names(group))}}}"
-                options = f"path {_string(pattern)}"
+                settings = [f"{_string(k)} {_string(v)}" for k, v in NO_DICTIONARY_FILTER.items()]
+                options = ", ".join([f"path {_string(pattern)}", *settings])
                 if base_path is not None:
                     options += f", basePath {_string(base_path)}"
                 self.execute(

@@ -16,6 +16,12 @@ reaches the Parquet reader only as its [min, max]. A key-restricted read of a jo
 (binding.Bindings.keyed_snapshot) lists up to PAGE_FILTER_KEYS keys, and Parquet can then skip
 every page whose column index holds none of them: a few hundred scattered keys read a few
 hundred pages of a table instead of all of it.
+
+`parquet.filter.dictionary.enabled` (default true), off while such a read runs: with the longer
+lists Parquet would also test each key against every row group's dictionary, which costs seconds
+where a key column's dictionary is large and skips nothing (connections/base.py,
+NO_DICTIONARY_FILTER; the embedded engine's file reads carry it as a read option too). Spark
+hands a session's settings to the Parquet reader.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
-from python_helpers.runtime.connections.base import Connection
+from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, Connection
 
 IN_FILTER_THRESHOLD = "spark.sql.parquet.pushdown.inFilterThreshold"
 
@@ -40,6 +46,16 @@ class _Held:
 
 
 _HELD: dict[tuple, _Held] = {}  # (session, setting) -> _Held
+
+
+@contextlib.contextmanager
+def key_filtered(conn: Connection, keys: int) -> Iterator[None]:
+    """The settings of a query over key-restricted reads that list up to `keys` keys."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(at_least(conn, IN_FILTER_THRESHOLD, keys))
+        for key, value in NO_DICTIONARY_FILTER.items():
+            stack.enter_context(exactly(conn, key, value))
+        yield
 
 
 @contextlib.contextmanager

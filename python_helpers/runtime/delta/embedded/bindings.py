@@ -262,7 +262,7 @@ class Bindings(BoundViews):
         receives the key lists of key-restricted reads (runtime/refresh/scan_settings.py)."""
         if not self.page_filtered:
             return contextlib.nullcontext()
-        return scan_settings.at_least(self.conn, scan_settings.IN_FILTER_THRESHOLD, PAGE_FILTER_KEYS)
+        return scan_settings.key_filtered(self.conn, PAGE_FILTER_KEYS)
 
     def _change_keys(self, relation: str, column: str):
         """The distinct values of `column` in `relation`'s change (an Arrow array), or None when

@@ -242,4 +242,4 @@ class SparkBindings(BoundViews):
     def scan_settings(self):
         if not self.page_filtered:
             return contextlib.nullcontext()
-        return scan_settings.at_least(self.conn, scan_settings.IN_FILTER_THRESHOLD, PAGE_FILTER_KEYS)
+        return scan_settings.key_filtered(self.conn, PAGE_FILTER_KEYS)
