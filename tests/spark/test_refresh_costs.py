@@ -331,6 +331,7 @@ def test_a_change_of_few_keys_filters_the_other_join_input_by_them(env, key):
     change of few keys then filters that input's rows by them (Parquet skips pages by its
     column index). The result equals the recompute after inserts, updates and deletes on both
     sides, NULL keys included, and the session's settings are put back after each refresh."""
+    from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER
     from python_helpers.runtime.refresh import scan_settings
 
     def r(i, n, v):
@@ -351,7 +352,7 @@ def test_a_change_of_few_keys_filters_the_other_join_input_by_them(env, key):
         f"GROUP BY a.{key}",
     )
     stream.refresh(expect="full")
-    settings = (scan_settings.IN_FILTER_THRESHOLD, "parquet.filter.dictionary.enabled")
+    settings = (scan_settings.IN_FILTER_THRESHOLD, *NO_DICTIONARY_FILTER)
     before = [env.spark.conf.get(key, None) for key in settings]
     env.apply([S.Insert("t1", [r(50, 7, 1), r(51, 61, 1), r(52, None, 1)]), S.DeleteRows("t1", [2])])
     result = stream.refresh(expect="differential")

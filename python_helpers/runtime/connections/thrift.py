@@ -242,11 +242,11 @@ class ThriftConnection:
             declared = ", ".join(f"{_ident(f.name)} {t}" for f, t in zip(schema, types))
             parts = []
             helpers = self._helpers.setdefault(name, [])
+            settings = [f"{_string(k)} {_string(v)}" for k, v in NO_DICTIONARY_FILTER.items()]
             # One glob per directory (a glob's braces cannot span directories).
             for i, (directory, group) in enumerate(_by_directory(files).items()):
                 part = f"{name}__f{i}"
                 pattern = group[0] if len(group) == 1 else f"{directory}/{{{','.join(_glob_names(group))}}}"
-                settings = [f"{_string(k)} {_string(v)}" for k, v in NO_DICTIONARY_FILTER.items()]
                 options = ", ".join([f"path {_string(pattern)}", *settings])
                 if base_path is not None:
                     options += f", basePath {_string(base_path)}"

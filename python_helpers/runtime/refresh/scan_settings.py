@@ -17,11 +17,12 @@ reaches the Parquet reader only as its [min, max]. A key-restricted read of a jo
 every page whose column index holds none of them: a few hundred scattered keys read a few
 hundred pages of a table instead of all of it.
 
-`parquet.filter.dictionary.enabled` (default true), off while such a read runs: with the longer
-lists Parquet would also test each key against every row group's dictionary, which costs seconds
-where a key column's dictionary is large and skips nothing (connections/base.py,
-NO_DICTIONARY_FILTER; the embedded engine's file reads carry it as a read option too). Spark
-hands a session's settings to the Parquet reader.
+`parquet.filter.dictionary.enabled` (default true), off while a key-restricted read of the
+spark engine runs (`key_filtered`): with the longer lists Parquet would also test each key
+against every row group's dictionary, which costs seconds where a key column's dictionary is
+large and skips nothing (connections/base.py, NO_DICTIONARY_FILTER). Spark hands a session's
+settings to the Parquet reader; the embedded engine's file reads carry the setting as a read
+option instead, so its refreshes do not set it.
 """
 
 from __future__ import annotations

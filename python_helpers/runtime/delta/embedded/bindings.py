@@ -259,10 +259,11 @@ class Bindings(BoundViews):
 
     def scan_settings(self):
         """The session settings the bound reads need while a query over them runs: Parquet
-        receives the key lists of key-restricted reads (runtime/refresh/scan_settings.py)."""
+        receives the key lists of key-restricted reads (runtime/refresh/scan_settings.py). The
+        dictionary filter needs no setting here: every file read carries it off as a read option."""
         if not self.page_filtered:
             return contextlib.nullcontext()
-        return scan_settings.key_filtered(self.conn, PAGE_FILTER_KEYS)
+        return scan_settings.at_least(self.conn, scan_settings.IN_FILTER_THRESHOLD, PAGE_FILTER_KEYS)
 
     def _change_keys(self, relation: str, column: str):
         """The distinct values of `column` in `relation`'s change (an Arrow array), or None when
