@@ -36,10 +36,11 @@ class Context:
     materialize: Optional[Callable[[exp.Expr], exp.Expr]] = None
     # The engine's way to read only the part of a snapshot that can match the change of another
     # relation on an equality: keyed_snapshot(relation, version, column, changed_relation,
-    # changed_column) -> a FROM-able expression, or None when it cannot narrow the read. An
-    # engine that also keeps only the rows holding a key (a key list), not only the files that
-    # can, says so with `keyed_rows` on the expression.
-    keyed_snapshot: Optional[Callable[[str, str, str, str, str], Optional[exp.Expr]]] = None
+    # changed_column, more=()) -> a FROM-able expression, or None when it cannot narrow the
+    # read; `more` names further (changed_relation, changed_column) pairs whose changes' keys
+    # count too. An engine that also keeps only the rows holding a key (a key list), not only
+    # the files that can, says so with `keyed_rows` on the expression.
+    keyed_snapshot: Optional[Callable[..., Optional[exp.Expr]]] = None
     # The engine's judgement whether a source is too large for Spark to broadcast it in a join
     # (None: unknown, taken as large).
     large_source: Optional[Callable[[str], bool]] = None
@@ -53,8 +54,8 @@ class Context:
         snapshot, keyed, changed = self.snapshot, self.keyed_snapshot, frozenset(self.changed)
         self.snapshot = lambda relation, version: snapshot(relation, version if relation in changed else "new")
         if keyed is not None:
-            self.keyed_snapshot = lambda relation, version, *rest: keyed(
-                relation, version if relation in changed else "new", *rest
+            self.keyed_snapshot = lambda relation, version, *rest, **more: keyed(
+                relation, version if relation in changed else "new", *rest, **more
             )
 
     def alias(self, base: str = "t") -> str:

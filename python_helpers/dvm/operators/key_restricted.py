@@ -102,6 +102,40 @@ def key_pairs(node: KeyRestricted, null_safe: bool = True) -> list[tuple[exp.Exp
     return pairs
 
 
+def strict_keys(node: KeyRestricted) -> tuple[list, list]:
+    """(left, right) expressions of the `=` pairs of a LEFT outer, semi or anti join: a row with
+    a NULL in one of them matches no row of the other input, so its output depends on itself
+    alone (padded, kept or dropped). ([], []) for a full join or a set operation, where NULLs
+    match or both sides pad."""
+    if isinstance(node, SetOp) or (isinstance(node, OuterJoin) and node.kind != "left"):
+        return [], []
+    pairs = key_pairs(node, null_safe=False)
+    return [a for a, _ in pairs], [b for _, b in pairs]
+
+
+def _not_null(exprs: list) -> exp.Expr:
+    return exp.and_(*[exp.Not(this=exp.Is(this=e.copy(), expression=exp.Null())) for e in exprs])
+
+
+def matching(ctx: Context, rows: exp.Expr, exprs: list) -> exp.Expr:
+    """The rows of `rows` that can meet a row by the `=` of `exprs`: none of them NULL."""
+    if not exprs:
+        return rows
+    return select_from([exp.Star()], sub(rows.copy(), ctx.alias("km"))).where(_not_null(exprs), copy=False)
+
+
+def _unmatched(node: KeyRestricted, ctx: Context, dl, exprs: list, plain_of) -> Optional[exp.Expr]:
+    """The output of the left change's rows that no right row can meet (a NULL in a strict key):
+    op(ΔL_null, ∅), none for a semi join. These rows are left out of the changed keys, so the
+    right input's rows with a NULL key are never read to recompute them."""
+    if not exprs or (isinstance(node, SemiJoin) and not node.anti):
+        return None
+    rows = select_from([exp.Star()], sub(dl.copy(), ctx.alias("ku")))
+    rows = rows.where(exp.or_(*[exp.Is(this=e.copy(), expression=exp.Null()) for e in exprs]), copy=False)
+    nothing = select_from([exp.Star()], sub(plain_of(node.right, "new"), ctx.alias("kn"))).where(exp.false())
+    return plain(node, ctx, rows, nothing, weighted=True)
+
+
 def delta(node: KeyRestricted, ctx: Context, delta_of, plain_of):
     """Δ of an OuterJoin, SemiJoin or SetOp; `delta_of(n)` / `plain_of(n, version)` render inputs."""
     dl, dr = delta_of(node.left), delta_of(node.right)
@@ -144,7 +178,10 @@ def _matchable(node: KeyRestricted, ctx: Context, dl, plain_of):
         return keyed
     right = keyed if keyed is not None else plain_of(node.right, "old")
     if ctx.large_source is None or any(ctx.large_source(s.relation) for s in _scans(node.right)):
-        return restrict(ctx, right, [b for _, b in pairs], keys_of(ctx, dl, [a for a, _ in pairs]))
+        # ΔL's rows with a NULL in an `=` key name no key: a NULL key would bring every right
+        # row whose key is NULL, none of which can match.
+        keys = keys_of(ctx, matching(ctx, dl, strict_keys(node)[0]), [a for a, _ in pairs])
+        return restrict(ctx, right, [b for _, b in pairs], keys)
     return right
 
 
@@ -169,20 +206,27 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
     `dr` (the whole inputs without a key). `left_version` holds the left input at one version
     in both (its change is accounted for elsewhere)."""
     pairs = key_pairs(node)
-    keys = _changed_keys(ctx, node, pairs, dl, dr) if pairs else None
+    # The changes' rows with a NULL in an `=` key name no key (their output is their own,
+    # `_unmatched`): a NULL among the keys would read every row with a NULL key, at both
+    # versions, to recompute outputs that cannot change.
+    strict = strict_keys(node) if pairs else ([], [])
+    dl_keyed = None if dl is None else matching(ctx, dl, strict[0])
+    dr_keyed = None if dr is None else matching(ctx, dr, strict[1])
+    keys = _changed_keys(ctx, node, pairs, dl_keyed, dr_keyed) if pairs else None
     if keys is not None and ctx.materialize is not None and _derived(dl, dr):
         # The keys restrict both inputs at both versions: four reads. A delta computed below
         # (joins, nested restrictions) would be recomputed at each, and nested operators of
         # this kind multiply that by four per level; computed once, it is a small relation.
         keys = ctx.materialize(keys)
-    inputs = ((node.left, dl, [a for a, _ in pairs]), (node.right, dr, [b for _, b in pairs]))
+    inputs = ((node.left, dl_keyed, [a for a, _ in pairs]), (node.right, dr_keyed, [b for _, b in pairs]))
     # A changed source input is read once for the changed keys, at the new version; its old
     # rows are those minus its change (one scan of a large source instead of two).
     reads: dict = {}
     if keys is not None:
         for i, (child, d, exprs) in enumerate(inputs):
-            if restricted_reads.from_change(ctx, child, d):
-                new = ctx.materialize(restrict(ctx, plain_of(child, "new"), exprs, keys))  # type: ignore[misc]
+            if d is not None and restricted_reads.from_change(ctx, child, d):
+                rows = _keyed_new(ctx, node, i, dl, dr) or plain_of(child, "new")
+                new = ctx.materialize(restrict(ctx, rows, exprs, keys))  # type: ignore[misc]
                 reads[(i, "new")] = new
                 reads[(i, "old")] = restricted_reads.minus_change(ctx, child.columns, new, d)
 
@@ -199,7 +243,30 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
                 rendered.append(plain_of(child, read_at))
         return plain(node, ctx, *rendered)
 
-    return new_minus_old(ctx, node.columns, at)
+    recomputed = new_minus_old(ctx, node.columns, at)
+    unmatched = _unmatched(node, ctx, dl, strict[0], plain_of) if keys is not None and dl is not None else None
+    # Disjoint outputs (a NULL strict key against none): no second consolidation.
+    return recomputed if unmatched is None else union_all_of([recomputed, unmatched])
+
+
+def _keyed_new(ctx: Context, node: KeyRestricted, side: int, dl, dr) -> Optional[exp.Expr]:
+    """The changed input `side` (a plain source) at the new version, read only where it can hold
+    a key of either input's change, on an `=` of two columns: the engine's keyed read (files by
+    their statistics, rows by a key list), or None. A superset of its rows of the changed keys
+    (the caller restricts it to them exactly): without it, the restriction is a semi join over
+    a full scan of the source. Only `=` keys: the read drops NULL keys, which none of those
+    keys holds (strict_keys)."""
+    child, other = (node.left, node.right) if side == 0 else (node.right, node.left)
+    other_changed = (dr if side == 0 else dl) is not None
+    for left, right in zip(*strict_keys(node)):
+        if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+            continue
+        mine, theirs = (left.name, right.name) if side == 0 else (right.name, left.name)
+        more = ((other, theirs),) if other_changed else ()
+        read = restricted_reads.keyed_read(ctx, child, "new", mine, child, mine, more=more)
+        if read is not None:
+            return read
+    return None
 
 
 def _derived(*deltas) -> bool:

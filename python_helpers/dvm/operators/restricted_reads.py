@@ -58,20 +58,29 @@ def scan_below(node: Node, weighted: bool = False):
     return node if isinstance(node, Scan) and (weighted or node.weight_column is None) else None
 
 
-def keyed_read(ctx: Context, child: Node, version: str, column: str, changed: Node, changed_column: str):
+def keyed_read(
+    ctx: Context, child: Node, version: str, column: str, changed: Node, changed_column: str, more: tuple = ()
+):
     """`child` (a plain source under filters and projections) at `version`, its source read only
-    from what can hold a value `changed`'s source change has in `changed_column` where `child`
-    has it in `column` (ctx.keyed_snapshot: files by their statistics, rows by a key list). A
-    superset of the rows whose `column` meets such a value; None where that cannot be done.
-    `changed` may be a bag upstream: its change's keys are keys whatever their counts."""
-    scan, changed_scan = scan_below(child), scan_below(changed, weighted=True)
-    if scan is None or changed_scan is None or ctx.keyed_snapshot is None:
+    from what can hold a value `changed`'s source change has in `changed_column` (or one of the
+    `more` (node, column) pairs' changes has) where `child` has it in `column`
+    (ctx.keyed_snapshot: files by their statistics, rows by a key list). A superset of the rows
+    whose `column` meets such a value, none with a NULL there; None where that cannot be done.
+    A changed node may be a bag upstream: its change's keys are keys whatever their counts."""
+    scan = scan_below(child)
+    if scan is None or ctx.keyed_snapshot is None:
         return None
     source = base.copied_from(child, column, scan.relation)
-    changed_source = base.copied_from(changed, changed_column, changed_scan.relation)
-    if source is None or changed_source is None:
+    changes = []
+    for node, name in ((changed, changed_column), *more):
+        changed_scan = scan_below(node, weighted=True)
+        changed_source = None if changed_scan is None else base.copied_from(node, name, changed_scan.relation)
+        if changed_scan is None or changed_source is None:
+            return None
+        changes.append((changed_scan.relation, changed_source))
+    if source is None:
         return None
-    read = scan_rules.keyed_source_plain(scan, ctx, version, source, changed_scan.relation, changed_source)
+    read = scan_rules.keyed_source_plain(scan, ctx, version, source, *changes[0], more=tuple(changes[1:]))
     return None if read is None else _Substituted(ctx, scan, read).plain(child, version)
 
 

@@ -27,13 +27,16 @@ def weighted_plain(node: Scan, ctx: Context, version: str, multiplicity: str) ->
     return select_from(_columns(node) + [alias(count, multiplicity)], ctx.snapshot(node.relation, version))
 
 
-def keyed_source_plain(node: Scan, ctx: Context, version: str, source: str, changed_relation: str, changed_source):
+def keyed_source_plain(
+    node: Scan, ctx: Context, version: str, source: str, changed_relation: str, changed_source, more: tuple = ()
+):
     """The snapshot narrowed to what can hold a value that `changed_relation`'s change has in its
-    column `changed_source`, in the source column `source` (restricted_reads.keyed_read); None
-    where the engine cannot narrow it."""
+    column `changed_source` (or one of the `more` (relation, column) changes has), in the source
+    column `source` (restricted_reads.keyed_read); None where the engine cannot narrow it."""
     if ctx.keyed_snapshot is None or node.weight_column is not None:
         return None
-    relation = ctx.keyed_snapshot(node.relation, version, source, changed_relation, changed_source)
+    extra = {"more": more} if more else {}
+    relation = ctx.keyed_snapshot(node.relation, version, source, changed_relation, changed_source, **extra)
     if relation is None:
         return None
     return select_from(_columns(node), relation)

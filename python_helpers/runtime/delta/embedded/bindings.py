@@ -215,16 +215,24 @@ class Bindings(BoundViews):
             self._broadcast_bytes = BROADCAST_BYTES if parsed is None else parsed
         return self._broadcast_bytes
 
-    def keyed_snapshot(self, relation: str, version: str, column: str, changed_relation: str, changed_column: str):
+    def keyed_snapshot(
+        self, relation: str, version: str, column: str, changed_relation: str, changed_column: str, more: tuple = ()
+    ):
         """`relation` at `version`, only the files whose statistics of `column` can hold a value
         that `changed_relation`'s change has in `changed_column` (Delta keeps min and max per file
         and column; data laid out by key, as a fact table by its business key usually is, leaves
         few files to read), and for a change of few keys only the rows holding one of them (the
         caller selects from it on the equality `column = changed_column`, which no other row
-        meets). None when that rules out nothing or cannot be decided."""
-        if relation not in self.pinned or changed_relation not in self.pinned:
+        meets). `more`: further (relation, column) changes whose keys count too (then only by
+        their key lists, not ranges). None when that rules out nothing or cannot be decided."""
+        changes = ((changed_relation, changed_column), *more)
+        if relation not in self.pinned or any(r not in self.pinned for r, _ in changes):
             return None  # (a recursion's working table is no source)
         keys = self._change_keys(changed_relation, changed_column)
+        if more:
+            keys = _union([keys, *(self._change_keys(r, c) for r, c in more)])
+            if keys is None:
+                return None
         ranges = None if keys is not None else self._change_ranges(changed_relation, changed_column)
         if keys is None and ranges is None:
             return None
@@ -371,3 +379,18 @@ def key_ranges_query(change: exp.Table, column: str, is_date: bool) -> exp.Selec
         .where(exp.Not(this=exp.Is(this=key("c"), expression=exp.Null())))
         .group_by(slice_of)
     )
+
+
+def _union(keys: list):
+    """The distinct values of several changes' key arrays, in the first one's type; None when one
+    is unknown (too many keys) or does not convert to that type."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if any(k is None for k in keys):
+        return None
+    arrays = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
+    try:
+        return pc.unique(pa.chunked_array([a.cast(arrays[0].type) for a in arrays], type=arrays[0].type))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None

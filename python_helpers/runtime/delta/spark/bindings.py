@@ -163,27 +163,33 @@ class SparkBindings(BoundViews):
             keyed_snapshot=self.keyed_snapshot,
         )
 
-    def keyed_snapshot(self, relation: str, version: str, column: str, changed_relation: str, changed_column: str):
+    def keyed_snapshot(
+        self, relation: str, version: str, column: str, changed_relation: str, changed_column: str, more: tuple = ()
+    ):
         """`relation` at `version` filtered by the keys `changed_relation`'s change has in
-        `changed_column`, when they are few; None otherwise (the plain snapshot: Delta's own
-        data skipping still prunes by the join)."""
-        if relation not in self.pinned or changed_relation not in self.pinned:
+        `changed_column` (and each of the `more` (relation, column) changes has), when they are
+        few; None otherwise (the plain snapshot: Delta's own data skipping still prunes by the
+        join)."""
+        changes = ((changed_relation, changed_column), *more)
+        if relation not in self.pinned or any(r not in self.pinned for r, _ in changes):
             return None
-        values = self._change_keys(changed_relation, changed_column)
-        if values is None:
+        found = [self._change_keys(r, c) for r, c in changes]
+        known = [values for values in found if values is not None]
+        if len(known) < len(found):
             return None
+        conditions = []
+        for (changed, changed_col), values in zip(changes, known):
+            condition = key_in(
+                column, values, key_kind(self._type_of(relation, column)), key_kind(self._type_of(changed, changed_col))
+            )
+            if condition is None:  # keys whose literals could compare otherwise: the change's own
+                column_ref = exp.column(exp.to_identifier(column, quoted=True))
+                keys = self._distinct_keys(changed, changed_col)
+                condition = exp.In(this=column_ref, query=exp.Subquery(this=exp.select("*").from_(keys)))
+            conditions.append(condition)
         snapshot = self.snapshot(relation, version)
         self.page_filtered += 1
-        condition = key_in(
-            column,
-            values,
-            key_kind(self._type_of(relation, column)),
-            key_kind(self._type_of(changed_relation, changed_column)),
-        )
-        if condition is None:  # keys whose literals could compare otherwise: the change's own
-            column_ref = exp.column(exp.to_identifier(column, quoted=True))
-            keys = self._distinct_keys(changed_relation, changed_column)
-            condition = exp.In(this=column_ref, query=exp.Subquery(this=exp.select("*").from_(keys)))
+        condition = exp.or_(*conditions) if len(conditions) > 1 else conditions[0]
         name = f"{snapshot.name}_k{len(self.views)}"
         return keyed_rows(sub(exp.select(exp.Star()).from_(snapshot).where(condition), name))
 
