@@ -63,6 +63,13 @@ class Context:
         return f"_{base}{self._alias}"
 
 
+def known_empty(query: exp.Expr) -> bool:
+    """Has the engine found `query` empty? Context.materialize serves an empty intermediate as
+    `SELECT * FROM <view> WHERE FALSE` (which Spark's optimizer also sees)."""
+    where = query.args.get("where") if isinstance(query, exp.Select) else None
+    return where is not None and where.this == exp.false()
+
+
 def col(name: str, table: Optional[str] = None) -> exp.Column:
     return exp.column(name, table=table)
 

@@ -492,6 +492,14 @@ def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(
         return original(self, sql, *args, **kwargs)
 
     monkeypatch.setattr(connections.SparkConnection, "arrow", spy)
+    bound: list = []  # the views of source files each refresh binds
+    original_files = connections.SparkConnection.view_of_files
+
+    def files_spy(self, name, *args, **kwargs):
+        bound.append(name)
+        return original_files(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(connections.SparkConnection, "view_of_files", files_spy)
     env.source("t1", _many(400))
     sql = "SELECT MIN(v) AS lo, MAX(v) AS hi, COUNT(*) AS n, COUNT(x) AS nx FROM {src}.t1"
     if grouped:
@@ -507,9 +515,12 @@ def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(
             for line in plan.splitlines()
         )
 
-    # An insert inside every group's range: no extremum lost, no rescan in the plan.
+    # An insert inside every group's range: no extremum lost, no rescan in the plan, and the
+    # source's new snapshot not even bound (a file listing and a schema job).
     env.apply([S.Insert("t1", _many(4, start=9_000))])
+    bound.clear()
     stream.refresh(expect="differential")
+    assert not [n for n in bound if n.endswith("_s0_new")], bound
     stream.check()
     assert plans and not reads_the_source(plans[-1]), plans[-1]
     # Another column of the rows holding each group's maximum updated: the value is deleted and
@@ -520,7 +531,9 @@ def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(
     assert not reads_the_source(plans[-1]), plans[-1]
     # Deleting each group's maximum (v = 5) flags the groups: the rescan reads the source.
     env.apply([S.DeleteWhere("t1", "v", 5)])
+    bound.clear()
     stream.refresh(expect="differential")
+    assert [n for n in bound if n.endswith("_s0_new")], bound
     stream.check()
     assert reads_the_source(plans[-1]), plans[-1]
 

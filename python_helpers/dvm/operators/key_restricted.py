@@ -124,15 +124,17 @@ def matching(ctx: Context, rows: exp.Expr, exprs: list) -> exp.Expr:
     return select_from([exp.Star()], sub(rows.copy(), ctx.alias("km"))).where(_not_null(exprs), copy=False)
 
 
-def _unmatched(node: KeyRestricted, ctx: Context, dl, exprs: list, plain_of) -> Optional[exp.Expr]:
+def _unmatched(node: KeyRestricted, ctx: Context, dl, exprs: list, right_of) -> Optional[exp.Expr]:
     """The output of the left change's rows that no right row can meet (a NULL in a strict key):
     op(ΔL_null, ∅), none for a semi join. These rows are left out of the changed keys, so the
-    right input's rows with a NULL key are never read to recompute them."""
+    right input's rows with a NULL key are never read to recompute them. `right_of()`: a
+    relation of the right input's columns the recompute reads anyway (∅ is it `WHERE FALSE`,
+    which Spark never reads; a relation of its own would bind the source's files for nothing)."""
     if not exprs or (isinstance(node, SemiJoin) and not node.anti):
         return None
     rows = select_from([exp.Star()], sub(dl.copy(), ctx.alias("ku")))
     rows = rows.where(exp.or_(*[exp.Is(this=e.copy(), expression=exp.Null()) for e in exprs]), copy=False)
-    nothing = select_from([exp.Star()], sub(plain_of(node.right, "new"), ctx.alias("kn"))).where(exp.false())
+    nothing = select_from([exp.Star()], sub(right_of().copy(), ctx.alias("kn"))).where(exp.false())
     return plain(node, ctx, rows, nothing, weighted=True)
 
 
@@ -244,7 +246,14 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
         return plain(node, ctx, *rendered)
 
     recomputed = new_minus_old(ctx, node.columns, at)
-    unmatched = _unmatched(node, ctx, dl, strict[0], plain_of) if keys is not None and dl is not None else None
+    unmatched = None
+    if keys is not None and dl is not None:
+        read = reads.get((1, "new"))
+
+        def right_of():
+            return read if read is not None else plain_of(node.right, "new")
+
+        unmatched = _unmatched(node, ctx, dl, strict[0], right_of)
     # Disjoint outputs (a NULL strict key against none): no second consolidation.
     return recomputed if unmatched is None else union_all_of([recomputed, unmatched])
 

@@ -83,7 +83,8 @@ class BoundViews:
         served = exp.select("*").from_(exp.to_table(name))
         if not self.conn.rows(f"SELECT 1 FROM {name} LIMIT 1"):
             # Spark cannot see that a computed relation is empty; `WHERE FALSE` it can, and its
-            # optimizer then drops what only reads it (a group rescan when no group needs one).
+            # optimizer then drops what only reads it, and the rules see it (sqlgen.known_empty:
+            # a group rescan is not even rendered when no group needs one).
             served = served.where(exp.false(), copy=False)
         return served
 
