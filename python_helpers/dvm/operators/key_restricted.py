@@ -211,7 +211,7 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
     # The changes' rows with a NULL in an `=` key name no key (their output is their own,
     # `_unmatched`): a NULL among the keys would read every row with a NULL key, at both
     # versions, to recompute outputs that cannot change.
-    strict = strict_keys(node) if pairs else ([], [])
+    strict = strict_keys(node)
     dl_keyed = None if dl is None else matching(ctx, dl, strict[0])
     dr_keyed = None if dr is None else matching(ctx, dr, strict[1])
     keys = _changed_keys(ctx, node, pairs, dl_keyed, dr_keyed) if pairs else None
@@ -227,7 +227,7 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
     if keys is not None:
         for i, (child, d, exprs) in enumerate(inputs):
             if d is not None and restricted_reads.from_change(ctx, child, d):
-                rows = _keyed_new(ctx, node, i, dl, dr) or plain_of(child, "new")
+                rows = _keyed_new(ctx, node, i, strict, dl, dr) or plain_of(child, "new")
                 new = ctx.materialize(restrict(ctx, rows, exprs, keys))  # type: ignore[misc]
                 reads[(i, "new")] = new
                 reads[(i, "old")] = restricted_reads.minus_change(ctx, child.columns, new, d)
@@ -258,16 +258,16 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
     return recomputed if unmatched is None else union_all_of([recomputed, unmatched])
 
 
-def _keyed_new(ctx: Context, node: KeyRestricted, side: int, dl, dr) -> Optional[exp.Expr]:
+def _keyed_new(ctx: Context, node: KeyRestricted, side: int, strict: tuple, dl, dr) -> Optional[exp.Expr]:
     """The changed input `side` (a plain source) at the new version, read only where it can hold
     a key of either input's change, on an `=` of two columns: the engine's keyed read (files by
     their statistics, rows by a key list), or None. A superset of its rows of the changed keys
     (the caller restricts it to them exactly): without it, the restriction is a semi join over
     a full scan of the source. Only `=` keys: the read drops NULL keys, which none of those
-    keys holds (strict_keys)."""
+    keys holds (`strict`: strict_keys(node))."""
     child, other = (node.left, node.right) if side == 0 else (node.right, node.left)
     other_changed = (dr if side == 0 else dl) is not None
-    for left, right in zip(*strict_keys(node)):
+    for left, right in zip(*strict):
         if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
             continue
         mine, theirs = (left.name, right.name) if side == 0 else (right.name, left.name)
