@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, as_connection
+from python_helpers.runtime.connections.base import LISTING_THRESHOLD, NO_DICTIONARY_FILTER, as_connection
 
 pytestmark = [pytest.mark.spark]
 
@@ -39,5 +39,33 @@ def test_a_key_filtered_read_of_delta_rs_files_skips_the_dictionary_filter(spark
         rows = spark.sql(f"SELECT order_id FROM {view} WHERE customer_id IN (7919, 15838) ORDER BY 1").collect()
         expected = sorted(i for i in ids if (i * 7919) % 50_000 in (7919, 15838))
         assert [r.order_id for r in rows] == expected
+    finally:
+        conn.drop_view(view)
+
+
+def test_a_read_of_many_local_files_lists_them_without_a_spark_job_and_puts_the_setting_back(spark, tmp_path):
+    """Past 32 paths Spark lists a read's files with a job of its own (0.5 s for 39 files here);
+    a Delta version's local files are listed in the driver (connections/base.py,
+    LISTING_THRESHOLD), and the session's own setting is back afterwards."""
+    path = str(tmp_path / "many")
+    for part in range(40):
+        table = pa.table({"k": pa.array([part], pa.int64())})
+        write_deltalake(path, table, mode="append")
+    files = DeltaTable(path).file_uris()
+    assert len(files) == 40
+    conn = as_connection(spark)
+    own = conn.conf(LISTING_THRESHOLD, None)
+    group = "__dvm_test_listing"
+    view = "__dvm_test_many_files"
+    spark.sparkContext.setJobGroup(group, "listing")
+    try:
+        conn.view_of_files(view, files, table.schema)
+        listing_jobs = list(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    try:
+        assert listing_jobs == []
+        assert conn.conf(LISTING_THRESHOLD, None) == own
+        assert sorted(r.k for r in spark.sql(f"SELECT k FROM {view}").collect()) == list(range(40))
     finally:
         conn.drop_view(view)

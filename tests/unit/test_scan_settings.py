@@ -1,7 +1,7 @@
-"""scan_settings.at_least: a setting raised while any refresh of the session needs it, and put
-back by the last one (dbt's threads share one session). The connection here is a dictionary of
-settings: what is tested is the bookkeeping, not Spark (the Spark tests check the setting is
-back after real refreshes)."""
+"""held_settings.at_least (as refresh/scan_settings uses it): a setting raised while any refresh
+of the session needs it, and put back by the last one (dbt's threads share one session). The
+connection here is a dictionary of settings: what is tested is the bookkeeping, not Spark (the
+Spark tests check the setting is back after real refreshes)."""
 
 from __future__ import annotations
 

@@ -7,14 +7,22 @@ cannot tell. This is the only module of the runtime that touches a SparkSession.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from typing import Any, Optional
 
 import pyarrow as pa
 
-from python_helpers.runtime.connections import function_code
-from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, FunctionKind, OutputColumn
+from python_helpers.runtime.connections import function_code, held_settings
+from python_helpers.runtime.connections.base import (
+    DRIVER_LISTED_FILES,
+    LISTING_THRESHOLD,
+    NO_DICTIONARY_FILTER,
+    FunctionKind,
+    OutputColumn,
+    listed_in_driver,
+)
 
 # (session, cache key, columns) -> DataFrame. A version of a Delta table never changes, so its
 # scan (file listing included) is built once per process: the old snapshot of one refresh is
@@ -111,14 +119,18 @@ class SparkConnection:
                 frame = _SCANS.get(key)
                 if frame is not None:
                     _SCANS.move_to_end(key)
-        if frame is None:
-            frame = self._files_frame(files, schema, base_path, columns)
-            if cache_key is not None:
-                with _SCANS_LOCK:
-                    _SCANS[key] = frame
-                    while len(_SCANS) > _SCANS_KEPT:
-                        _SCANS.popitem(last=False)
-        self._register(frame, name)
+        # The files are listed where the read is analysed: in `parquet()` in-process, when the
+        # view is created over Connect.
+        listing = held_settings.at_least(self, LISTING_THRESHOLD, DRIVER_LISTED_FILES)
+        with listing if listed_in_driver(files) else contextlib.nullcontext():
+            if frame is None:
+                frame = self._files_frame(files, schema, base_path, columns)
+                if cache_key is not None:
+                    with _SCANS_LOCK:
+                        _SCANS[key] = frame
+                        while len(_SCANS) > _SCANS_KEPT:
+                            _SCANS.popitem(last=False)
+            self._register(frame, name)
 
     def _files_frame(self, files: list, schema: pa.Schema, base_path: Optional[str], columns: Optional[list]):
         from python_helpers.runtime.spark_types import spark_schema

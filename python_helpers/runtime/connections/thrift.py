@@ -15,6 +15,7 @@ directories are removed when their view is dropped, and at close.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import re
@@ -26,8 +27,15 @@ from typing import Any, Callable, Optional
 import pyarrow as pa
 
 from python_helpers.runtime import paths
-from python_helpers.runtime.connections import files
-from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, FunctionKind, OutputColumn
+from python_helpers.runtime.connections import files, held_settings
+from python_helpers.runtime.connections.base import (
+    DRIVER_LISTED_FILES,
+    LISTING_THRESHOLD,
+    NO_DICTIONARY_FILTER,
+    FunctionKind,
+    OutputColumn,
+    listed_in_driver,
+)
 from python_helpers.runtime.connections.files import _ident, _string
 from python_helpers.runtime.connections.server_checks import required_version, too_old
 
@@ -240,25 +248,29 @@ class ThriftConnection:
             body = f"SELECT {empty} WHERE false"
         else:
             declared = ", ".join(f"{_ident(f.name)} {t}" for f, t in zip(schema, types))
-            parts = []
-            helpers = self._helpers.setdefault(name, [])
-            settings = [f"{_string(k)} {_string(v)}" for k, v in NO_DICTIONARY_FILTER.items()]
-            # One glob per directory (a glob's braces cannot span directories).
-            for i, (directory, group) in enumerate(_by_directory(files).items()):
-                part = f"{name}__f{i}"
-                pattern = group[0] if len(group) == 1 else f"{directory}/{{{','.join(_glob_names(group))}}}"
-                options = ", ".join([f"path {_string(pattern)}", *settings])
-                if base_path is not None:
-                    options += f", basePath {_string(base_path)}"
-                self.execute(
-                    f"CREATE OR REPLACE TEMPORARY VIEW {_ident(part)} ({declared}) USING parquet OPTIONS ({options})"
-                )
-                helpers.append(part)
-                parts.append(f"SELECT * FROM {_ident(part)}")
-            body = " UNION ALL ".join(parts)
+            # One glob per directory (a glob's braces cannot span directories); Spark lists
+            # what a glob names when its view is created.
+            groups = _by_directory(files)
+            listing = held_settings.at_least(self, LISTING_THRESHOLD, DRIVER_LISTED_FILES)
+            with listing if any(listed_in_driver(g) for g in groups.values()) else contextlib.nullcontext():
+                helpers = self._helpers.setdefault(name, [])
+                parts = []
+                for i, (directory, group) in enumerate(groups.items()):
+                    parts.append(f"{name}__f{i}")
+                    helpers.append(parts[-1])  # dropped with the view, even if the next fails
+                    self._view_of_glob(parts[-1], directory, group, declared, base_path)
+            body = " UNION ALL ".join(f"SELECT * FROM {_ident(part)}" for part in parts)
         if columns is not None:
             body = f"SELECT {', '.join(_ident(c) for c in columns)} FROM ({body}) AS __dvm_files"
         self.execute(f"CREATE OR REPLACE TEMPORARY VIEW {_ident(name)} AS {body}")
+
+    def _view_of_glob(self, part: str, directory: str, group: list, declared: str, base_path: Optional[str]) -> None:
+        pattern = group[0] if len(group) == 1 else f"{directory}/{{{','.join(_glob_names(group))}}}"
+        settings = [f"{_string(k)} {_string(v)}" for k, v in NO_DICTIONARY_FILTER.items()]
+        options = ", ".join([f"path {_string(pattern)}", *settings])
+        if base_path is not None:
+            options += f", basePath {_string(base_path)}"
+        self.execute(f"CREATE OR REPLACE TEMPORARY VIEW {_ident(part)} ({declared}) USING parquet OPTIONS ({options})")
 
     def view_of_query(self, name: str, sql: str, one_partition: bool = False, materialize: bool = False) -> None:
         if one_partition:
