@@ -16,7 +16,7 @@ KEY = scan_settings.IN_FILTER_THRESHOLD
 class Settings:
     def __init__(self):
         self.values: dict = {}
-        self.key = id(self)
+        self.settings_key = id(self)
         self.writes: list = []
 
     def conf(self, key: str, default: Optional[str] = None) -> Optional[str]:

@@ -77,6 +77,11 @@ class Connection(Protocol):
         """Identifies the Spark session behind the connection (caches of published views, analysed
         snapshots and companion views are per session)."""
 
+    @property
+    def settings_key(self) -> int:
+        """Identifies the session whose settings `set_conf` changes (connections/held_settings.py
+        counts the blocks holding a setting per session)."""
+
     # Statements and results.
     def execute(self, sql: str) -> None:
         """Run a statement for its effect (DDL)."""

@@ -54,7 +54,7 @@ def exactly(conn: Connection, key: str, value: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _holding(conn: Connection, key: str, value: str, enough: Callable[[Optional[str]], bool]) -> Iterator[None]:
-    slot = (conn.key, key)
+    slot = (conn.settings_key, key)
     with _LOCK:
         held = _HELD.get(slot)
         if held is None:

@@ -76,6 +76,10 @@ class SparkConnection:
     def key(self) -> int:
         return id(self.spark)
 
+    @property
+    def settings_key(self) -> int:
+        return id(self.spark)
+
     # Statements and results.
     def execute(self, sql: str) -> None:
         self.spark.sql(sql)

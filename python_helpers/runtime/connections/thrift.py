@@ -138,6 +138,10 @@ class ThriftConnection:
     def key(self) -> int:
         return hash(("thrift", self._server_key))
 
+    @property
+    def settings_key(self) -> int:
+        return id(self)  # each refresh holds a Hive session of its own; `key` names the server
+
     def spark_version(self) -> str:
         return self._version
 
