@@ -12,9 +12,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Callable, ContextManager, Iterator, Optional
 
-from python_helpers.runtime.connections.base import Connection
+from python_helpers.runtime.connections.base import (
+    DRIVER_LISTED_FILES,
+    LISTING_THRESHOLD,
+    Connection,
+    listed_in_driver,
+)
 
 _LOCK = threading.Lock()
 
@@ -74,3 +79,11 @@ def _holding(conn: Connection, key: str, value: str, enough: Callable[[Optional[
                 del _HELD[slot]
                 if held.raised:
                     conn.set_conf(key, held.own)  # None: unset, back to Spark's default
+
+
+def listing_in_driver(conn: Connection, files: list[str]) -> ContextManager:
+    """While the block runs, Spark lists a read of `files` in the driver where that is the
+    cheaper way (connections/base.py, listed_in_driver); else nothing is set."""
+    if listed_in_driver(files):
+        return at_least(conn, LISTING_THRESHOLD, DRIVER_LISTED_FILES)
+    return contextlib.nullcontext()

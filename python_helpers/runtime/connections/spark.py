@@ -7,7 +7,6 @@ cannot tell. This is the only module of the runtime that touches a SparkSession.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import OrderedDict
 from typing import Any, Optional
@@ -15,14 +14,7 @@ from typing import Any, Optional
 import pyarrow as pa
 
 from python_helpers.runtime.connections import function_code, held_settings
-from python_helpers.runtime.connections.base import (
-    DRIVER_LISTED_FILES,
-    LISTING_THRESHOLD,
-    NO_DICTIONARY_FILTER,
-    FunctionKind,
-    OutputColumn,
-    listed_in_driver,
-)
+from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, FunctionKind, OutputColumn
 
 # (session, cache key, columns) -> DataFrame. A version of a Delta table never changes, so its
 # scan (file listing included) is built once per process: the old snapshot of one refresh is
@@ -125,8 +117,7 @@ class SparkConnection:
                     _SCANS.move_to_end(key)
         # The files are listed where the read is analysed: in `parquet()` in-process, when the
         # view is created over Connect.
-        listing = held_settings.at_least(self, LISTING_THRESHOLD, DRIVER_LISTED_FILES)
-        with listing if listed_in_driver(files) else contextlib.nullcontext():
+        with held_settings.listing_in_driver(self, files):
             if frame is None:
                 frame = self._files_frame(files, schema, base_path, columns)
                 if cache_key is not None:

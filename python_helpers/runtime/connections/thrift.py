@@ -15,7 +15,6 @@ directories are removed when their view is dropped, and at close.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import re
@@ -28,14 +27,7 @@ import pyarrow as pa
 
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections import files, held_settings
-from python_helpers.runtime.connections.base import (
-    DRIVER_LISTED_FILES,
-    LISTING_THRESHOLD,
-    NO_DICTIONARY_FILTER,
-    FunctionKind,
-    OutputColumn,
-    listed_in_driver,
-)
+from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, FunctionKind, OutputColumn
 from python_helpers.runtime.connections.files import _ident, _string
 from python_helpers.runtime.connections.server_checks import required_version, too_old
 
@@ -255,8 +247,7 @@ class ThriftConnection:
             # One glob per directory (a glob's braces cannot span directories); Spark lists
             # what a glob names when its view is created.
             groups = _by_directory(files)
-            listing = held_settings.at_least(self, LISTING_THRESHOLD, DRIVER_LISTED_FILES)
-            with listing if any(listed_in_driver(g) for g in groups.values()) else contextlib.nullcontext():
+            with held_settings.listing_in_driver(self, max(groups.values(), key=len)):
                 helpers = self._helpers.setdefault(name, [])
                 parts = []
                 for i, (directory, group) in enumerate(groups.items()):
