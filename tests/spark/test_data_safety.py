@@ -205,6 +205,53 @@ def test_a_view_dbt_saw_at_the_current_generation_is_not_read_again_and_a_stale_
     stream.check()
 
 
+JOIN3 = (
+    "SELECT a.k, COUNT(*) AS n, SUM(b.v) AS sv FROM {src}.t1 a JOIN {src}.t2 b ON a.k = b.k "
+    "JOIN {src}.t3 c ON b.k = c.k GROUP BY a.k"
+)
+
+
+def test_a_new_process_looks_its_source_views_up_in_one_statement_and_again_when_that_answer_went_stale(
+    env, monkeypatch
+):
+    """A refresh in a new process asks the catalog about the source views of one schema in one
+    statement (it asked once per source: a round trip each over Spark Connect). Its answer is
+    used once: a view dropped after it is created again. The stream table matches its recompute
+    and every source view shows its source's newest row."""
+    for name in ("t1", "t2", "t3"):
+        env.source(name, ROWS)
+    stream = env.stream("batched", JOIN3)
+    stream.refresh(expect="full")
+    conn = as_connection(env.spark)
+    asked: list = []
+    describe, remember = catalog_views.Catalog.describe, catalog_views.Catalog.remember
+
+    def counted(self, schema, names):
+        names = list(names)
+        asked.append((schema, sorted(names)))
+        return describe(self, schema, names)
+
+    def then_dropped(self, schema, names):
+        remember(self, schema, names)
+        env.spark.sql(f"DROP VIEW {env.src}.t2")  # after the lookup, before its DDL
+
+    monkeypatch.setattr(catalog_views.Catalog, "describe", counted)
+    catalog_views.forget(conn)  # a new dbt process
+    env.apply([S.Insert(n, [S.row(90 + i, k=1, v=5)]) for i, n in enumerate(("t1", "t2"))])
+    stream.refresh(expect="differential")
+    stream.check()
+    assert [a for a in asked if a[0] == env.src] == [(env.src, ["t1", "t2", "t3"])]
+
+    monkeypatch.setattr(catalog_views.Catalog, "remember", then_dropped)
+    catalog_views.forget(conn)
+    env.apply([S.Insert(n, [S.row(95 + i, k=2, v=6)]) for i, n in enumerate(("t1", "t2", "t3"))])
+    stream.refresh(expect="differential")
+    stream.check()
+    for i, name in enumerate(("t1", "t2", "t3")):  # each view shows its newest row
+        got = env.spark.sql(f"SELECT COUNT(*) FROM {env.src}.{name} WHERE id = {95 + i}").collect()[0][0]
+        assert got == 1, name
+
+
 def test_the_catalog_describes_several_objects_of_a_schema_in_one_statement(env):
     """Views, tables, a name nobody has and a session's temporary view of a listed name, as
     Spark's own `SHOW TABLE EXTENDED` answers them (a property value with a comma included)."""

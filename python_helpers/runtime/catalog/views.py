@@ -142,6 +142,20 @@ class Catalog:
 
     def __init__(self, conn: Connection):
         self.conn = conn
+        # {(schema, name), lowercased: Described, or None for no object} from one lookup of
+        # several names (`remember`): publish_view uses an entry once instead of asking again.
+        self.seen: dict = {}
+        self.schemas_made: set = set()  # CREATE SCHEMA IF NOT EXISTS once per schema
+
+    def remember(self, schema: str, names: Iterable[str]) -> None:
+        """Describe `names` of `schema` in one statement for the publish_view calls that follow
+        (a refresh's source views: one round trip instead of one per source). A failed lookup
+        leaves each publish_view to ask for itself."""
+        try:
+            found = self.describe(schema, names)
+        except Exception:  # noqa: BLE001 - each publish_view looks its name up alone
+            return
+        self.seen.update({(schema.lower(), n.lower()): d for n, d in found.items()})
 
     def properties(self, schema: str, name: str) -> Optional[dict]:
         """The object's table properties, or None when no table or view has that name."""
@@ -259,29 +273,48 @@ class Catalog:
                 except Exception:  # noqa: BLE001 - dropped or replaced meanwhile: the long way below
                     _PUBLISHED.pop(key, None)
             check_view_text(model, f"{schema}.{name}", text)
+            seen_key = (schema.lower(), name.lower())
+            if seen_key in self.seen:
+                found = self.seen.pop(seen_key)
+                try:
+                    return self._write_view(
+                        schema, name, text, role, model, take_over, found is not None, found.role if found else None
+                    )
+                except Exception:  # noqa: BLE001 - the object changed since `remember`: look again
+                    pass
             exists, owner = self.role(schema, name)
-            if not exists:
+            return self._write_view(schema, name, text, role, model, take_over, exists, owner)
+
+    def _write_view(
+        self, schema: str, name: str, text: str, role: str, model: str, take_over: bool, exists: bool, owner
+    ) -> bool:
+        """publish_view's DDL once the catalog's answer for the name is known (`exists`, and the
+        role property it carries as `owner`); under _DDL_LOCK."""
+        key = (self.conn.key, schema.lower(), name.lower())
+        if not exists:
+            if schema.lower() not in self.schemas_made:
                 self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
-                self.conn.execute(
-                    f"CREATE VIEW {quote(schema, name)} "
-                    f"TBLPROPERTIES ({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)}) AS {text}"
-                )
-            elif owner is not None:
-                self.conn.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
-            elif role == SOURCE:
-                return False
-            elif take_over and self.table_type(schema, name) == "VIEW":
-                self.conn.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
-                self._mark(schema, name, role)
-            else:
-                kind = (self.table_type(schema, name) or "object").lower()
-                raise NameTaken(
-                    model,
-                    f"{schema}.{name} is a {kind} that dbt-spark-stream did not create; it is left as it is",
-                    "drop or rename it, or give the stream table another name",
-                )
-            _PUBLISHED[key] = text
-            return True
+                self.schemas_made.add(schema.lower())
+            self.conn.execute(
+                f"CREATE VIEW {quote(schema, name)} "
+                f"TBLPROPERTIES ({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)}) AS {text}"
+            )
+        elif owner is not None:
+            self.conn.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
+        elif role == SOURCE:
+            return False
+        elif take_over and self.table_type(schema, name) == "VIEW":
+            self.conn.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
+            self._mark(schema, name, role)
+        else:
+            kind = (self.table_type(schema, name) or "object").lower()
+            raise NameTaken(
+                model,
+                f"{schema}.{name} is a {kind} that dbt-spark-stream did not create; it is left as it is",
+                "drop or rename it, or give the stream table another name",
+            )
+        _PUBLISHED[key] = text
+        return True
 
     def drop_own_view(self, schema: str, name: str, role: str) -> bool:
         """Drop the view `schema.name` when it carries `role` (this project made it); anything

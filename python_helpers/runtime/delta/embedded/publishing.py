@@ -142,8 +142,12 @@ def _log_string(value) -> str:
     return str(value)
 
 
-def _shows(conn: Connection, schema: str, name: str, marker: dict) -> bool:
-    return _all_shown(conn, [(schema, name, marker.get("generation"))])
+def _shows(conn: Connection, schema: str, name: str, marker: dict, catalog: Optional[Catalog] = None) -> bool:
+    # What `catalog` looked up for several names at once counts as dbt's relation cache does: a
+    # text showing the marker's generation is enough; any other answer is asked again, now.
+    found = catalog.seen.get((schema.lower(), name.lower())) if catalog is not None else None
+    hints = {(schema.lower(), name.lower()): found.text} if found is not None and found.text is not None else None
+    return _all_shown(conn, [(schema, name, marker.get("generation"))], hints)
 
 
 def _all_shown(conn: Connection, expected: list, hints: Optional[dict] = None) -> bool:
@@ -245,24 +249,36 @@ def source_schema_dir(conn: Connection, relation: str) -> str:
 
 
 def publish_source(
-    conn: Connection, relation: str, src, model: str, log: Log, retention_seconds: Optional[float] = None
+    conn: Connection,
+    relation: str,
+    src,
+    model: str,
+    log: Log,
+    retention_seconds: Optional[float] = None,
+    looked_up: Optional[Catalog] = None,
 ) -> None:
-    """The view `schema.table` over a source at its pinned version (never moved back)."""
+    """The view `schema.table` over a source at its pinned version (never moved back).
+    `looked_up`: a Catalog that described this view with the refresh's other sources."""
     schema, name = relation.split(".")[-2:]
     root = published_files.source_root(source_schema_dir(conn, relation), name)
     catalog = catalog_views.catalog_key(conn)
     with _view_lock(root, catalog, model):
-        _publish_source(conn, relation, schema, name, root, catalog, src, model, log, retention_seconds)
+        _publish_source(conn, relation, schema, name, root, catalog, src, model, log, retention_seconds, looked_up)
 
 
-def _publish_source(conn, relation, schema, name, root, catalog, src, model, log, retention_seconds) -> None:
+def _publish_source(conn, relation, schema, name, root, catalog, src, model, log, retention_seconds, looked_up) -> None:
     marker = published_files.read_marker(root, catalog)
     state = src.state
-    if marker is not None and _newer(marker, state.table_id, state.version) and _shows(conn, schema, name, marker):
+    views = looked_up if looked_up is not None else Catalog(conn)
+    if (
+        marker is not None
+        and _newer(marker, state.table_id, state.version)
+        and _shows(conn, schema, name, marker, views)
+    ):
         return  # shown already, or a newer version is: a source view never moves back
     query, gen = _source_query(root, src)
     steps.reached("source_generation_linked")
-    published = Catalog(conn).publish_view(schema, name, query, catalog_views.SOURCE, model)
+    published = views.publish_view(schema, name, query, catalog_views.SOURCE, model)
     steps.reached("source_view_altered")
     if not published:
         # Said once per table (a warning), then at info level while the marker remembers it.
@@ -355,9 +371,10 @@ def publish(
     )
     catalog = catalog_views.catalog_key(conn)
     sources_dirs = {}
+    looked_up = _look_up_sources(conn, [r for r in plan.pinned if not is_stored_table(r)])
     for relation, src in plan.pinned.items():
         if not is_stored_table(relation):  # an upstream stream table's stored table has its own view
-            publish_source(conn, relation, src, request.model, log, retention_seconds)
+            publish_source(conn, relation, src, request.model, log, retention_seconds, looked_up)
             schema, name = relation.split(".")[-2:]
             root = published_files.source_root(source_schema_dir(conn, relation), name)
             published_files.note_read(root, catalog)
@@ -367,6 +384,24 @@ def publish(
         sweep_sources(conn, catalog, sources_dirs, orphan_hours, request.model, log)
     except Exception as err:  # noqa: BLE001 - housekeeping never fails a published refresh
         log("warn", f"{request.model}: sweeping unread source views failed ({type(err).__name__}: {err})")
+
+
+def _look_up_sources(conn: Connection, relations: list) -> Catalog:
+    """A Catalog holding what the catalog says of the source views this process has not
+    published yet: one `SHOW TABLE EXTENDED` per schema, where each source asked alone before
+    (the 6 M-row fact's three sources: three statements, each a round trip over Spark Connect).
+    Read after the stream table's view is published and before the sources' locks are taken;
+    each answer is used once, and DDL that fails on it looks the name up again."""
+    looked_up = Catalog(conn)
+    by_schema: dict = {}
+    for relation in relations:
+        schema, name = relation.split(".")[-2:]
+        if not catalog_views.known(conn, schema, name):
+            by_schema.setdefault(schema, []).append(name)
+    for schema, names in by_schema.items():
+        if len(names) > 1:  # one name is looked up where it is published, as before
+            looked_up.remember(schema, names)
+    return looked_up
 
 
 # A source view no stream table has read for this long (or the refreshing model's retention_hours,
