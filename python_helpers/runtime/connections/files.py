@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -43,21 +42,23 @@ def _string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# The subquery a written result is selected from.
+WRITTEN_ALIAS = "__dvm_written"
+
+
 def write_query(conn: Any, sql: str, names: Optional[list], where: str) -> None:
     """The executors write the result of `sql` (its columns renamed to `names`, positionally) as
     parquet files into the directory `where`, which they replace."""
-    view = f"__dvm_write_{uuid.uuid4().hex[:12]}"
     listed = f" ({', '.join(_ident(n) for n in names)})" if names is not None else ""
-    # Through a view: it renames positionally (a query's own names may repeat) and keeps a
-    # leading WITH where Spark accepts it (INSERT cannot follow a CTE list).
-    conn.execute(f"CREATE OR REPLACE TEMPORARY VIEW {_ident(view)}{listed} AS {sql}")
-    try:
-        conn.execute(
-            f"INSERT OVERWRITE DIRECTORY {_string(paths.for_spark(where, where))} USING parquet "
-            f"SELECT * FROM {_ident(view)}"
-        )
-    finally:
-        conn.drop_view(view)
+    # A subquery with a column list renames positionally (a query's own names may repeat) and
+    # keeps a leading WITH (INSERT cannot follow a CTE list; a recursive one is fine inside).
+    # It replaced a temporary view, whose creation analysed the query once more and cost two
+    # more statements (0.06-0.27 s a build on the demo's and TPC-H's models). The newline ends
+    # a trailing `--` comment of the query before the parenthesis.
+    conn.execute(
+        f"INSERT OVERWRITE DIRECTORY {_string(paths.for_spark(where, where))} USING parquet "
+        f"SELECT * FROM ({sql}\n) AS {_ident(WRITTEN_ALIAS)}{listed}"
+    )
 
 
 def _filesystem(where: str):
