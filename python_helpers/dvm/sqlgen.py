@@ -162,25 +162,12 @@ def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expr:
 
 
 # Key column types whose text form is exact and cheap to build (digits, or a length-prefixed
-# string): a key of only these is identified without JSON (key_id).
+# string): a group key of only these is identified without JSON (plain_key_id).
 _PLAIN_KEY_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "string"})
 
 
-def key_id(columns: list[str], table: Optional[str] = None, types: Optional[list] = None) -> exp.Expr:
-    """The exact identity of a declared key: the key's own values, no digest.
-
-    For the keyed layout, whose keys are a model's few declared key columns: injective (no two
-    keys share it, at any row count) and cheaper than `row_id` where it counts, a fact of
-    millions of rows: an md5 per row plus 32 incompressible characters per stored row cost the
-    6 M-row fact's build a third more than the same query written plainly. With `types` all
-    integers or strings it is `plain_key_id`, else the key's JSON form."""
-    if not columns:
-        return exp.Literal.string("__dvm_single_row")
-    return plain_key_id(columns, table, types) or _json_of(columns, table)
-
-
 def plain_key_id(columns: list[str], table: Optional[str], types: Optional[list]) -> Optional[exp.Expr]:
-    """A key of integer and string columns (`types`: their Spark types) as its values' text
+    """A group key of integer and string columns (`types`: their Spark types) as its values' text
     joined by `|`: an integer's digits, a string as `<length>:<text>`, NULL as `n`. It reads
     back one way only, so two keys never share it. None for a key of other types (or none).
     Spark's `to_json` is not compiled into its generated code: 1.2-1.7 s of the 6 M-row fact's

@@ -3,6 +3,8 @@ layouts of stored_result.py and keyed_result.py), and the stored result's bookke
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub
@@ -13,9 +15,21 @@ COUNT = "__dvm_count"
 HAVING = "__dvm_having"
 
 
-def touched_storage(ctx: Context, storage: exp.Expr, delta_rows: exp.Expr, delta_row_id) -> exp.Expr:
+def matches(stored: Sequence[str], stored_alias: str, other: Sequence[str], other_alias: str) -> exp.Expr:
+    """How a merge row meets its stored row: by the row id (never NULL), or by a declared key's
+    columns (keyed_result.py), where NULL meets NULL as a GROUP BY puts them together."""
+    pairs = [(col(s, stored_alias), col(o, other_alias)) for s, o in zip(stored, other)]
+    if list(stored) == [ROW_ID]:
+        return exp.EQ(this=pairs[0][0], expression=pairs[0][1])
+    return exp.and_(*[exp.NullSafeEQ(this=s, expression=o) for s, o in pairs])
+
+
+def touched_storage(
+    ctx: Context, storage: exp.Expr, delta_rows: exp.Expr, delta_keys: Callable, stored_keys: Sequence[str] = (ROW_ID,)
+) -> exp.Expr:
     """The stored rows a MERGE can match. With a small delta (the engine counted few change rows)
-    and a large stored result (ctx.restrict_storage): those whose row id is among the delta's,
+    and a large stored result (ctx.restrict_storage): those whose `stored_keys` (the row id, or a
+    declared key's columns) are among the delta's (`delta_keys(alias)`: their expressions),
     by a semi join that broadcasts the delta's row ids. The stored result is then scanned once,
     without the shuffle and sort that joining all of it costs (a 1.6 M-row result for 40 changed
     rows), and the LEFT JOIN after it moves only the rows found. The delta is then named twice:
@@ -23,12 +37,11 @@ def touched_storage(ctx: Context, storage: exp.Expr, delta_rows: exp.Expr, delta
     if not (ctx.small_delta and ctx.restrict_storage):
         return storage
     st, dk, k = ctx.alias("st"), ctx.alias("dk"), ctx.alias("k")
-    ids = select_from([alias(delta_row_id(dk), "__dvm_rid")], sub(delta_rows.copy(), dk))
+    names = [f"__dvm_rid{i}" for i in range(len(stored_keys))]
+    ids = select_from([alias(e, n) for e, n in zip(delta_keys(dk), names)], sub(delta_rows.copy(), dk))
     step = select_from([exp.Star()], sub(storage.copy(), st))
     step.set("hint", exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[exp.to_identifier(k)])]))
-    return step.join(
-        sub(ids, k), on=exp.EQ(this=col(ROW_ID, st), expression=col("__dvm_rid", k)), join_type="LEFT SEMI", copy=False
-    )
+    return step.join(sub(ids, k), on=matches(stored_keys, st, names, k), join_type="LEFT SEMI", copy=False)
 
 
 def delta_once(ctx: Context, rows: exp.Expr) -> exp.Expr:

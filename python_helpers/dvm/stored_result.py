@@ -1,7 +1,7 @@
 """How the root of the tree is stored, and how a delta becomes rows to MERGE into it.
 
-Three layouts, each keyed by `__dvm_row_id` (md5 of the key, 128 bits; the keyed layout's is
-the declared key itself):
+Three layouts, the first two keyed by `__dvm_row_id` (md5 of the key, 128 bits, or the group
+key's text), the third by the declared key's own columns (StoredResult.match_columns):
 
 * AggregateResult — root is Project(Filter?(Aggregate)): one stored row per group with the
   group key, each aggregate's state (python_helpers.dvm.aggregate_state), `__dvm_count` (rows in
@@ -11,7 +11,8 @@ the declared key itself):
   `__dvm_count` (the counting algorithm); the view repeats a tuple `__dvm_count` times, or
   shows it once for SELECT DISTINCT / UNION.
 * KeyedBagResult (dvm/keyed_result.py) — a bag the model declares unique by `unique_key`: one
-  stored row per key, built without grouping and refreshed reading only the stored row ids.
+  stored row per key, the query's columns and nothing else (what a `table` model writes), built
+  without grouping and refreshed reading only the stored key columns.
 
 `full_sql` computes the whole stored table; `merge_sql` computes, for the groups / tuples the
 delta touches, the new stored row and an action ('U' upsert, 'D' delete), leaving out rows
@@ -81,6 +82,10 @@ class StoredResult:
 
     def storage_columns(self) -> list[str]:
         return [ROW_ID] + self.user_columns + self.hidden_columns()
+
+    def match_columns(self) -> list[str]:
+        """The stored columns a merge row meets its stored row by (stored_reads.matches)."""
+        return [ROW_ID]
 
     def _view(self, query: exp.Select) -> exp.Select:
         raise NotImplementedError
@@ -182,7 +187,7 @@ class BagResult(MaintainedResult):
             ],
             sub(consolidated, dd),
         )
-        touched = touched_storage(ctx, storage, consolidated, lambda t: row_id(self.input.columns, t))
+        touched = touched_storage(ctx, storage, consolidated, lambda t: [row_id(self.input.columns, t)])
         m = m.join(sub(touched, s), on=exp.EQ(this=col(ROW_ID, s), expression=rid.copy()), join_type="LEFT", copy=False)
         mm = ctx.alias("m")
         gone = exp.LTE(this=col(COUNT), expression=exp.Literal.number(0))
@@ -301,7 +306,7 @@ class AggregateResult(MaintainedResult):
         compare = self.storage_columns()[1:]
         mcols.append(alias(row_id(compare, o), "__dvm_old_digest"))
         dq_once = delta_once(ctx, dq)
-        touched = touched_storage(ctx, storage, dq_once, self._id)
+        touched = touched_storage(ctx, storage, dq_once, lambda t: [self._id(t)])
         m = select_from(mcols, sub(dq_once, d)).join(
             sub(touched, o),
             on=exp.EQ(this=col(ROW_ID, o), expression=self._id(d)),

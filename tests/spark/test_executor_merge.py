@@ -55,6 +55,22 @@ def test_shapes_refreshed_by_the_executors_equal_the_recompute(env, by_executors
         assert all(p.startswith(("full-", executor_merge.DIRECTORY_PREFIX)) for p in _files(env, stream)), stream
 
 
+def test_keyed_results_refreshed_by_the_executors_equal_the_recompute(env, by_executors):
+    """A keyed result (a fact's layout: the query's columns alone) meets its stored rows by the
+    key's columns in Spark, NULL with NULL (a t1 row no t2 row matches)."""
+    from tests.spark.test_unique_key import BATCHES, SHAPES, T1, T2
+
+    env.source("t1", T1)
+    env.source("t2", T2)
+    names = ("keyed_fact", "keyed_nullable")
+    streams = [env.stream(n, SHAPES[n][0], unique_key=SHAPES[n][1]) for n in names]
+    run_cycles(env, streams, BATCHES)
+    assert by_executors["n"] > 0
+    for stream in streams:
+        assert [r.mode for r in stream.results] == ["full"] + ["differential"] * len(BATCHES), stream.identifier
+        assert all(p.startswith(("full-", executor_merge.DIRECTORY_PREFIX)) for p in _files(env, stream)), stream
+
+
 def test_counts_of_an_executor_merge(env, by_executors):
     env.source("t", [S.row(i, k=i, v=i) for i in range(1, 7)])
     stream = env.stream("groups", "SELECT k, COUNT(*) AS n, SUM(v) AS s FROM {src}.t GROUP BY k")

@@ -3,7 +3,7 @@ not depend on session settings."""
 
 import pytest
 
-from python_helpers.dvm.sqlgen import key_id, render, row_id
+from python_helpers.dvm.sqlgen import plain_key_id, render, row_id
 
 pytestmark = pytest.mark.spark
 
@@ -29,32 +29,6 @@ def test_row_ids_are_distinct_and_independent_of_the_session_time_zone(spark):
     assert len(set(ids)) == len(ids) == 4  # microseconds, NULL vs 'null' vs '', 0.1+0.2 vs 0.3
     assert seen["America/New_York"] == ids and seen["Asia/Kolkata"] == ids
     assert all(len(h) == 32 for h in ids)  # 128-bit md5
-
-
-def test_key_ids_are_the_keys_themselves_distinct_and_independent_of_session_settings(spark):
-    query = f"select {render(key_id(['a', 'b', 'c', 'd']))} as h from {VALUES}"
-    digests = f"select {render(row_id(['a', 'b', 'c', 'd']))} as h from {VALUES}"
-    before = spark.conf.get("spark.sql.session.timeZone")
-    nulls = "spark.sql.jsonGenerator.ignoreNullFields"
-    try:
-        seen = {}
-        for tz in ("UTC", "America/New_York", "Asia/Kolkata"):
-            spark.conf.set("spark.sql.session.timeZone", tz)
-            seen[tz] = [r.h for r in spark.sql(query).collect()]
-        digested = [r.h for r in spark.sql(digests).collect()]
-        # The session's JSON setting for NULL fields does not change an id either.
-        spark.conf.set(nulls, "false")
-        seen["nulls kept"] = [r.h for r in spark.sql(query).collect()]
-        assert [r.h for r in spark.sql(digests).collect()] == digested
-    finally:
-        spark.conf.set("spark.sql.session.timeZone", before)
-        spark.conf.unset(nulls)
-    ids = seen["UTC"]
-    assert len(set(ids)) == len(ids) == 4
-    assert seen["America/New_York"] == ids and seen["Asia/Kolkata"] == ids and seen["nulls kept"] == ids
-    # Exact, not a digest: the key's own JSON form (NULL fields left out, positional names).
-    assert ids[0] == '{"k0":"2024-01-01T10:00:00.000001Z","k1":"2024-01-01T10:00:00.000000","k2":0.30000000000000004}'
-    assert ids[1].endswith('"k3":"null"}') and ids[2].endswith('"k3":""}')
 
 
 # Keys that a plain join of their text would confuse: separators and length prefixes inside
@@ -102,11 +76,11 @@ def test_plain_key_ids_read_back_as_their_keys(spark):
         f"({'cast(null as bigint)' if a is None else a}, {'cast(null as string)' if b is None else repr(b)})"
         for a, b in PLAIN_KEYS
     )
-    query = f"select {render(key_id(['a', 'b'], types=['bigint', 'string']))} as h from values {rows} as t(a, b)"
+    query = f"select {render(plain_key_id(['a', 'b'], None, ['bigint', 'string']))} as h from values {rows} as t(a, b)"
     ids = [r.h for r in spark.sql(query).collect()]
     assert [_decode(h) for h in ids] == PLAIN_KEYS
     assert len(set(ids)) == len(ids)
     assert ids[0] == "1|3:2|3" and ids[4] == "n|n"
-    # One integer column is its digits; any other type keeps the JSON form.
-    assert render(key_id(["a"], types=["int"])) == "COALESCE(CAST(a AS STRING), 'n')"
-    assert "TO_JSON" in render(key_id(["a", "b"], types=["bigint", "date"]))
+    # One integer column is its digits; a key of any other type has none (the row id digests it).
+    assert render(plain_key_id(["a"], None, ["int"])) == "COALESCE(CAST(a AS STRING), 'n')"
+    assert plain_key_id(["a", "b"], None, ["bigint", "date"]) is None

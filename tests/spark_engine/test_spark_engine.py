@@ -299,9 +299,10 @@ def test_a_keyed_result_merges_per_key_and_refuses_a_second_row_of_a_key(delta_e
     stream.check()
     assert [r.mode for r in stream.results] == ["full", "differential", "differential"]
     stored = f"{delta_env.target}.__dvm_stored__keyed_fact"
-    counts = delta_env.spark.sql(f"SELECT count(*), count(DISTINCT __dvm_row_id), max(__dvm_count) FROM {stored}")
-    total, distinct, most = counts.collect()[0]
-    assert total == distinct and most in (None, 1)
+    # The query's columns alone, one row per key (the view's rows, as a table model's).
+    assert delta_env.spark.table(stored).columns == delta_env.spark.table(stream.view).columns
+    total, distinct = delta_env.spark.sql(f"SELECT count(*), count(DISTINCT id) FROM {stored}").collect()[0]
+    assert total == distinct
     operations = [r.operation for r in delta_env.spark.sql(f"DESCRIBE HISTORY {stored}").collect()]
     assert operations.count("MERGE") == 2, operations
     location = storage_path(delta_env.spark, delta_env.target, "keyed_fact")
@@ -311,3 +312,33 @@ def test_a_keyed_result_merges_per_key_and_refuses_a_second_row_of_a_key(delta_e
     with pytest.raises(UniqueKeyViolated, match=r"unique_key \(id\) is not unique"):
         stream.refresh()
     assert DeltaTable(location).version() == version, "nothing is committed"
+
+
+def test_a_keyed_result_replaces_by_its_one_key_column_and_merges_a_key_of_more_null_safe(delta_env):
+    """With the engine's own thresholds: a small change to a result keyed by one column replaces
+    its keys' rows by that column (sql.replace_keys, no MERGE); a key of two columns, one of them
+    NULL where a t1 row meets no t2 row, goes through a MERGE that meets NULL with NULL."""
+    from tests.spark.test_unique_key import BATCHES, SHAPES, T1, T2
+
+    delta_env.source("t1", T1)
+    delta_env.source("t2", T2)
+    streams = [
+        delta_env.stream(name, SHAPES[name][0], engine="spark", unique_key=SHAPES[name][1])
+        for name in ("keyed_fact", "keyed_nullable")
+    ]
+    run_cycles(delta_env, streams, BATCHES)
+    for stream in streams:
+        assert [r.mode for r in stream.results] == ["full"] + ["differential"] * len(BATCHES), stream.identifier
+    history = {
+        name: delta_env.spark.sql(f"DESCRIBE HISTORY {delta_env.target}.__dvm_stored__{name}").collect()
+        for name in ("keyed_fact", "keyed_nullable")
+    }
+    replaced = [
+        r
+        for r in history["keyed_fact"]
+        if r.operation == "WRITE" and "id IN (" in (r.operationParameters or {}).get("predicate", "")
+    ]
+    assert replaced, [(r.operation, r.operationParameters) for r in history["keyed_fact"]]
+    assert "MERGE" in [r.operation for r in history["keyed_nullable"]]
+    nulls = delta_env.spark.sql(f"SELECT count(*) FROM {streams[1].view} WHERE b_id IS NULL").collect()[0][0]
+    assert nulls > 0, "the NULL key is exercised"

@@ -352,23 +352,22 @@ def test_a_unique_key_stores_one_row_per_key_without_grouping_or_repeating():
         plan_stored_result("m", tree_of(sql), ["id", "amount", "region"], unique_key=["nope"])
 
 
-def test_a_keyed_row_id_form_follows_the_key_types_and_the_plan_digest_tells_them_apart():
+def test_a_keyed_result_stores_the_query_columns_alone_and_meets_stored_rows_by_its_key():
+    from python_helpers.dvm.stored_reads import ROW_ID
     from python_helpers.runtime.refresh.attempt import plan_digest
 
-    sql = "select o.id, o.amount from shop.orders o"
-    # A stored result whose analysis kept no key types (built by an earlier release) keeps its
-    # JSON ids; with the types, integer keys are their digits and the plan's digest differs, so
-    # such a stored result is rebuilt once rather than merged with ids of another form.
-    old = plan_stored_result("m", tree_of(sql), ["id", "amount"], unique_key=["id"])
-    new = plan_stored_result("m", tree_of(sql), ["id", "amount"], unique_key=["id"])
-    assert [name for name, _ in new.typed_args()] == ["__dvm_key_type_0"]
-    new.arg_types = {"__dvm_key_type_0": "bigint"}
-    assert "TO_JSON" in render(old.full_sql(ctx(()))) and "TO_JSON" in render(
-        old.merge_sql(ctx(), exp.to_table("s"), {})
-    )
-    for text in (render(new.full_sql(ctx(()))), render(new.merge_sql(ctx(), exp.to_table("s"), {}))):
-        assert "TO_JSON" not in text and "COALESCE(CAST(" in text
-    assert plan_digest(old) != plan_digest(new)
+    sql = "select o.id, o.amount, o.status from shop.orders o"
+    keyed = plan_stored_result("m", tree_of(sql), ["id", "amount", "status"], unique_key=["status", "ID"])
+    bag = plan_stored_result("m", tree_of(sql), ["id", "amount", "status"])
+    # What a table model of the query writes, nothing more: no row id, no count, no key types.
+    assert keyed.storage_columns() == ["id", "amount", "status"] and keyed.typed_args() == []
+    assert keyed.match_columns() == ["status", "id"] and bag.match_columns() == [ROW_ID]
+    full, merge = render(keyed.full_sql(ctx(()))), render(keyed.merge_sql(ctx(), exp.to_table("s"), {}))
+    assert ROW_ID not in full + merge and "MD5" not in full + merge and "TO_JSON" not in full + merge
+    # The stored rows are met by the key's columns, NULL meeting NULL (a GROUP BY keeps NULL keys).
+    assert "_st5.status IS NOT DISTINCT FROM _k4.__dvm_key0" in merge
+    # A stored result of another layout (an earlier release's row id) has another digest: rebuilt once.
+    assert plan_digest(keyed) != plan_digest(bag)
 
 
 def test_a_group_row_id_is_its_key_text_for_integer_and_string_keys_else_a_digest():

@@ -39,7 +39,7 @@ def _upsert(path, read_version, row_id, value, offset):
         path,
         rows,
         ["__dvm_row_id", "v"],
-        "__dvm_row_id",
+        ["__dvm_row_id"],
         "__dvm_action",
         {"offsets": {"s.t": {"version": offset}}},
         read_version,

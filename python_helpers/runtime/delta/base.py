@@ -163,16 +163,18 @@ class DeltaEngine(Protocol):
         target: str,
         sql: Optional[str],
         columns: list,
+        match: list,
         metadata: dict,
         read_version: int,
         phases: Any,
         change_rows: Optional[int] = None,
     ) -> Merged:
-        """Apply the merge rows of `sql` (row id, action 'U' / 'D', `columns`) to the stored
-        result in one commit with `metadata`; with no `sql` (the change cancelled out) the commit
-        moves the offsets alone. Raises ConcurrentCommit as write_full does. `phases` times the
-        parts (delta, merge); `change_rows`: the source change rows the refresh read (how it
-        writes may depend on the size)."""
+        """Apply the merge rows of `sql` (action 'U' / 'D', `columns`) to the stored result in one
+        commit with `metadata`, each meeting its stored row by the `match` columns (the row id,
+        or a declared key's columns: NULL meets NULL; StoredResult.match_columns); with no `sql`
+        (the change cancelled out) the commit moves the offsets alone. Raises ConcurrentCommit
+        as write_full does. `phases` times the parts (delta, merge); `change_rows`: the source
+        change rows the refresh read (how it writes may depend on the size)."""
 
     def tidy(self, target: str, retention_hours: float, log: Log, model: str) -> bool:
         """Compaction and vacuum when due; never fails a refresh (logs instead). Whether it did."""

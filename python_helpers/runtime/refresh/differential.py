@@ -85,6 +85,7 @@ def run_differential(attempt: Attempt) -> int:
                     attempt.target,
                     render(merge) if merge is not None else None,
                     result.storage_columns(),
+                    result.match_columns(),
                     metadata,
                     read_version,
                     phases,

@@ -91,18 +91,19 @@ class EmbeddedDelta:
         target: str,
         sql: Optional[str],
         columns: list,
+        match: list,
         metadata: dict,
         read_version: int,
         phases: Any,
         change_rows: Optional[int] = None,
     ) -> Merged:
-        from python_helpers.dvm.stored_result import ACTION, ROW_ID
+        from python_helpers.dvm.stored_result import ACTION
 
         large = executor_merge.applies_to(target, read_version) if sql is not None else None
         if sql is not None and large is not None:
             # A large stored result: the executors rewrite the touched files, the dbt process
             # commits (no compaction in the dbt process either).
-            return executor_merge.merge(self.conn, target, sql, metadata, read_version, phases, ROW_ID, ACTION, large)
+            return executor_merge.merge(self.conn, target, sql, metadata, read_version, phases, match, ACTION, large)
         with phases("delta"):
             data = self.conn.arrow(sql) if sql is not None else None
         steps.reached("delta_computed")
@@ -112,7 +113,7 @@ class EmbeddedDelta:
                 storage.commit_offsets_only(target, metadata, read_version)
                 merged = Merged(0)
             else:
-                done = storage.merge_rows(target, data, columns, ROW_ID, ACTION, metadata, read_version) or {}
+                done = storage.merge_rows(target, data, columns, match, ACTION, metadata, read_version) or {}
                 # What the MERGE did to the stored rows (one per group, or per distinct row with
                 # its multiplicity): delta-rs counts them as it applies them.
                 merged = Merged(

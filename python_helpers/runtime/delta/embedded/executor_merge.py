@@ -35,6 +35,7 @@ from deltalake.transaction import RemoveAction
 from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import alias, col, render, sub
+from python_helpers.dvm.stored_reads import matches
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections import files
 from python_helpers.runtime.delta.base import Merged
@@ -80,12 +81,12 @@ def _table(name: str) -> exp.Table:
     return exp.to_table(name)
 
 
-def _touched_query(stored_ids: str, merge_rows: str, row_id: str, action: str, broadcast: bool) -> str:
-    """Per stored file holding a changed row id and per action: how many rows it matches (the
-    merge rows broadcast when few: the stored ids are not shuffled)."""
-    ids = exp.select(alias(exp.Anonymous(this="input_file_name", expressions=[]), "__dvm_file"), col(row_id)).from_(
-        _table(stored_ids)
-    )
+def _touched_query(stored_ids: str, merge_rows: str, match: list, action: str, broadcast: bool) -> str:
+    """Per stored file holding a changed row (by the `match` columns) and per action: how many
+    rows it matches (the merge rows broadcast when few: the stored ids are not shuffled)."""
+    ids = exp.select(
+        alias(exp.Anonymous(this="input_file_name", expressions=[]), "__dvm_file"), *[col(c) for c in match]
+    ).from_(_table(stored_ids))
     joined = (
         exp.select(
             col("__dvm_file", "s"), alias(col(action, "m"), "__dvm_action"), alias(exp.Count(this=exp.Star()), "n")
@@ -93,7 +94,7 @@ def _touched_query(stored_ids: str, merge_rows: str, row_id: str, action: str, b
         .from_(sub(ids, "s"))
         .join(
             exp.alias_(_table(merge_rows), "m", table=True),
-            on=exp.EQ(this=col(row_id, "s"), expression=col(row_id, "m")),
+            on=matches(match, "s", match, "m"),
             join_type="INNER",
         )
         .group_by(col("__dvm_file", "s"), col(action, "m"))
@@ -108,7 +109,7 @@ def _hinted(query: exp.Select, hint: str) -> str:
 
 
 def _rewrite_query(
-    touched: Optional[str], merge_rows: str, names: list, types: dict, row_id: str, action: str, broadcast: bool
+    touched: Optional[str], merge_rows: str, names: list, types: dict, match: list, action: str, broadcast: bool
 ) -> str:
     """The touched files' rows that the change leaves, then every upsert, in the stored types."""
     typed = [alias(exp.Cast(this=col(n, "m"), to=exp.DataType.build(types[n], dialect="spark")), n) for n in names]
@@ -128,7 +129,7 @@ def _rewrite_query(
         .from_(exp.alias_(_table(touched), "s", table=True))
         .join(
             exp.alias_(_table(merge_rows), "m", table=True),
-            on=exp.EQ(this=col(row_id, "s"), expression=col(row_id, "m")),
+            on=matches(match, "s", match, "m"),
             join_type="LEFT ANTI",
         )
     )
@@ -154,13 +155,13 @@ def merge(
     metadata: dict,
     read_version: int,
     phases: Callable,
-    row_id: str,
+    match: list,
     action: str,
     table: Any,
 ) -> Merged:
-    """Apply the merge rows of `sql` (row id, action 'U'/'D', the stored columns) to the stored
-    result at `target` as it was at `read_version` (`table`: opened there by `applies_to`), in
-    one commit with `metadata`."""
+    """Apply the merge rows of `sql` (action 'U'/'D', the stored columns; each meets its stored
+    row by the `match` columns, Delta.merge) to the stored result at `target` as it was at
+    `read_version` (`table`: opened there by `applies_to`), in one commit with `metadata`."""
     schema = tables.arrow_schema(table)
     names = schema.names
     types = spark_type_strings(schema)
@@ -182,13 +183,13 @@ def merge(
             sizes = dict(zip(log_paths, actions.column("size_bytes").to_pylist()))
             live_paths = dict(zip(log_paths, tables.file_paths(table, target)))
             state = tables.state_of(table, target)
-            tables.bind_files(conn, stored_ids, state, table, list(live_paths.values()), columns=[row_id])
+            tables.bind_files(conn, stored_ids, state, table, list(live_paths.values()), columns=list(match))
             matched: dict = {}
             touched: dict = {}  # the touched files' log paths, in the order Spark named them
             by_text = {unquote(p): p for p in log_paths}
             depth = max((t.count("/") + 1 for t in by_text), default=1)
             broadcast = total <= BROADCAST_MAX_ROWS
-            for file, what, n in conn.rows(_touched_query(stored_ids, merge_rows, row_id, action, broadcast)):
+            for file, what, n in conn.rows(_touched_query(stored_ids, merge_rows, match, action, broadcast)):
                 rel = _relative(str(file), by_text, depth)
                 if rel is None:
                     raise RuntimeError(f"a stored file Spark read is not in the log at version {read_version}: {file}")
@@ -203,7 +204,7 @@ def merge(
                 merge_rows,
                 names,
                 types,
-                row_id,
+                match,
                 action,
                 broadcast=broadcast,
             )

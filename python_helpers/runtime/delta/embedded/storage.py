@@ -9,6 +9,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
+from python_helpers.dvm.stored_reads import ROW_ID
 from python_helpers.runtime import paths
 from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.delta.base import ConcurrentCommit
@@ -132,20 +133,21 @@ def commit_rewrite(path: str, removes: list, adds: list, metadata: dict, read_ve
 
 
 def merge_rows(
-    path: str, rows: pa.Table, columns: list, row_id: str, action: str, metadata: dict, read_version: int
+    path: str, rows: pa.Table, columns: list, match: list, action: str, metadata: dict, read_version: int
 ) -> dict:
-    """Apply upserts ('U') and deletes ('D') keyed by `row_id` in one commit with the offsets.
+    """Apply upserts ('U') and deletes ('D') matched by the `match` columns (Delta.merge) in one
+    commit with the offsets.
 
     The MERGE runs against the version the refresh read (`read_version`); if another writer
     committed in between, the commit fails (ConcurrentCommit) and nothing is applied.
     """
     table = DeltaTable(paths.for_delta_rs(path), version=read_version)
     rows = _like_target(rows, table)
-    quoted = {c: _quoted(c) for c in columns + [row_id, action]}
+    quoted = {c: _quoted(c) for c in columns + list(match) + [action]}
     updates = {quoted[c]: f"s.{quoted[c]}" for c in columns}
     merger = table.merge(
         source=rows,
-        predicate=f"t.{quoted[row_id]} = s.{quoted[row_id]}",
+        predicate=_matches(match, quoted),
         source_alias="s",
         target_alias="t",
         writer_properties=_writer(),
@@ -160,6 +162,15 @@ def merge_rows(
         return merger.execute()
     except CommitFailedError as err:
         raise _concurrent(err) from None
+
+
+def _matches(match: list, quoted: dict) -> str:
+    """The MERGE's condition: the row id's equality, or a key's columns null-safe (DataFusion
+    plans `IS NOT DISTINCT FROM` as a hash join too: 0.40 s against 0.45 s by a row id, 1,000
+    rows into 2 M)."""
+    if list(match) == [ROW_ID]:
+        return f"t.{quoted[ROW_ID]} = s.{quoted[ROW_ID]}"
+    return " AND ".join(f"(t.{quoted[c]} IS NOT DISTINCT FROM s.{quoted[c]})" for c in match)
 
 
 def _quoted(name: str) -> str:

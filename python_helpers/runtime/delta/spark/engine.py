@@ -324,12 +324,13 @@ class SparkDelta:
         target: str,
         sql: Optional[str],
         columns: list,
+        match: list,
         metadata: dict,
         read_version: int,
         phases: Any,
         change_rows: Optional[int] = None,
     ) -> Merged:
-        from python_helpers.dvm.stored_result import ACTION, ROW_ID
+        from python_helpers.dvm.stored_result import ACTION
 
         with phases("merge"):
             if sql is None:
@@ -338,7 +339,7 @@ class SparkDelta:
             if change_rows is None or change_rows > SMALL_CHANGE_ROWS:
                 # Its merge rows would rarely have few enough keys to pay for computing them
                 # first: one MERGE of the delta query.
-                self._commit(target, delta_sql.merge(target, sql, columns, ROW_ID, ACTION), metadata, read_version)
+                self._commit(target, delta_sql.merge(target, sql, columns, match, ACTION), metadata, read_version)
                 return _merged(self._newest)
             # A small change: its merge rows are computed once into the executors' storage and
             # their row ids read; few enough keys (_replace_keys_bound) replace their stored rows without
@@ -346,8 +347,12 @@ class SparkDelta:
             rows_view = f"__dvm_{uuid.uuid4().hex[:12]}_merge_rows"
             try:
                 self.conn.view_of_query(rows_view, sql, materialize=True)
+                # Keys are listed by the one column that matches them (the row id, or a declared
+                # key of one column); a key of more columns takes the MERGE.
+                key = match[0] if len(match) == 1 else None
                 keyed = self.conn.rows(
-                    f"SELECT {quote(ROW_ID)}, {quote(ACTION)} FROM {quote(rows_view)} LIMIT {REPLACE_KEYS_MAX + 1}"
+                    f"SELECT {quote(key) if key else 'NULL'}, {quote(ACTION)} "
+                    f"FROM {quote(rows_view)} LIMIT {REPLACE_KEYS_MAX + 1}"
                 )
                 # An INSERT matches columns by position: it names them in the stored table's order
                 # (as this refresh's bindings read it); a table whose columns are not these takes
@@ -355,16 +360,17 @@ class SparkDelta:
                 stored = self._bindings.stored_columns if self._bindings is not None else []
                 by_keys = (
                     0 < len(keyed) <= self._replace_keys_bound(target, len(keyed))
-                    and all(isinstance(k, str) for k, _ in keyed)
+                    and key is not None
+                    and all(isinstance(k, str) or (isinstance(k, int) and not isinstance(k, bool)) for k, _ in keyed)
                     and sorted(stored) == sorted(columns)
                 )
                 if not keyed:
                     statement = delta_sql.empty_append(target)
-                elif by_keys:
+                elif by_keys and key is not None:
                     keys = [k for k, _ in keyed]
-                    statement = delta_sql.replace_keys(target, rows_view, keys, stored, ROW_ID, ACTION)
+                    statement = delta_sql.replace_keys(target, rows_view, keys, stored, key, ACTION)
                 else:
-                    statement = delta_sql.merge(target, f"SELECT * FROM {quote(rows_view)}", columns, ROW_ID, ACTION)
+                    statement = delta_sql.merge(target, f"SELECT * FROM {quote(rows_view)}", columns, match, ACTION)
                 self._commit(target, statement, metadata, read_version, by_keys=by_keys)
             finally:
                 self.conn.drop_view(rows_view)

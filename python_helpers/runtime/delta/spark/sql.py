@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from python_helpers.dvm.sqlgen import render
+from python_helpers.dvm.stored_reads import matches
 from python_helpers.runtime.catalog.views import quote
 
 # Commit metadata and idempotent writes (Delta's session settings, read at commit time).
@@ -78,14 +80,16 @@ def replace_table(path: str, query: str, names: list) -> str:
     )
 
 
-def merge(path: str, query: str, columns: list, row_id: str, action: str) -> str:
-    """Upserts ('U') and deletes ('D') keyed by `row_id` from `query` into the table at `path`."""
+def merge(path: str, query: str, columns: list, match: list, action: str) -> str:
+    """Upserts ('U') and deletes ('D') from `query` into the table at `path`, each meeting its
+    stored row by the `match` columns (Delta.merge)."""
     sets = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns)
     names = ", ".join(quote(c) for c in columns)
     values = ", ".join(f"s.{quote(c)}" for c in columns)
-    rid, act = quote(row_id), quote(action)
+    act = quote(action)
+    on = render(matches(match, "t", match, "s"))
     return (
-        f"MERGE INTO {by_path(path)} AS t USING ({query}) AS s ON t.{rid} = s.{rid} "
+        f"MERGE INTO {by_path(path)} AS t USING ({query}) AS s ON {on} "
         f"WHEN MATCHED AND s.{act} = 'D' THEN DELETE "
         f"WHEN MATCHED AND s.{act} = 'U' THEN UPDATE SET {sets} "
         f"WHEN NOT MATCHED AND s.{act} = 'U' THEN INSERT ({names}) VALUES ({values})"
@@ -93,12 +97,13 @@ def merge(path: str, query: str, columns: list, row_id: str, action: str) -> str
 
 
 def replace_keys(path: str, rows_view: str, keys: list, columns: list, row_id: str, action: str) -> str:
-    """The merge rows of `rows_view` (every one of whose row ids is in `keys`) applied in one
+    """The merge rows of `rows_view` (every one of whose row ids, or single key column's values,
+    none NULL, is in `keys`: strings or integers) applied in one
     commit without a join to the stored rows: the stored rows of those keys are deleted (deletion
     vectors: Delta scans the row-id column with the key set and marks the rows) and the upserts
     ('U') inserted. A key with a delete ('D') has no upsert, so it is gone after."""
     names = ", ".join(quote(c) for c in columns)
-    listed = ", ".join(string(k) for k in keys)
+    listed = ", ".join(string(k) if isinstance(k, str) else str(int(k)) for k in keys)
     return (
         f"INSERT INTO {by_path(path)} REPLACE WHERE {quote(row_id)} IN ({listed}) "
         f"SELECT {names} FROM {quote(rows_view)} WHERE {quote(action)} = 'U'"
