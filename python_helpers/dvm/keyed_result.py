@@ -6,9 +6,9 @@ from __future__ import annotations
 from sqlglot import exp
 
 from python_helpers.dvm.differentiate import delta, plain
-from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, select_from, sub
-from python_helpers.dvm.stored_reads import ACTION, delta_once, matches, touched_storage
-from python_helpers.dvm.stored_result import BagResult, _cast
+from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, plain_key_id, row_id, select_from, sub
+from python_helpers.dvm.stored_reads import ACTION, ROW_ID, delta_once, matches, touched_storage
+from python_helpers.dvm.stored_result import KEY_TYPE, BagResult, _cast
 from python_helpers.dvm.tree import WEIGHT, Node
 from python_helpers.errors import InvalidConfig
 
@@ -29,22 +29,40 @@ class KeyedBagResult(BagResult):
     deleted. The key is checked where a refresh can see it break: a change that gives one key
     two tuples, removes one twice, or adds a tuple under a key the stored result already holds
     (without removing that one) fails the refresh, naming the model and the key, before
-    anything is written."""
+    anything is written.
 
-    def __init__(self, model, output_names, user_columns, input_node: Node, distinct: bool, key: list[str]):
+    With `stores_row_id` (the spark engine's: DeltaEngine.keyed_row_ids) the key's text (or its
+    digest, for a key of other than integer and string columns) is stored beside them as
+    `__dvm_row_id` and rows are met by it."""
+
+    def __init__(
+        self, model, output_names, user_columns, input_node: Node, distinct: bool, key: list[str], stores_row_id: bool
+    ):
         super().__init__(model, output_names, user_columns, input_node, distinct)
         self.key = list(key)  # input column names
         self.key_store = [user_columns[input_node.columns.index(c)] for c in self.key]  # their stored names
+        self.stores_row_id = stores_row_id
         self.kind = "keyed"
 
     def hidden_columns(self) -> list[str]:
         return []
 
     def storage_columns(self) -> list[str]:
-        return list(self.user_columns)
+        return ([ROW_ID] if self.stores_row_id else []) + list(self.user_columns)
 
     def match_columns(self) -> list[str]:
-        return list(self.key_store)
+        return [ROW_ID] if self.stores_row_id else list(self.key_store)
+
+    def typed_args(self) -> list:
+        # The key columns' types choose the row id's form (plain_key_id, else a digest).
+        return [(f"{KEY_TYPE}{i}", col(c)) for i, c in enumerate(self.key)] if self.stores_row_id else []
+
+    def args_query(self, ctx: Context) -> exp.Select:
+        args = [alias(arg, f"a{i}") for i, (_, arg) in enumerate(self.typed_args())]
+        return select_from(args, sub(plain(self.input, ctx, "new"), ctx.alias("ty")))
+
+    def _id(self, table: str) -> exp.Expr:
+        return plain_key_id(self.key, table, self.key_types(len(self.key))) or row_id(self.key, table)
 
     def _view(self, query: exp.Select) -> exp.Select:
         return query  # one stored row per key, each shown once
@@ -52,6 +70,8 @@ class KeyedBagResult(BagResult):
     def full_sql(self, ctx: Context) -> exp.Select:
         b = ctx.alias("b")
         columns = [alias(col(c, b), u) for c, u in zip(self.input.columns, self.user_columns)]
+        if self.stores_row_id:
+            columns.insert(0, alias(self._id(b), ROW_ID))
         return select_from(columns, sub(plain(self.input, ctx, "new"), b))
 
     def merge_sql(self, ctx: Context, storage: exp.Expr, types: dict):
@@ -76,11 +96,16 @@ class KeyedBagResult(BagResult):
             this="max_by", expressions=[exp.Anonymous(this="named_struct", expressions=fields), w.copy()]
         )
         consolidated = delta_once(ctx, consolidate(ctx, d, cols))
+        # Per key: its columns (and its row id where one is stored).
+        by = [alias(col(n, c), name) for n, name in zip(self.key, keys)]
+        if self.stores_row_id:
+            keys, by = keys + [ROW_ID], by + [alias(self._id(c), ROW_ID)]
         per_key = select_from(
-            [alias(col(n, c), name) for n, name in zip(self.key, keys)]
-            + [alias(gained, "__dvm_gained"), alias(lost, "__dvm_lost"), alias(newest, "__dvm_new")],
+            by + [alias(gained, "__dvm_gained"), alias(lost, "__dvm_lost"), alias(newest, "__dvm_new")],
             sub(consolidated, c),
         ).group_by(*[col(n, c) for n in self.key], copy=False)
+        match = self.match_columns()
+        delta_keys = keys[-1:] if self.stores_row_id else keys
         # Only the stored keys of the keys the change gives a tuple without taking one away: only
         # those can break the key by meeting a stored row (an update removes the key's old
         # tuple). Scattered updates name none, and Spark then skips the stored result's scan (an
@@ -89,12 +114,12 @@ class KeyedBagResult(BagResult):
             exp.EQ(this=col("__dvm_lost"), expression=zero.copy()), copy=False
         )
         touched = touched_storage(
-            ctx, storage, only_gaining, lambda t: [col(n, t) for n in keys], stored_keys=self.key_store
+            ctx, storage, only_gaining, lambda t: [col(n, t) for n in delta_keys], stored_keys=match
         )
         if isinstance(touched, exp.Table):
             touched = select_from([exp.Star()], touched.copy())
         stored_keys = select_from(
-            [col(s) for s in self.key_store] + [alias(exp.true(), "__dvm_stored")], sub(touched, ctx.alias("ts"))
+            [col(s) for s in match] + [alias(exp.true(), "__dvm_stored")], sub(touched, ctx.alias("ts"))
         )
         gains, loses = col("__dvm_gained", k), col("__dvm_lost", k)
         one = exp.Literal.number(1)
@@ -111,11 +136,11 @@ class KeyedBagResult(BagResult):
             ],
             default=exp.Literal.string("D"),
         )
-        out = [alias(action, ACTION)]
+        out = ([col(ROW_ID, k)] if self.stores_row_id else []) + [alias(action, ACTION)]
         for v, u in zip(values, self.user_columns):
             field = exp.Dot(this=col("__dvm_new", k), expression=exp.to_identifier(v))
             out.append(alias(_cast(field, types.get(u)), u))
-        on = matches(self.key_store, st, keys, k)
+        on = matches(match, st, delta_keys, k)
         return select_from(out, sub(per_key, k)).join(sub(stored_keys, st), on=on, join_type="LEFT", copy=False)
 
     def _violation(self) -> exp.Expr:

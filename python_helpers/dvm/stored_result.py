@@ -465,14 +465,23 @@ def _unit_weights(delta_query: exp.Expr, columns: list) -> exp.Select:
 
 
 def plan_stored_result(
-    model: str, root: Node, output_names: list[str], top_k=None, unique_key: list[str] | None = None
+    model: str,
+    root: Node,
+    output_names: list[str],
+    top_k=None,
+    unique_key: list[str] | None = None,
+    keyed_row_ids: bool = False,
 ) -> MaintainedResult:
-    result = _layout(model, root, output_names, unique_key or [])
+    """The stored layout of `root`'s result; `keyed_row_ids`: the engine's (DeltaEngine), whether
+    a keyed result keeps a row id."""
+    result = _layout(model, root, output_names, unique_key or [], keyed_row_ids)
     result.top_k = top_k
     return result
 
 
-def _layout(model: str, root: Node, output_names: list[str], unique_key: list[str]) -> MaintainedResult:
+def _layout(
+    model: str, root: Node, output_names: list[str], unique_key: list[str], keyed_row_ids: bool
+) -> MaintainedResult:
     # keyed_result's class is a BagResult (it imports this module): imported here, when asked for.
     from python_helpers.dvm.keyed_result import KeyedBagResult, key_columns
 
@@ -489,5 +498,5 @@ def _layout(model: str, root: Node, output_names: list[str], unique_key: list[st
             return AggregateResult(model, output_names, users, root, having, below)
     if unique_key:
         key = key_columns(model, unique_key, output_names, bag_input.columns)
-        return KeyedBagResult(model, output_names, users, bag_input, distinct, key)
+        return KeyedBagResult(model, output_names, users, bag_input, distinct, key, keyed_row_ids)
     return BagResult(model, output_names, users, bag_input, distinct=distinct)

@@ -366,8 +366,14 @@ def test_a_keyed_result_stores_the_query_columns_alone_and_meets_stored_rows_by_
     assert ROW_ID not in full + merge and "MD5" not in full + merge and "TO_JSON" not in full + merge
     # The stored rows are met by the key's columns, NULL meeting NULL (a GROUP BY keeps NULL keys).
     assert "_st5.status IS NOT DISTINCT FROM _k4.__dvm_key0" in merge
-    # A stored result of another layout (an earlier release's row id) has another digest: rebuilt once.
-    assert plan_digest(keyed) != plan_digest(bag)
+    # The spark engine keeps the key's text as a row id (its REPLACE WHERE lists one column),
+    # and that layout has another digest, as an earlier release's: rebuilt once, never merged.
+    with_id = plan_stored_result("m", tree_of(sql), ["id", "amount", "status"], None, ["status", "ID"], True)
+    with_id.arg_types = {"__dvm_key_type_0": "string", "__dvm_key_type_1": "bigint"}
+    assert with_id.storage_columns() == [ROW_ID, "id", "amount", "status"] and with_id.match_columns() == [ROW_ID]
+    assert "CONCAT(" in render(with_id.full_sql(ctx(())))
+    assert f"_st5.{ROW_ID} = _k4.{ROW_ID}" in render(with_id.merge_sql(ctx(), exp.to_table("s"), {}))
+    assert len({plan_digest(keyed), plan_digest(bag), plan_digest(with_id)}) == 3
 
 
 def test_a_group_row_id_is_its_key_text_for_integer_and_string_keys_else_a_digest():

@@ -113,13 +113,24 @@ class Attempt:
             }
         return meta
 
+    def stored_layout(self, names: list) -> MaintainedResult:
+        """The stored-result plan of this attempt's query with output `names` (the one place that
+        hands the model's unique_key and whether the engine keeps keyed row ids to plan_stored_result)."""
+        assert self.plan.tree is not None, "only a query with an operator tree has a stored layout"
+        return plan_stored_result(
+            self.model,
+            self.plan.tree,
+            list(names),
+            self.plan.top_k,
+            self.request.unique_key,
+            self.delta.keyed_row_ids,
+        )
+
     def stored_result_from_meta(self) -> MaintainedResult:
         """The stored layout as the last refresh recorded it (no Spark analysis)."""
         assert self.plan.tree is not None, "only a maintained result records its analysis"
         cached = (self.meta or {}).get("analysis") or {}
-        result = plan_stored_result(
-            self.model, self.plan.tree, cached["names"], self.plan.top_k, self.request.unique_key
-        )
+        result = self.stored_layout(cached["names"])
         result.arg_types = dict(cached.get("arg_types") or {})
         return result
 

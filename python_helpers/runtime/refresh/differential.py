@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from python_helpers.dvm.keyed_result import UNIQUE_KEY_BROKEN
 from python_helpers.dvm.operators.restricted_reads import OLD_ROWS_BROKEN
 from python_helpers.dvm.sqlgen import render
-from python_helpers.dvm.stored_result import MaintainedResult, plan_stored_result
+from python_helpers.dvm.stored_result import MaintainedResult
 from python_helpers.dvm.tree import Recursive, walk
 from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh, UniqueKeyViolated
 from python_helpers.runtime.delta.base import Bindings, ConcurrentCommit
@@ -141,7 +141,7 @@ def analyzed(attempt: Attempt, bindings: Bindings) -> MaintainedResult:
     names = output_names(attempt.conn, attempt.model, plan, bindings)
     result = typed(
         attempt.conn,
-        plan_stored_result(attempt.model, plan.tree, names, plan.top_k, attempt.request.unique_key),
+        attempt.stored_layout(names),
         bindings,
     )
     if cached and (

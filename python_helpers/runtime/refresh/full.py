@@ -12,7 +12,6 @@ from python_helpers.dvm.stored_result import (
     MaintainedResult,
     RecomputeResult,
     StoredResult,
-    plan_stored_result,
     storage_names,
 )
 from python_helpers.errors import ConcurrentRefresh, StreamTableError
@@ -43,9 +42,7 @@ def run_full(attempt: Attempt) -> int:
                 )
             result: StoredResult
             if plan.tree is not None:
-                maintained = reused or typed(
-                    conn, plan_stored_result(request.model, plan.tree, names, plan.top_k, request.unique_key), bindings
-                )
+                maintained = reused or typed(conn, attempt.stored_layout(names), bindings)
                 sql = render(maintained.full_sql(bindings.context(set())))
                 result = maintained
             else:
@@ -78,10 +75,10 @@ def reused_analysis(attempt: Attempt) -> Optional[MaintainedResult]:
     each analysis is a round trip over Connect and Thrift. None when there is none, or when it
     lacks an aggregate argument's type this release's plan needs."""
     cached = attempt.reusable_analysis()
-    plan, request = attempt.plan, attempt.request
+    plan = attempt.plan
     if cached is None or plan.tree is None:
         return None
-    result = plan_stored_result(request.model, plan.tree, list(cached["names"]), plan.top_k, request.unique_key)
+    result = attempt.stored_layout(list(cached["names"]))
     types = dict(cached.get("arg_types") or {})
     if any(name not in types for name, _ in result.typed_args()):
         return None

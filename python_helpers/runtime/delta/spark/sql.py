@@ -97,13 +97,12 @@ def merge(path: str, query: str, columns: list, match: list, action: str) -> str
 
 
 def replace_keys(path: str, rows_view: str, keys: list, columns: list, row_id: str, action: str) -> str:
-    """The merge rows of `rows_view` (every one of whose row ids, or single key column's values,
-    none NULL, is in `keys`: strings or integers) applied in one
+    """The merge rows of `rows_view` (every one of whose row ids is in `keys`) applied in one
     commit without a join to the stored rows: the stored rows of those keys are deleted (deletion
     vectors: Delta scans the row-id column with the key set and marks the rows) and the upserts
     ('U') inserted. A key with a delete ('D') has no upsert, so it is gone after."""
     names = ", ".join(quote(c) for c in columns)
-    listed = ", ".join(string(k) if isinstance(k, str) else str(int(k)) for k in keys)
+    listed = ", ".join(string(k) for k in keys)
     return (
         f"INSERT INTO {by_path(path)} REPLACE WHERE {quote(row_id)} IN ({listed}) "
         f"SELECT {names} FROM {quote(rows_view)} WHERE {quote(action)} = 'U'"
