@@ -174,6 +174,27 @@ def test_a_second_row_of_a_key_holding_null_fails_too(env):
     assert DeltaTable(_stored(env, stream)).version() == version, "nothing is committed"
 
 
+def test_a_stream_table_over_a_keyed_one_reads_its_change_feed(env):
+    """A keyed upstream stores the query's columns alone (no count to repeat rows by): a
+    downstream aggregate over it reads its change feed as plain rows and equals its recompute."""
+    env.source("t1", T1)
+    env.source("t2", T2)
+    sql, key = SHAPES["keyed_nullable"]
+    upstream = env.stream("keyed_up", sql, unique_key=key)
+    down = env.stream(
+        "keyed_down",
+        f"SELECT b_id, COUNT(*) AS n, SUM(v) AS v FROM {env.target}.keyed_up GROUP BY b_id",
+        oracle_sql=f"SELECT b_id, COUNT(*) AS n, SUM(v) AS v FROM ({sql}) u GROUP BY b_id",
+    )
+    upstream.refresh(expect="full")
+    down.refresh(expect="full")
+    for batch in BATCHES:
+        env.apply(batch)
+        upstream.refresh(expect="differential")
+        down.refresh(expect="differential")
+        down.check()
+
+
 def test_unique_key_naming_no_column_of_the_query_is_refused(env):
     env.source("t1", T1)
     stream = env.stream("keyed_bad", SHAPES["keyed_filter"][0], unique_key=["id", "nope"])
