@@ -12,6 +12,11 @@ from python_helpers.dvm.stored_result import KEY_TYPE, BagResult, _cast
 from python_helpers.dvm.tree import WEIGHT, Node
 from python_helpers.errors import InvalidConfig
 
+# The Spark types of a one-column key that an engine listing keys by one column (the spark
+# engine's REPLACE WHERE <column> IN (...)) lists as they are: Delta takes that predicate as a
+# filter of the column itself, which a cast of a narrower integer would not be.
+LISTABLE_KEY_TYPES = frozenset({"int", "bigint", "string"})
+
 # Spark's raise_error text when a refresh would break a declared unique_key.
 UNIQUE_KEY_BROKEN = "is not unique: this change gives a key a second row"
 
@@ -31,18 +36,26 @@ class KeyedBagResult(BagResult):
     (without removing that one) fails the refresh, naming the model and the key, before
     anything is written.
 
-    With `stores_row_id` (the spark engine's: DeltaEngine.keyed_row_ids) the key's text (or its
-    digest, for a key of other than integer and string columns) is stored beside them as
-    `__dvm_row_id` and rows are met by it."""
+    With `row_ids` (the spark engine's: DeltaEngine.keyed_row_ids), a key that is not one column
+    of LISTABLE_KEY_TYPES has its text (or its digest, for a key of other than integer and
+    string columns) stored beside them as `__dvm_row_id`, and rows are met by it. Which one a
+    result has follows the key's Spark types (typed_args), so it is known once they are."""
 
     def __init__(
-        self, model, output_names, user_columns, input_node: Node, distinct: bool, key: list[str], stores_row_id: bool
+        self, model, output_names, user_columns, input_node: Node, distinct: bool, key: list[str], row_ids: bool
     ):
         super().__init__(model, output_names, user_columns, input_node, distinct)
         self.key = list(key)  # input column names
         self.key_store = [user_columns[input_node.columns.index(c)] for c in self.key]  # their stored names
-        self.stores_row_id = stores_row_id
+        self.row_ids = row_ids
         self.kind = "keyed"
+
+    @property
+    def stores_row_id(self) -> bool:
+        if not self.row_ids:
+            return False
+        types = self.key_types(len(self.key))
+        return not (len(types) == 1 and types[0] in LISTABLE_KEY_TYPES)
 
     def hidden_columns(self) -> list[str]:
         return []
@@ -54,8 +67,9 @@ class KeyedBagResult(BagResult):
         return [ROW_ID] if self.stores_row_id else list(self.key_store)
 
     def typed_args(self) -> list:
-        # The key columns' types choose the row id's form (plain_key_id, else a digest).
-        return [(f"{KEY_TYPE}{i}", col(c)) for i, c in enumerate(self.key)] if self.stores_row_id else []
+        # The key columns' types choose whether a row id is stored and its form (plain_key_id,
+        # else a digest).
+        return [(f"{KEY_TYPE}{i}", col(c)) for i, c in enumerate(self.key)] if self.row_ids else []
 
     def args_query(self, ctx: Context) -> exp.Select:
         args = [alias(arg, f"a{i}") for i, (_, arg) in enumerate(self.typed_args())]

@@ -366,8 +366,14 @@ def test_a_keyed_result_stores_the_query_columns_alone_and_meets_stored_rows_by_
     assert ROW_ID not in full + merge and "MD5" not in full + merge and "TO_JSON" not in full + merge
     # The stored rows are met by the key's columns, NULL meeting NULL (a GROUP BY keeps NULL keys).
     assert "_st5.status IS NOT DISTINCT FROM _k4.__dvm_key0" in merge
-    # The spark engine keeps the key's text as a row id (its REPLACE WHERE lists one column),
-    # and that layout has another digest, as an earlier release's: rebuilt once, never merged.
+    # The spark engine keeps the text of a key of more columns as a row id (its REPLACE WHERE
+    # lists one column), not of one integer or string column; a layout of another digest, as an
+    # earlier release's, is rebuilt once, never merged.
+    one = plan_stored_result("m", tree_of(sql), ["id", "amount", "status"], None, ["ID"], True)
+    one.arg_types = {"__dvm_key_type_0": "bigint"}
+    assert one.storage_columns() == ["id", "amount", "status"] and one.match_columns() == ["id"]
+    one.arg_types = {"__dvm_key_type_0": "smallint"}
+    assert one.match_columns() == [ROW_ID]
     with_id = plan_stored_result("m", tree_of(sql), ["id", "amount", "status"], None, ["status", "ID"], True)
     with_id.arg_types = {"__dvm_key_type_0": "string", "__dvm_key_type_1": "bigint"}
     assert with_id.storage_columns() == [ROW_ID, "id", "amount", "status"] and with_id.match_columns() == [ROW_ID]

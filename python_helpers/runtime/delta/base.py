@@ -107,10 +107,11 @@ class DeltaEngine(Protocol):
 
     name: str  # "embedded" | "spark"
     conn: Connection
-    # Whether a keyed result keeps a row id: the spark engine names a small change's stored rows
-    # by one string column (REPLACE WHERE __dvm_row_id IN (...): Delta hands that predicate to
-    # the table as filters of single columns, which neither a struct of a key's columns nor a
-    # cast of an integer column is); the embedded engine meets rows by the key's columns.
+    # Whether a keyed result whose key is not one integer or string column keeps a row id: the
+    # spark engine names a small change's stored rows by one column (REPLACE WHERE <column> IN
+    # (...): Delta hands that predicate to the table as filters of single columns, which neither
+    # a struct of a key's columns nor a cast of a column is); the embedded engine meets rows by
+    # the key's columns.
     keyed_row_ids: bool
 
     def close(self) -> None:

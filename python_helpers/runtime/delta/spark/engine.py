@@ -331,7 +331,7 @@ class SparkDelta:
         phases: Any,
         change_rows: Optional[int] = None,
     ) -> Merged:
-        from python_helpers.dvm.stored_result import ACTION, ROW_ID
+        from python_helpers.dvm.stored_result import ACTION
 
         with phases("merge"):
             if sql is None:
@@ -348,9 +348,11 @@ class SparkDelta:
             rows_view = f"__dvm_{uuid.uuid4().hex[:12]}_merge_rows"
             try:
                 self.conn.view_of_query(rows_view, sql, materialize=True)
-                # Every layout keeps a row id on this engine (keyed_row_ids).
+                # Keys by the one column that matches them: the row id, or a keyed result's key of
+                # one integer or string column (keyed_row_ids).
+                key = match[0]
                 keyed = self.conn.rows(
-                    f"SELECT {quote(ROW_ID)}, {quote(ACTION)} FROM {quote(rows_view)} LIMIT {REPLACE_KEYS_MAX + 1}"
+                    f"SELECT {quote(key)}, {quote(ACTION)} FROM {quote(rows_view)} LIMIT {REPLACE_KEYS_MAX + 1}"
                 )
                 # An INSERT matches columns by position: it names them in the stored table's order
                 # (as this refresh's bindings read it); a table whose columns are not these takes
@@ -358,15 +360,15 @@ class SparkDelta:
                 stored = self._bindings.stored_columns if self._bindings is not None else []
                 by_keys = (
                     0 < len(keyed) <= self._replace_keys_bound(target, len(keyed))
-                    and match == [ROW_ID]
-                    and all(isinstance(k, str) for k, _ in keyed)
+                    and len(match) == 1
+                    and all(delta_sql.listable(k) for k, _ in keyed)
                     and sorted(stored) == sorted(columns)
                 )
                 if not keyed:
                     statement = delta_sql.empty_append(target)
                 elif by_keys:
                     keys = [k for k, _ in keyed]
-                    statement = delta_sql.replace_keys(target, rows_view, keys, stored, ROW_ID, ACTION)
+                    statement = delta_sql.replace_keys(target, rows_view, keys, stored, key, ACTION)
                 else:
                     statement = delta_sql.merge(target, f"SELECT * FROM {quote(rows_view)}", columns, match, ACTION)
                 self._commit(target, statement, metadata, read_version, by_keys=by_keys)

@@ -96,15 +96,21 @@ def merge(path: str, query: str, columns: list, match: list, action: str) -> str
     )
 
 
-def replace_keys(path: str, rows_view: str, keys: list, columns: list, row_id: str, action: str) -> str:
-    """The merge rows of `rows_view` (every one of whose row ids is in `keys`) applied in one
-    commit without a join to the stored rows: the stored rows of those keys are deleted (deletion
-    vectors: Delta scans the row-id column with the key set and marks the rows) and the upserts
-    ('U') inserted. A key with a delete ('D') has no upsert, so it is gone after."""
+def listable(value) -> bool:
+    """A key value replace_keys lists: a string or an integer (NULL, which IN never finds, is not)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def replace_keys(path: str, rows_view: str, keys: list, columns: list, key: str, action: str) -> str:
+    """The merge rows of `rows_view` (every one of whose `key` values, the row id or a keyed
+    result's one integer or string key column, is in `keys`, all `listable`) applied in one
+    commit without a join to the stored rows: the stored rows of those keys are deleted
+    (deletion vectors: Delta scans the key column with the key set and marks the rows) and the
+    upserts ('U') inserted. A key with a delete ('D') has no upsert, so it is gone after."""
     names = ", ".join(quote(c) for c in columns)
-    listed = ", ".join(string(k) for k in keys)
+    listed = ", ".join(string(k) if isinstance(k, str) else str(int(k)) for k in keys)
     return (
-        f"INSERT INTO {by_path(path)} REPLACE WHERE {quote(row_id)} IN ({listed}) "
+        f"INSERT INTO {by_path(path)} REPLACE WHERE {quote(key)} IN ({listed}) "
         f"SELECT {names} FROM {quote(rows_view)} WHERE {quote(action)} = 'U'"
     )
 
