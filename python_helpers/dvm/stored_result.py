@@ -1,7 +1,6 @@
 """How the root of the tree is stored, and how a delta becomes rows to MERGE into it.
 
-Three layouts, the first two keyed by `__dvm_row_id` (md5 of the key, 128 bits, or the group
-key's text), the third by the declared key's own columns (StoredResult.match_columns):
+Three layouts, met by `__dvm_row_id` (md5, or a group key's text) or a key's own columns:
 
 * AggregateResult — root is Project(Filter?(Aggregate)): one stored row per group with the
   group key, each aggregate's state (python_helpers.dvm.aggregate_state), `__dvm_count` (rows in
@@ -10,9 +9,8 @@ key's text), the third by the declared key's own columns (StoredResult.match_col
 * BagResult — anything else: one stored row per distinct tuple with its multiplicity
   `__dvm_count` (the counting algorithm); the view repeats a tuple `__dvm_count` times, or
   shows it once for SELECT DISTINCT / UNION.
-* KeyedBagResult (dvm/keyed_result.py) — a bag the model declares unique by `unique_key`: one
-  stored row per key, the query's columns and nothing else (what a `table` model writes), built
-  without grouping and refreshed reading only the stored key columns.
+* KeyedBagResult (dvm/keyed_result.py) — a bag declared unique by `unique_key`: one stored row
+  per key, the query's columns alone (as a `table` model), built without grouping.
 
 `full_sql` computes the whole stored table; `merge_sql` computes, for the groups / tuples the
 delta touches, the new stored row and an action ('U' upsert, 'D' delete), leaving out rows
@@ -472,8 +470,7 @@ def plan_stored_result(
     unique_key: list[str] | None = None,
     keyed_row_ids: bool = False,
 ) -> MaintainedResult:
-    """The stored layout of `root`'s result; `keyed_row_ids`: the engine's (DeltaEngine), whether
-    a keyed result keeps a row id."""
+    """The stored layout of `root`'s result (`keyed_row_ids`: DeltaEngine's)."""
     result = _layout(model, root, output_names, unique_key or [], keyed_row_ids)
     result.top_k = top_k
     return result
