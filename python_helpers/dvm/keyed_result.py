@@ -113,13 +113,13 @@ class KeyedBagResult(BagResult):
         # Per key: its columns (and its row id where one is stored).
         by = [alias(col(n, c), name) for n, name in zip(self.key, keys)]
         if self.stores_row_id:
-            keys, by = keys + [ROW_ID], by + [alias(self._id(c), ROW_ID)]
+            by.append(alias(self._id(c), ROW_ID))
         per_key = select_from(
             by + [alias(gained, "__dvm_gained"), alias(lost, "__dvm_lost"), alias(newest, "__dvm_new")],
             sub(consolidated, c),
         ).group_by(*[col(n, c) for n in self.key], copy=False)
         match = self.match_columns()
-        delta_keys = keys[-1:] if self.stores_row_id else keys
+        delta_keys = [ROW_ID] if self.stores_row_id else keys
         # Only the stored keys of the keys the change gives a tuple without taking one away: only
         # those can break the key by meeting a stored row (an update removes the key's old
         # tuple). Scattered updates name none, and Spark then skips the stored result's scan (an

@@ -15,11 +15,17 @@ COUNT = "__dvm_count"
 HAVING = "__dvm_having"
 
 
+def null_safe(match: Sequence[str]) -> bool:
+    """Whether a merge row meets its stored row NULL-safe: by a declared key's columns
+    (keyed_result.py), where NULL meets NULL as a GROUP BY puts them together; not by the row
+    id, which is never NULL. The one rule for every engine's MERGE (storage.merge_rows too)."""
+    return list(match) != [ROW_ID]
+
+
 def matches(stored: Sequence[str], stored_alias: str, other: Sequence[str], other_alias: str) -> exp.Expr:
-    """How a merge row meets its stored row: by the row id (never NULL), or by a declared key's
-    columns (keyed_result.py), where NULL meets NULL as a GROUP BY puts them together."""
+    """How a merge row meets its stored row (null_safe), in Spark's SQL."""
     pairs = [(col(s, stored_alias), col(o, other_alias)) for s, o in zip(stored, other)]
-    if list(stored) == [ROW_ID]:
+    if not null_safe(stored):
         return exp.EQ(this=pairs[0][0], expression=pairs[0][1])
     return exp.and_(*[exp.NullSafeEQ(this=s, expression=o) for s, o in pairs])
 
