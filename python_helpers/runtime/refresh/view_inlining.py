@@ -147,12 +147,10 @@ def _is_delta(delta: DeltaEngine, relation: str, overrides: dict) -> bool:
 
 
 def _view(delta: DeltaEngine, relation: str):
-    """(view text, namespace, column names) when `relation` is a persistent view, else None."""
+    """(view text, namespace, column names) when `relation` is a persistent view, else None.
+    One catalog statement: its `Type` row tells a view from a table; a missing relation fails it."""
     try:
-        conn = delta.conn
-        if not conn.table_exists(relation) or conn.table_type(relation) != "VIEW":
-            return None
-        rows = conn.rows(f"DESCRIBE TABLE EXTENDED {'.'.join(f'`{p}`' for p in relation.split('.'))}")
+        rows = delta.conn.rows(f"DESCRIBE TABLE EXTENDED {'.'.join(f'`{p}`' for p in relation.split('.'))}")
     except Exception:  # noqa: BLE001 - not resolvable: treat as not a view
         return None
     names, info, in_columns = [], {}, True
@@ -165,7 +163,7 @@ def _view(delta: DeltaEngine, relation: str):
             continue
         info[col_name] = data_type
     text = info.get("View Text")
-    if not text:
+    if (info.get("Type") or "").upper() != "VIEW" or not text:
         return None
     namespace = (info.get("View Catalog and Namespace") or "").split(".")[-1] or "default"
     return text, namespace, names
