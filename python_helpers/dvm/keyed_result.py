@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from python_helpers.dvm.bag_result import BagResult
 from python_helpers.dvm.differentiate import delta, plain
 from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, plain_key_id, row_id, select_from, sub
 from python_helpers.dvm.stored_reads import ACTION, ROW_ID, delta_once, matches, touched_storage
-from python_helpers.dvm.stored_result import KEY_TYPE, BagResult, _cast
+from python_helpers.dvm.stored_result import KEY_TYPE, _cast
 from python_helpers.dvm.tree import WEIGHT, Node
 from python_helpers.errors import InvalidConfig
 
@@ -36,7 +37,7 @@ class KeyedBagResult(BagResult):
     (without removing that one) fails the refresh, naming the model and the key, before
     anything is written.
 
-    With `row_ids` (the spark engine's: DeltaEngine.keyed_row_ids), a key that is not one column
+    With `row_ids` (the spark engine's: DeltaEngine.keeps_row_ids), a key that is not one column
     of LISTABLE_KEY_TYPES has its text (or its digest, for a key of other than integer and
     string columns) stored beside them as `__dvm_row_id`, and rows are met by it. Which one a
     result has follows the key's Spark types (typed_args), so it is known once they are."""
@@ -44,10 +45,9 @@ class KeyedBagResult(BagResult):
     def __init__(
         self, model, output_names, user_columns, input_node: Node, distinct: bool, key: list[str], row_ids: bool
     ):
-        super().__init__(model, output_names, user_columns, input_node, distinct)
+        super().__init__(model, output_names, user_columns, input_node, distinct, row_ids)
         self.key = list(key)  # input column names
         self.key_store = [user_columns[input_node.columns.index(c)] for c in self.key]  # their stored names
-        self.row_ids = row_ids
         self.kind = "keyed"
 
     @property
@@ -70,10 +70,6 @@ class KeyedBagResult(BagResult):
         # The key columns' types choose whether a row id is stored and its form (plain_key_id,
         # else a digest).
         return [(f"{KEY_TYPE}{i}", col(c)) for i, c in enumerate(self.key)] if self.row_ids else []
-
-    def args_query(self, ctx: Context) -> exp.Select:
-        args = [alias(arg, f"a{i}") for i, (_, arg) in enumerate(self.typed_args())]
-        return select_from(args, sub(plain(self.input, ctx, "new"), ctx.alias("ty")))
 
     def _id(self, table: str) -> exp.Expr:
         return plain_key_id(self.key, table, self.key_types(len(self.key))) or row_id(self.key, table)

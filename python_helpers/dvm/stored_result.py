@@ -1,14 +1,14 @@
 """How the root of the tree is stored, and how a delta becomes rows to MERGE into it.
 
-Three layouts, met by `__dvm_row_id` (md5, or a group key's text) or a key's own columns:
+Three layouts, met by `__dvm_row_id` (md5, or a group key's text) or by their own columns:
 
 * AggregateResult — root is Project(Filter?(Aggregate)): one stored row per group with the
   group key, each aggregate's state (python_helpers.dvm.aggregate_state), `__dvm_count` (rows in
   the group) and `__dvm_having` (the HAVING predicate; groups failing it stay stored, hidden
   by the view, so their state is at hand when they come back).
-* BagResult — anything else: one stored row per distinct tuple with its multiplicity
-  `__dvm_count` (the counting algorithm); the view repeats a tuple `__dvm_count` times, or
-  shows it once for SELECT DISTINCT / UNION.
+* BagResult (dvm/bag_result.py) — anything else: one stored row per distinct tuple with its multiplicity
+  `__dvm_count` (the counting algorithm), met by the tuple's columns; the view repeats a tuple
+  `__dvm_count` times, or shows it once for SELECT DISTINCT / UNION.
 * KeyedBagResult (dvm/keyed_result.py) — a bag declared unique by `unique_key`: one stored row
   per key, the query's columns alone (as a `table` model), built without grouping.
 
@@ -32,7 +32,6 @@ from python_helpers.dvm.sqlgen import (
     Context,
     alias,
     col,
-    consolidate,
     known_empty,
     null_safe_match,
     plain_key_id,
@@ -135,66 +134,6 @@ class MaintainedResult(StoredResult):
     def merge_sql(self, ctx: Context, storage: exp.Expr, types: dict) -> exp.Expr | None:
         """The rows to MERGE into `storage` for this refresh's change; None when nothing changes."""
         raise NotImplementedError
-
-
-class BagResult(MaintainedResult):
-    def __init__(self, model, output_names, user_columns, input_node: Node, distinct: bool):
-        super().__init__(model, output_names, user_columns)
-        self.input = input_node
-        self.distinct = distinct
-        self.kind = "distinct" if distinct else "bag"
-
-    def hidden_columns(self):
-        return [COUNT]
-
-    def _view(self, query: exp.Select) -> exp.Select:
-        if self.distinct:
-            return query
-        # Repeat each tuple __dvm_count times (bag semantics: duplicates kept).
-        return repeat_rows(query, col(COUNT), "__dvm_rep")
-
-    def _named(self, query, weighted_count: exp.Expr) -> list:
-        return (
-            [alias(row_id(self.input.columns), ROW_ID)]
-            + [alias(col(c), s) for c, s in zip(self.input.columns, self.user_columns)]
-            + [alias(weighted_count, COUNT)]
-        )
-
-    def full_sql(self, ctx: Context) -> exp.Select:
-        cols = self.input.columns
-        source = plain(self.input, ctx, "new")
-        query = select_from(self._named(None, exp.Count(this=exp.Star())), sub(source, ctx.alias("b")))
-        return query.group_by(*[col(c) for c in cols], copy=False) if cols else query
-
-    def merge_sql(self, ctx: Context, storage: exp.Expr, types: dict):
-        d = delta(self.input, ctx)
-        if d is None:
-            return None
-        dd, s = ctx.alias("d"), ctx.alias("s")
-        rid = row_id(self.input.columns, dd)
-        count = exp.Add(
-            this=exp.Coalesce(this=col(COUNT, s), expressions=[exp.Literal.number(0)]), expression=col(WEIGHT, dd)
-        )
-        consolidated = delta_once(ctx, consolidate(ctx, d, self.input.columns))
-        m = select_from(
-            [alias(rid, ROW_ID)]
-            + [alias(col(c, dd), u) for c, u in zip(self.input.columns, self.user_columns)]
-            + [
-                alias(count, COUNT),
-                alias(exp.Not(this=exp.Is(this=col(ROW_ID, s), expression=exp.Null())), "__dvm_existed"),
-            ],
-            sub(consolidated, dd),
-        )
-        touched = touched_storage(ctx, storage, consolidated, lambda t: [row_id(self.input.columns, t)])
-        m = m.join(sub(touched, s), on=exp.EQ(this=col(ROW_ID, s), expression=rid.copy()), join_type="LEFT", copy=False)
-        mm = ctx.alias("m")
-        gone = exp.LTE(this=col(COUNT), expression=exp.Literal.number(0))
-        action = exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U"))
-        out = [col(ROW_ID), alias(action, ACTION)]
-        out += [_cast(col(u), types.get(u)).as_(u) if types.get(u) else col(u) for u in self.user_columns]
-        out.append(_cast(col(COUNT), "bigint").as_(COUNT))
-        keep = exp.Not(this=exp.and_(gone.copy(), exp.Not(this=col("__dvm_existed"))))
-        return select_from(out, sub(m, mm)).where(keep, copy=False)
 
 
 class AggregateResult(MaintainedResult):
@@ -468,18 +407,19 @@ def plan_stored_result(
     output_names: list[str],
     top_k=None,
     unique_key: list[str] | None = None,
-    keyed_row_ids: bool = False,
+    keeps_row_ids: bool = False,
 ) -> MaintainedResult:
-    """The stored layout of `root`'s result (`keyed_row_ids`: DeltaEngine's)."""
-    result = _layout(model, root, output_names, unique_key or [], keyed_row_ids)
+    """The stored layout of `root`'s result (`keeps_row_ids`: DeltaEngine's)."""
+    result = _layout(model, root, output_names, unique_key or [], keeps_row_ids)
     result.top_k = top_k
     return result
 
 
 def _layout(
-    model: str, root: Node, output_names: list[str], unique_key: list[str], keyed_row_ids: bool
+    model: str, root: Node, output_names: list[str], unique_key: list[str], keeps_row_ids: bool
 ) -> MaintainedResult:
-    # keyed_result's class is a BagResult (it imports this module): imported here, when asked for.
+    # The bag layouts import this module: imported here, when asked for.
+    from python_helpers.dvm.bag_result import BagResult
     from python_helpers.dvm.keyed_result import KeyedBagResult, key_columns
 
     users = storage_names(model, output_names)
@@ -495,5 +435,5 @@ def _layout(
             return AggregateResult(model, output_names, users, root, having, below)
     if unique_key:
         key = key_columns(model, unique_key, output_names, bag_input.columns)
-        return KeyedBagResult(model, output_names, users, bag_input, distinct, key, keyed_row_ids)
-    return BagResult(model, output_names, users, bag_input, distinct=distinct)
+        return KeyedBagResult(model, output_names, users, bag_input, distinct, key, keeps_row_ids)
+    return BagResult(model, output_names, users, bag_input, distinct, keeps_row_ids)

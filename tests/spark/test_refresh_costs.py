@@ -452,12 +452,14 @@ def test_a_small_change_joins_only_the_stored_rows_it_can_match(env, monkeypatch
     which the suite's small tables would not reach, forced on: the result equals the recompute
     after inserts, updates and deletes, the MERGE rows' query did restrict its read, and the
     delta it then names twice was computed once."""
-    from python_helpers.dvm import stored_result
+    from python_helpers.dvm import bag_result, stored_result
     from python_helpers.runtime.refresh import differential
 
     monkeypatch.setattr(differential, "RESTRICT_STORAGE_BYTES", 0)
     restricted = spies.replaced(monkeypatch, stored_result, "touched_storage")
     once = spies.replaced(monkeypatch, stored_result, "delta_once")
+    spies.replaced(monkeypatch, bag_result, "touched_storage", restricted)
+    spies.replaced(monkeypatch, bag_result, "delta_once", once)
     env.source("t1", INITIAL["t1"])
     env.source("t2", INITIAL["t2"])
     stream = env.stream(f"restricted_{shape}", SHAPES_BY_NAME[shape].sql)

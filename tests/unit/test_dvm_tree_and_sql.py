@@ -6,10 +6,11 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from python_helpers.dvm.bag_result import BagResult
 from python_helpers.dvm.differentiate import delta, plain
 from python_helpers.dvm.plan_query import query_tree
 from python_helpers.dvm.sqlgen import Context, parenthesize, render
-from python_helpers.dvm.stored_result import AggregateResult, BagResult, plan_stored_result, storage_names
+from python_helpers.dvm.stored_result import AggregateResult, plan_stored_result, storage_names
 from python_helpers.dvm.tree import Aggregate, Distinct, Filter, Join, Project, Recursive, Scan, UnionAll, describe
 from python_helpers.errors import SqlParseError, UnsupportedSql
 from python_helpers.sql.parse import fingerprint, parse_query, source_relations
@@ -446,3 +447,33 @@ def _walk(node):
     yield node
     for c in node.children():
         yield from _walk(c)
+
+
+def test_a_bag_of_comparable_columns_is_met_by_them_without_a_row_id():
+    from python_helpers.dvm.stored_reads import COUNT, ROW_ID
+    from python_helpers.runtime.refresh.attempt import plan_digest
+
+    sql = "select o.id, o.amount, o.status from shop.orders o"
+    names = ["id", "amount", "status"]
+    types = {"__dvm_key_type_0": "bigint", "__dvm_key_type_1": "decimal(12, 2)", "__dvm_key_type_2": "string"}
+    bag = plan_stored_result("m", tree_of(sql), names)
+    # The columns' types are asked of Spark; without them (an earlier release's analysis) a row id.
+    assert [n for n, _ in bag.typed_args()] == list(types)
+    assert bag.match_columns() == [ROW_ID]
+    untyped = plan_digest(bag)
+    bag.arg_types = dict(types)
+    assert bag.storage_columns() == [*names, COUNT] and bag.match_columns() == names
+    full, merge = render(bag.full_sql(ctx(()))), render(bag.merge_sql(ctx(), exp.to_table("s"), {}))
+    assert ROW_ID not in full + merge and "MD5" not in full + merge and "TO_JSON" not in full + merge
+    # Met NULL-safe, as GROUP BY puts NULLs together.
+    assert all(f"_s4.{c} IS NOT DISTINCT FROM _d3.c_{c}_" in merge for c in names), merge
+    # Floating point compares otherwise in delta-rs' MERGE (NaN, -0.0): a row id, as before.
+    floats = plan_stored_result("m", tree_of(sql), names)
+    floats.arg_types = {**types, "__dvm_key_type_1": "double"}
+    assert floats.storage_columns() == [ROW_ID, *names, COUNT] and "MD5(TO_JSON(" in render(floats.full_sql(ctx(())))
+    # The spark engine lists changed rows by one column: a row id, and no types asked.
+    listed = plan_stored_result("m", tree_of(sql), names, None, None, True)
+    assert listed.typed_args() == [] and listed.match_columns() == [ROW_ID]
+    # Another layout is another plan: a bag an earlier release stored with a row id is rebuilt
+    # once, never merged; one that keeps its row id keeps its plan.
+    assert plan_digest(floats) == untyped != plan_digest(bag)

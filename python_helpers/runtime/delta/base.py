@@ -107,12 +107,12 @@ class DeltaEngine(Protocol):
 
     name: str  # "embedded" | "spark"
     conn: Connection
-    # Whether a keyed result whose key is not one integer or string column keeps a row id: the
-    # spark engine names a small change's stored rows by one column (REPLACE WHERE <column> IN
-    # (...): Delta hands that predicate to the table as filters of single columns, which neither
-    # a struct of a key's columns nor a cast of a column is); the embedded engine meets rows by
-    # the key's columns.
-    keyed_row_ids: bool
+    # Whether a result whose rows are not met by one integer or string column (a bag, a key of
+    # other columns) keeps a row id: the spark engine names a small change's stored rows by one
+    # column (REPLACE WHERE <column> IN (...): Delta hands that predicate to the table as filters
+    # of single columns, which neither a struct of columns nor a cast of one is); the embedded
+    # engine meets rows by their own columns.
+    keeps_row_ids: bool
 
     def close(self) -> None:
         """End what the engine opened for the refresh (a session of its own)."""

@@ -115,7 +115,7 @@ class Attempt:
 
     def stored_layout(self, names: list) -> MaintainedResult:
         """The stored-result plan of this attempt's query with output `names` (the one place that
-        hands the model's unique_key and whether the engine keeps keyed row ids to plan_stored_result)."""
+        hands the model's unique_key and whether the engine keeps row ids to plan_stored_result)."""
         assert self.plan.tree is not None, "only a query with an operator tree has a stored layout"
         return plan_stored_result(
             self.model,
@@ -123,7 +123,7 @@ class Attempt:
             list(names),
             self.plan.top_k,
             self.request.unique_key,
-            self.delta.keyed_row_ids,
+            self.delta.keeps_row_ids,
         )
 
     def stored_result_from_meta(self) -> MaintainedResult:

@@ -33,7 +33,7 @@ from python_helpers.runtime.refresh import steps
 
 class EmbeddedDelta:
     name = "embedded"
-    keyed_row_ids = False
+    keeps_row_ids = False
 
     def __init__(self, conn: Connection):
         self.conn = conn

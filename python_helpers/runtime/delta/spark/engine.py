@@ -72,7 +72,7 @@ _CONCURRENT = ("Concurrent", "DELTA_CONCURRENT", "ProtocolChangedException", "Me
 
 class SparkDelta:
     name = "spark"
-    keyed_row_ids = True
+    keeps_row_ids = True
 
     def __init__(self, conn: Connection):
         self.conn = conn
@@ -349,7 +349,7 @@ class SparkDelta:
             try:
                 self.conn.view_of_query(rows_view, sql, materialize=True)
                 # Keys by the one column that matches them: the row id, or a keyed result's key of
-                # one integer or string column (keyed_row_ids).
+                # one integer or string column (keeps_row_ids).
                 key = match[0]
                 keyed = self.conn.rows(
                     f"SELECT {quote(key)}, {quote(ACTION)} FROM {quote(rows_view)} LIMIT {REPLACE_KEYS_MAX + 1}"
