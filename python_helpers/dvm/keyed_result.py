@@ -60,9 +60,6 @@ class KeyedBagResult(BagResult):
     def hidden_columns(self) -> list[str]:
         return []
 
-    def storage_columns(self) -> list[str]:
-        return ([ROW_ID] if self.stores_row_id else []) + list(self.user_columns)
-
     def match_columns(self) -> list[str]:
         return [ROW_ID] if self.stores_row_id else list(self.key_store)
 
