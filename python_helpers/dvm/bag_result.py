@@ -48,6 +48,11 @@ class BagResult(MaintainedResult):
         columns = self.input.columns
         return self.row_ids or not columns or not all(matchable(t) for t in self.key_types(len(columns)))
 
+    @property
+    def grouped(self) -> bool:
+        """One stored row per tuple (else as the rows come: the class text)."""
+        return self.distinct or self.stores_row_id
+
     def hidden_columns(self):
         return [COUNT]
 
@@ -74,7 +79,11 @@ class BagResult(MaintainedResult):
     def full_sql(self, ctx: Context) -> exp.Select:
         cols = self.input.columns
         source = plain(self.input, ctx, "new")
-        named = [alias(col(c), s) for c, s in zip(cols, self.user_columns)] + [alias(exp.Count(this=exp.Star()), COUNT)]
+        named = [alias(col(c), s) for c, s in zip(cols, self.user_columns)]
+        if not self.grouped:
+            one = exp.Cast(this=exp.Literal.number(1), to=exp.DataType.build("bigint"))
+            return select_from(named + [alias(one, COUNT)], sub(source, ctx.alias("b")))
+        named.append(alias(exp.Count(this=exp.Star()), COUNT))
         if self.stores_row_id:
             named.insert(0, alias(row_id(cols), ROW_ID))
         query = select_from(named, sub(source, ctx.alias("b")))
@@ -103,12 +112,53 @@ class BagResult(MaintainedResult):
             on: exp.Expr = exp.EQ(this=col(ROW_ID, s), expression=row_id(cols, dd))
         else:
             touched = touched_storage(ctx, storage, consolidated, lambda t: [col(c, t) for c in cols], match)
+            if not self.grouped:
+                touched = _per_tuple(ctx, touched, match)
+                m.expressions.append(alias(col(STORED_ROWS, s), STORED_ROWS))
             on = matches(match, s, cols, dd)
         m = m.join(sub(touched, s), on=on, join_type="LEFT", copy=False)
         gone = exp.LTE(this=col(COUNT), expression=exp.Literal.number(0))
-        action = exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U"))
+        action: exp.Expr = exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U"))
         out = ([col(ROW_ID)] if self.stores_row_id else []) + [alias(action, ACTION)]
         out += [_cast(col(u), types.get(u)).as_(u) if types.get(u) else col(u) for u in self.user_columns]
         out.append(_cast(col(COUNT), "bigint").as_(COUNT))
         keep = exp.Not(this=exp.and_(gone.copy(), exp.Not(this=col("__dvm_existed"))))
-        return select_from(out, sub(m, ctx.alias("m"))).where(keep, copy=False)
+        query = select_from(out, sub(m, ctx.alias("m"))).where(keep, copy=False)
+        if self.grouped:
+            return query
+        # A tuple stored as several rows that the change keeps: its rows deleted, one inserted.
+        several = exp.and_(
+            exp.GTE(
+                this=exp.Coalesce(this=col(STORED_ROWS), expressions=[exp.Literal.number(0)]),
+                expression=exp.Literal.number(2),
+            ),
+            exp.Not(this=gone.copy()),
+        )
+        both = exp.Array(expressions=[exp.Literal.string("D"), exp.Literal.string("I")])
+        acts = exp.If(this=several, true=both, false=exp.Array(expressions=[action.copy()]))
+        query.expressions[0] = alias(col("__dvm_act"), ACTION)
+        return query.lateral(
+            exp.Lateral(
+                this=exp.Explode(this=acts),
+                view=True,
+                alias=exp.TableAlias(
+                    this=exp.to_identifier(ctx.alias("act")), columns=[exp.to_identifier("__dvm_act")]
+                ),
+            ),
+            copy=False,
+        )
+
+
+# The stored rows of a tuple (a bag stored as its rows come): 2 or more are rewritten as one.
+STORED_ROWS = "__dvm_rows"
+
+
+def _per_tuple(ctx: Context, touched: exp.Expr, match: list) -> exp.Select:
+    """The stored rows a MERGE can match, one per tuple: its count summed, its rows counted."""
+    t = ctx.alias("t")
+    source = touched.copy() if isinstance(touched, exp.Table) else sub(touched, t)
+    return select_from(
+        [col(c) for c in match]
+        + [alias(exp.Sum(this=col(COUNT)), COUNT), alias(exp.Count(this=exp.Star()), STORED_ROWS)],
+        source,
+    ).group_by(*[col(c) for c in match], copy=False)

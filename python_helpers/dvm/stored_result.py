@@ -6,14 +6,16 @@ Three layouts, met by `__dvm_row_id` (md5, or a group key's text) or by their ow
   group key, each aggregate's state (python_helpers.dvm.aggregate_state), `__dvm_count` (rows in
   the group) and `__dvm_having` (the HAVING predicate; groups failing it stay stored, hidden
   by the view, so their state is at hand when they come back).
-* BagResult (dvm/bag_result.py) — anything else: one stored row per distinct tuple with its multiplicity
-  `__dvm_count` (the counting algorithm), met by the tuple's columns; the view repeats a tuple
-  `__dvm_count` times, or shows it once for SELECT DISTINCT / UNION.
+* BagResult (dvm/bag_result.py) — anything else: tuples with their multiplicity `__dvm_count`
+  (the counting algorithm), met by the tuple's columns: stored as the rows come (a tuple may be
+  several rows whose counts add up), or one row per tuple for SELECT DISTINCT / UNION and where
+  a row id is stored; the view repeats a row `__dvm_count` times, or shows a distinct tuple once.
 * KeyedBagResult (dvm/keyed_result.py) — a bag declared unique by `unique_key`: one stored row
   per key, the query's columns alone (as a `table` model), built without grouping.
 
 `full_sql` computes the whole stored table; `merge_sql` computes, for the groups / tuples the
-delta touches, the new stored row and an action ('U' upsert, 'D' delete), leaving out rows
+delta touches, the new stored row and an action ('U' upsert, 'D' delete; 'I', an insert that
+meets no stored row, beside the 'D' of a bag's tuple stored as several rows), leaving out rows
 whose stored value would not change.
 """
 

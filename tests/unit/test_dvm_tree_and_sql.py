@@ -365,6 +365,10 @@ def test_a_keyed_result_stores_the_query_columns_alone_and_meets_stored_rows_by_
     assert keyed.match_columns() == ["status", "id"] and bag.match_columns() == [ROW_ID]
     full, merge = render(keyed.full_sql(ctx(()))), render(keyed.merge_sql(ctx(), exp.to_table("s"), {}))
     assert ROW_ID not in full + merge and "MD5" not in full + merge and "TO_JSON" not in full + merge
+    # Stored as the rows come (a count of 1 each, as a table model writes them); a refresh
+    # rewrites a tuple stored as several rows as one: its rows deleted, one inserted.
+    assert "GROUP BY" not in full and "CAST(1 AS BIGINT) AS __dvm_count" in full, full
+    assert "ARRAY('D', 'I')" in merge and "SUM(__dvm_count)" in merge, merge
     # The stored rows are met by the key's columns, NULL meeting NULL (a GROUP BY keeps NULL keys).
     assert "_st5.status IS NOT DISTINCT FROM _k4.__dvm_key0" in merge
     # The spark engine keeps the text of a key of more columns as a row id (its REPLACE WHERE
@@ -465,12 +469,19 @@ def test_a_bag_of_comparable_columns_is_met_by_them_without_a_row_id():
     assert bag.storage_columns() == [*names, COUNT] and bag.match_columns() == names
     full, merge = render(bag.full_sql(ctx(()))), render(bag.merge_sql(ctx(), exp.to_table("s"), {}))
     assert ROW_ID not in full + merge and "MD5" not in full + merge and "TO_JSON" not in full + merge
+    # Stored as the rows come (a count of 1 each, as a table model writes them); a refresh
+    # rewrites a tuple stored as several rows as one: its rows deleted, one inserted.
+    assert "GROUP BY" not in full and "CAST(1 AS BIGINT) AS __dvm_count" in full, full
+    assert "ARRAY('D', 'I')" in merge and "SUM(__dvm_count)" in merge, merge
     # Met NULL-safe, as GROUP BY puts NULLs together.
     assert all(f"_s4.{c} IS NOT DISTINCT FROM _d3.c_{c}_" in merge for c in names), merge
     # Floating point compares otherwise in delta-rs' MERGE (NaN, -0.0): a row id, as before.
     floats = plan_stored_result("m", tree_of(sql), names)
     floats.arg_types = {**types, "__dvm_key_type_1": "double"}
     assert floats.storage_columns() == [ROW_ID, *names, COUNT] and "MD5(TO_JSON(" in render(floats.full_sql(ctx(())))
+    assert "GROUP BY" in render(floats.full_sql(ctx(()))) and "'I'" not in render(
+        floats.merge_sql(ctx(), exp.to_table("s"), {})
+    )
     # The spark engine lists changed rows by one column: a row id, and no types asked.
     listed = plan_stored_result("m", tree_of(sql), names, None, None, True)
     assert listed.typed_args() == [] and listed.match_columns() == [ROW_ID]

@@ -175,9 +175,11 @@ class DeltaEngine(Protocol):
         phases: Any,
         change_rows: Optional[int] = None,
     ) -> Merged:
-        """Apply the merge rows of `sql` (action 'U' / 'D', `columns`) to the stored result in one
-        commit with `metadata`, each meeting its stored row by the `match` columns (the row id,
-        or a declared key's columns: NULL meets NULL; StoredResult.match_columns); with no `sql`
+        """Apply the merge rows of `sql` (`columns`; action 'U' / 'D', or 'I' for an insert that
+        meets no stored row, which only a bag without row ids has: only where keeps_row_ids is
+        False) to the stored result in one commit with `metadata`, each meeting its stored row
+        by the `match` columns (the row id, or a declared key's columns: NULL meets NULL;
+        StoredResult.match_columns); with no `sql`
         (the change cancelled out) the commit moves the offsets alone. Raises ConcurrentCommit
         as write_full does. `phases` times the parts (delta, merge); `change_rows`: the source
         change rows the refresh read (how it writes may depend on the size)."""

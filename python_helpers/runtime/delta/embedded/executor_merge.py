@@ -83,7 +83,8 @@ def _table(name: str) -> exp.Table:
 
 def _touched_query(stored_ids: str, merge_rows: str, match: list, action: str, broadcast: bool) -> str:
     """Per stored file holding a changed row (by the `match` columns) and per action: how many
-    rows it matches (the merge rows broadcast when few: the stored ids are not shuffled)."""
+    rows it matches (the merge rows broadcast when few: the stored ids are not shuffled). An
+    insert ('I') meets no stored row."""
     ids = exp.select(
         alias(exp.Anonymous(this="input_file_name", expressions=[]), "__dvm_file"), *[col(c) for c in match]
     ).from_(_table(stored_ids))
@@ -94,7 +95,7 @@ def _touched_query(stored_ids: str, merge_rows: str, match: list, action: str, b
         .from_(sub(ids, "s"))
         .join(
             exp.alias_(_table(merge_rows), "m", table=True),
-            on=matches(match, "s", match, "m"),
+            on=_meets(match, action),
             join_type="INNER",
         )
         .group_by(col("__dvm_file", "s"), col(action, "m"))
@@ -111,12 +112,13 @@ def _hinted(query: exp.Select, hint: str) -> str:
 def _rewrite_query(
     touched: Optional[str], merge_rows: str, names: list, types: dict, match: list, action: str, broadcast: bool
 ) -> str:
-    """The touched files' rows that the change leaves, then every upsert, in the stored types."""
+    """The touched files' rows that the change leaves, then every upsert and insert, in the
+    stored types."""
     typed = [alias(exp.Cast(this=col(n, "m"), to=exp.DataType.build(types[n], dialect="spark")), n) for n in names]
     upserts = (
         exp.select(*typed)
         .from_(exp.alias_(_table(merge_rows), "m", table=True))
-        .where(exp.EQ(this=col(action, "m"), expression=exp.Literal.string("U")))
+        .where(exp.NEQ(this=col(action, "m"), expression=exp.Literal.string("D")))
     )
     # The upserts as one file, not one per partition of the merge rows (a shuffle of the
     # upserts alone; coalescing the merge rows' view would run the delta query's last stage
@@ -129,12 +131,18 @@ def _rewrite_query(
         .from_(exp.alias_(_table(touched), "s", table=True))
         .join(
             exp.alias_(_table(merge_rows), "m", table=True),
-            on=matches(match, "s", match, "m"),
+            on=_meets(match, action),
             join_type="LEFT ANTI",
         )
     )
     kept_sql = _hinted(kept, "BROADCAST(m)") if broadcast else render(kept)
     return f"{kept_sql} UNION ALL {upserts_sql}"
+
+
+def _meets(match: list, action: str) -> exp.Expr:
+    """A stored row `s` meets a merge row `m` by the `match` columns, unless `m` is an insert."""
+    insert = exp.EQ(this=col(action, "m"), expression=exp.Literal.string("I"))
+    return exp.and_(matches(match, "s", match, "m"), exp.Not(this=insert))
 
 
 def _relative(spark_path: str, by_text: dict, depth: int) -> Optional[str]:
@@ -159,7 +167,7 @@ def merge(
     action: str,
     table: Any,
 ) -> Merged:
-    """Apply the merge rows of `sql` (action 'U'/'D', the stored columns; each meets its stored
+    """Apply the merge rows of `sql` (action 'U'/'D'/'I', the stored columns; each meets its stored
     row by the `match` columns, Delta.merge) to the stored result at `target` as it was at
     `read_version` (`table`: opened there by `applies_to`), in one commit with `metadata`."""
     schema = tables.arrow_schema(table)
@@ -169,7 +177,7 @@ def merge(
     try:
         with phases("delta"):
             conn.view_of_query(merge_rows, sql, materialize=True)
-            counted = conn.rows(f"SELECT count(*), count_if(`{action}` = 'U') FROM `{merge_rows}`")  # noqa: S608
+            counted = conn.rows(f"SELECT count(*), count_if(`{action}` <> 'D') FROM `{merge_rows}`")  # noqa: S608
         total, upserts = (int(v or 0) for v in counted[0])
         steps.reached("delta_computed")
         with phases("merge"):
