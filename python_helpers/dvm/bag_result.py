@@ -1,6 +1,6 @@
 """The bag layout: the result of a tree without an aggregate at its root and without a declared
-key (stored_result.py's module text), one stored row per distinct tuple with its multiplicity.
-Chosen by stored_result.plan_stored_result."""
+key (stored_result.py's module text): tuples with their multiplicities, as the rows come or one
+stored row per tuple (BagResult.grouped). Chosen by stored_result.plan_stored_result."""
 
 from __future__ import annotations
 

@@ -115,8 +115,8 @@ class EmbeddedDelta:
                 merged = Merged(0)
             else:
                 done = storage.merge_rows(target, data, columns, match, ACTION, metadata, read_version) or {}
-                # What the MERGE did to the stored rows (one per group, or per distinct row with
-                # its multiplicity): delta-rs counts them as it applies them.
+                # What the MERGE did to the stored rows (one per group, per key, or per tuple or
+                # part of one with its multiplicity): delta-rs counts them as it applies them.
                 merged = Merged(
                     data.num_rows,
                     inserted=int(done.get("num_target_rows_inserted", 0)),
