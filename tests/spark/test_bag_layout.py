@@ -1,6 +1,7 @@
 """A bag met by its columns is stored as its rows come (bag_result.py): a tuple the source holds
-several times is several stored rows after a full build, and a refresh that changes such a
-tuple deletes its rows and inserts one with their counts added up ('D' beside 'I').
+several times is several stored rows after a full build; a refresh adds a row for a tuple the
+change adds to ('I': a change of only added rows is an append), and a tuple it takes from that
+is stored as several rows becomes one ('D' beside 'I').
 
 Real refreshes on real Delta tables, through delta-rs' MERGE in the dbt process and through the
 executors' rewrite (the two ways the embedded engine applies a change), each compared with the
@@ -8,6 +9,8 @@ recompute, and a stream table reading the bag (its counts as weights) compared w
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -60,28 +63,46 @@ def test_a_tuple_stored_as_several_rows_is_rewritten_as_one(env, monkeypatch, pa
             S.DeleteWhere("t", "id", 1),  # (1, 10): three rows, two left
             S.UpdateWhere("t", "id", 4, {"v": 21}),  # (2, 20): two rows, one left; (2, 21) is new
             S.DeleteWhere("t", "id", 6),  # (3, 30): its one row goes
-            S.Insert("t", [S.row(None, k=None, v=40)]),  # (NULL, 40): two rows, three now
+            S.Insert("t", [S.row(None, k=None, v=40)]),  # (NULL, 40): one more, inserted as a row
         ]
     )
-    result = bag.refresh(expect="differential")
-    bag.check()
-    assert _stored(env, bag) == {(1, 10): [2], (2, 20): [1], (2, 21): [1], (None, 40): [3]}
-    counters = result.counters
-    # Stored rows: 3 + 2 + 2 deleted and (3, 30); 3 rewritten tuples and (2, 21) inserted.
-    assert (counters["rows_inserted"], counters["rows_updated"], counters["rows_deleted"]) == (4, 0, 8), counters
-    down.refresh(expect="differential")
-    down.check()
+    _refresh(bag, down, (4, 0, 6))  # 3 + 2 + 1 stored rows deleted; 2 rewritten tuples, 2 added
+    assert _stored(env, bag) == {(1, 10): [2], (2, 20): [1], (2, 21): [1], (None, 40): [1, 1, 1]}
 
-    # Now one row each: a tuple's last copies go, another one gains one (updated in place).
-    env.apply([S.DeleteWhere("t", "k", 1), S.Insert("t", [S.row(None, k=2, v=21)])])
-    result = bag.refresh(expect="differential")
+    # One of (1, 10)'s two, now one stored row: updated in place; (2, 21) gains a row.
+    env.apply([S.DeleteWhere("t", "id", 2), S.Insert("t", [S.row(None, k=2, v=21)])])
+    _refresh(bag, down, (1, 1, 0))
+    assert _stored(env, bag) == {(1, 10): [1], (2, 20): [1], (2, 21): [1, 1], (None, 40): [1, 1, 1]}
+
+    # (1, 10)'s last row goes; (NULL, 40)'s three rows become one of 2.
+    env.apply([S.DeleteWhere("t", "id", 3), S.DeleteWhere("t", "id", 7)])
+    _refresh(bag, down, (1, 0, 4))
+    assert _stored(env, bag) == {(2, 20): [1], (2, 21): [1, 1], (None, 40): [2]}
+
+    # Only added rows: an append, no stored file read or rewritten.
+    env.apply([S.Insert("t", [S.row(None, k=2, v=20), S.row(None, k=5, v=50)])])
+    counters = _refresh(bag, down, (2, 0, 0))
+    assert _stored(env, bag) == {(2, 20): [1, 1], (2, 21): [1, 1], (None, 40): [2], (5, 50): [1]}
+    assert counters.get("files_rewritten", 0) == 0, counters
+    assert bool(counters.get("merged_by_executors")) == (path == "executors")
+    if path == "delta_rs":
+        assert _last_operation(env, bag) == "WRITE"
+
+
+def _refresh(bag, down, counts: tuple) -> dict:
+    """Refresh the bag and the stream table over it, each checked against its recompute; the
+    bag's stored rows (inserted, updated, deleted) as `counts`."""
+    counters = bag.refresh(expect="differential").counters
     bag.check()
-    assert _stored(env, bag) == {(2, 20): [1], (2, 21): [2], (None, 40): [3]}
-    counters = result.counters
-    assert (counters["rows_inserted"], counters["rows_updated"], counters["rows_deleted"]) == (0, 1, 1), counters
+    assert (counters["rows_inserted"], counters["rows_updated"], counters["rows_deleted"]) == counts, counters
     down.refresh(expect="differential")
     down.check()
-    assert bool(counters.get("merged_by_executors")) == (path == "executors")
+    return counters
+
+
+def _last_operation(env, stream) -> str:
+    table = tables.table_at(storage_path(env.spark, env.target, stream.identifier))
+    return table.history(1)[0]["operation"]
 
 
 def test_a_distinct_result_stays_one_row_per_tuple(env):
@@ -93,3 +114,39 @@ def test_a_distinct_result_stays_one_row_per_tuple(env):
     distinct.refresh(expect="differential")
     distinct.check()
     assert _stored(env, distinct) == {(1, 10): [2], (2, 20): [2], (3, 30): [2], (None, 40): [2]}
+
+
+def test_a_change_of_only_added_rows_does_not_read_the_stored_rows(env, monkeypatch):
+    """Each stored file is swapped for one that is not parquet while the refresh runs: a change
+    that only adds rows is appended without Spark reading them; one that takes a row away reads
+    them (and fails here, nothing written)."""
+    from python_helpers.runtime.refresh import differential
+
+    monkeypatch.setattr(differential, "RESTRICT_STORAGE_BYTES", 0)  # as for a large stored result
+    env.source("t", ROWS)
+    bag = env.stream("bag", "SELECT k, v FROM {src}.t")
+    bag.refresh(expect="full")
+    root = storage_path(env.spark, env.target, bag.identifier).removeprefix("file:")
+    stored = tables.table_at(root)
+    files = [os.path.join(root, p) for p in tables.add_actions(stored).column("path").to_pylist()]
+
+    def refresh_without_stored_rows(expect):
+        for f in files:
+            os.rename(f, f + ".kept")
+            with open(f, "wb") as out:
+                out.write(b"not parquet" * 100)
+        try:
+            return bag.refresh(expect=expect)
+        finally:
+            for f in files:
+                os.replace(f + ".kept", f)
+
+    env.apply([S.Insert("t", [S.row(None, k=1, v=10), S.row(None, k=9, v=90)])])
+    result = refresh_without_stored_rows("differential")
+    assert result.counters["rows_inserted"] == 2
+    env.apply([S.DeleteWhere("t", "id", 1)])
+    with pytest.raises(Exception) as failed:  # noqa: B017 - Spark's own, for a file that is not parquet
+        refresh_without_stored_rows("differential")
+    assert "FAILED_READ_FILE" in str(failed.value) and os.path.basename(files[0]) in str(failed.value)
+    bag.refresh(expect="differential")
+    bag.check()

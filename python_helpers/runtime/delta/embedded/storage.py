@@ -144,10 +144,24 @@ def merge_rows(
     """
     table = DeltaTable(paths.for_delta_rs(path), version=read_version)
     rows = _like_target(rows, table)
+    inserts = pc.equal(rows.column(action), "I")
+    if pc.all(inserts).as_py():
+        # Only inserts (a bag's added rows): an append, which reads no stored file.
+        try:
+            write_deltalake(
+                table,
+                rows.select(columns),
+                mode="append",
+                writer_properties=_writer(),
+                commit_properties=_commit(metadata, read_version),
+            )
+        except CommitFailedError as err:
+            raise _concurrent(err) from None
+        return {"num_target_rows_inserted": rows.num_rows}
     quoted = {c: _quoted(c) for c in columns + list(match) + [action]}
     updates = {quoted[c]: f"s.{quoted[c]}" for c in columns}
     predicate = _matches(match, quoted)
-    if pc.any(pc.equal(rows.column(action), "I")).as_py():
+    if pc.any(inserts).as_py():
         # Only a bag stored as its rows come has them (bag_result.py): the condition is longer
         # for no other result.
         predicate = f"({predicate}) AND s.{quoted[action]} <> 'I'"
