@@ -64,6 +64,35 @@ def test_merge_loses_to_a_concurrent_offsets_only_commit(tmp_path):
     assert storage.read_metadata(path)["offsets"]["s.t"]["version"] == 6
 
 
+def _append(path, read_version, row_id, value, offset):
+    """A bag's refresh whose change only added rows: its merge rows are all inserts ('I')."""
+    rows = pa.table({"__dvm_row_id": [row_id], "v": [value], "__dvm_action": ["I"]})
+    return storage.merge_rows(
+        path,
+        rows,
+        ["__dvm_row_id", "v"],
+        ["v"],
+        "__dvm_action",
+        {"offsets": {"s.t": {"version": offset}}},
+        read_version,
+    )
+
+
+def test_an_append_of_inserts_commits_with_the_offsets_and_loses_to_a_rival(tmp_path):
+    path = _built(tmp_path)
+    read = storage.read_metadata(path)["read_version"]
+    assert _append(path, read, "a", 1, offset=4) == {"num_target_rows_inserted": 1}
+    assert storage.read_metadata(path)["offsets"]["s.t"]["version"] == 4
+    assert storage.open_table(path).history(1)[0]["operation"] == "WRITE"  # no MERGE
+    # Two refreshes that read the same version: the second append loses, nothing written.
+    read = storage.read_metadata(path)["read_version"]
+    _append(path, read, "c", 3, offset=5)
+    with pytest.raises(storage.ConcurrentCommit):
+        _append(path, read, "d", 4, offset=6)
+    assert storage.read_metadata(path)["offsets"]["s.t"]["version"] == 5
+    assert sorted(storage.open_table(path).to_pyarrow_table().column("v").to_pylist()) == [1, 1, 2, 3]
+
+
 def test_full_rewrite_loses_to_any_refresh_commit_since_its_read(tmp_path):
     path = _built(tmp_path)
     read = storage.read_metadata(path)["read_version"]

@@ -177,8 +177,10 @@ def merge(
     try:
         with phases("delta"):
             conn.view_of_query(merge_rows, sql, materialize=True)
-            counted = conn.rows(f"SELECT count(*), count_if(`{action}` <> 'D') FROM `{merge_rows}`")  # noqa: S608
-        total, upserts = (int(v or 0) for v in counted[0])
+            counted = conn.rows(
+                f"SELECT count(*), count_if(`{action}` <> 'D'), count_if(`{action}` = 'I') FROM `{merge_rows}`"  # noqa: S608
+            )
+        total, upserts, inserts = (int(v or 0) for v in counted[0])
         steps.reached("delta_computed")
         with phases("merge"):
             steps.reached("merging")
@@ -191,13 +193,17 @@ def merge(
             sizes = dict(zip(log_paths, actions.column("size_bytes").to_pylist()))
             live_paths = dict(zip(log_paths, tables.file_paths(table, target)))
             state = tables.state_of(table, target)
-            tables.bind_files(conn, stored_ids, state, table, list(live_paths.values()), columns=list(match))
             matched: dict = {}
             touched: dict = {}  # the touched files' log paths, in the order Spark named them
             by_text = {unquote(p): p for p in log_paths}
             depth = max((t.count("/") + 1 for t in by_text), default=1)
             broadcast = total <= BROADCAST_MAX_ROWS
-            for file, what, n in conn.rows(_touched_query(stored_ids, merge_rows, match, action, broadcast)):
+            # Only inserts (a bag's added rows) meet no stored row: no stored file is read.
+            found = []
+            if inserts < total:
+                tables.bind_files(conn, stored_ids, state, table, list(live_paths.values()), columns=list(match))
+                found = conn.rows(_touched_query(stored_ids, merge_rows, match, action, broadcast))
+            for file, what, n in found:
                 rel = _relative(str(file), by_text, depth)
                 if rel is None:
                     raise RuntimeError(f"a stored file Spark read is not in the log at version {read_version}: {file}")
