@@ -33,13 +33,15 @@ def _built(tmp_path):
     return path
 
 
-def _upsert(path, read_version, row_id, value, offset):
-    rows = pa.table({"__dvm_row_id": [row_id], "v": [value], "__dvm_action": ["U"]})
-    storage.merge_rows(
+def _upsert(path, read_version, row_id, value, offset, action="U", match=("__dvm_row_id",)):
+    """One merge row applied, `action` 'U' (met by the row id), or 'I': an insert, as a bag's
+    refresh whose change only added rows has (met by nothing)."""
+    rows = pa.table({"__dvm_row_id": [row_id], "v": [value], "__dvm_action": [action]})
+    return storage.merge_rows(
         path,
         rows,
         ["__dvm_row_id", "v"],
-        ["__dvm_row_id"],
+        list(match),
         "__dvm_action",
         {"offsets": {"s.t": {"version": offset}}},
         read_version,
@@ -65,17 +67,7 @@ def test_merge_loses_to_a_concurrent_offsets_only_commit(tmp_path):
 
 
 def _append(path, read_version, row_id, value, offset):
-    """A bag's refresh whose change only added rows: its merge rows are all inserts ('I')."""
-    rows = pa.table({"__dvm_row_id": [row_id], "v": [value], "__dvm_action": ["I"]})
-    return storage.merge_rows(
-        path,
-        rows,
-        ["__dvm_row_id", "v"],
-        ["v"],
-        "__dvm_action",
-        {"offsets": {"s.t": {"version": offset}}},
-        read_version,
-    )
+    return _upsert(path, read_version, row_id, value, offset, action="I", match=("v",))
 
 
 def test_an_append_of_inserts_commits_with_the_offsets_and_loses_to_a_rival(tmp_path):
