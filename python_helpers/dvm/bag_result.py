@@ -10,7 +10,17 @@ from typing import Optional
 from sqlglot import exp
 
 from python_helpers.dvm.differentiate import delta, plain
-from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, repeat_rows, row_id, select_from, sub
+from python_helpers.dvm.sqlgen import (
+    Context,
+    alias,
+    col,
+    consolidate,
+    explode_into,
+    repeat_rows,
+    row_id,
+    select_from,
+    sub,
+)
 from python_helpers.dvm.stored_reads import ACTION, COUNT, ROW_ID, delta_once, matches, touched_storage
 from python_helpers.dvm.stored_result import KEY_TYPE, MaintainedResult, _cast
 from python_helpers.dvm.tree import WEIGHT, Node
@@ -136,6 +146,8 @@ class BagResult(MaintainedResult):
         m = m.join(sub(touched, s), on=on, join_type="LEFT", copy=False)
         gone = exp.LTE(this=col(COUNT), expression=exp.Literal.number(0))
         action: exp.Expr = exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U"))
+        if not self.grouped:
+            action = col(ACTS)  # one or two per tuple (below)
         out = ([col(ROW_ID)] if self.stores_row_id else []) + [alias(action, ACTION)]
         out += [_cast(col(u), types.get(u)).as_(u) if types.get(u) else col(u) for u in self.user_columns]
         out.append(_cast(col(COUNT), "bigint").as_(COUNT))
@@ -153,21 +165,12 @@ class BagResult(MaintainedResult):
             ],
             default=_actions("U"),
         )
-        query.expressions[0] = alias(col("__dvm_act"), ACTION)
-        return query.lateral(
-            exp.Lateral(
-                this=exp.Explode(this=acts),
-                view=True,
-                alias=exp.TableAlias(
-                    this=exp.to_identifier(ctx.alias("act")), columns=[exp.to_identifier("__dvm_act")]
-                ),
-            ),
-            copy=False,
-        )
+        return explode_into(query, acts, ctx.alias("act"), ACTS)
 
 
 # The stored rows of a tuple (a bag stored as its rows come): 2 or more are rewritten as one.
 STORED_ROWS = "__dvm_rows"
+ACTS = "__dvm_act"  # one of a tuple's actions
 
 
 def _actions(*names: str) -> exp.Array:

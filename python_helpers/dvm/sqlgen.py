@@ -90,12 +90,19 @@ def weight(table: Optional[str] = None) -> exp.Column:
 def repeat_rows(query: exp.Select, times: exp.Expr, name: str) -> exp.Select:
     """Each row of `query` repeated `times` times (a LATERAL VIEW over explode(sequence(1, n)),
     `name` aliasing it): for consumers that take multiplicity as repeated rows."""
-    gen = exp.Explode(this=exp.Anonymous(this="sequence", expressions=[exp.Literal.number(1), times]))
+    return explode_into(
+        query, exp.Anonymous(this="sequence", expressions=[exp.Literal.number(1), times]), name, "__dvm_n"
+    )
+
+
+def explode_into(query: exp.Select, array: exp.Expr, name: str, column: str) -> exp.Select:
+    """Each row of `query` once per element of `array`, the element as `column` (a LATERAL VIEW
+    over explode, `name` aliasing it)."""
     return query.lateral(
         exp.Lateral(
-            this=gen,
+            this=exp.Explode(this=array),
             view=True,
-            alias=exp.TableAlias(this=exp.to_identifier(name), columns=[exp.to_identifier("__dvm_n")]),
+            alias=exp.TableAlias(this=exp.to_identifier(name), columns=[exp.to_identifier(column)]),
         ),
         copy=False,
     )

@@ -147,16 +147,7 @@ def merge_rows(
     inserts = pc.equal(rows.column(action), "I")
     if pc.all(inserts).as_py():
         # Only inserts (a bag's added rows): an append, which reads no stored file.
-        try:
-            write_deltalake(
-                table,
-                rows.select(columns),
-                mode="append",
-                writer_properties=_writer(),
-                commit_properties=_commit(metadata, read_version),
-            )
-        except CommitFailedError as err:
-            raise _concurrent(err) from None
+        _append(table, rows.select(columns), metadata, read_version)
         return {"num_target_rows_inserted": rows.num_rows}
     quoted = {c: _quoted(c) for c in columns + list(match) + [action]}
     updates = {quoted[c]: f"s.{quoted[c]}" for c in columns}
@@ -213,9 +204,21 @@ def commit_offsets_only(path: str, metadata: dict, read_version: int) -> None:
     """Advance the offsets when the change touched no stored row: an empty commit that still
     conflicts with any other refresh commit since `read_version` (its application transaction)."""
     table = DeltaTable(paths.for_delta_rs(path), version=read_version)
-    empty = arrow_schema(table).empty_table()
+    _append(table, arrow_schema(table).empty_table(), metadata, read_version)
+
+
+def _append(table: DeltaTable, rows: pa.Table, metadata: dict, read_version: int) -> None:
+    """Append `rows` (the stored columns, none for a commit of the offsets alone) in one commit
+    with the offsets, which fails with ConcurrentCommit after any other refresh commit since
+    `read_version` (the application transaction)."""
     try:
-        write_deltalake(table, empty, mode="append", commit_properties=_commit(metadata, read_version))
+        write_deltalake(
+            table,
+            rows,
+            mode="append",
+            writer_properties=_writer(),
+            commit_properties=_commit(metadata, read_version),
+        )
     except CommitFailedError as err:
         raise _concurrent(err) from None
 
