@@ -9,7 +9,9 @@ from typing import Optional
 
 from sqlglot import exp
 
+from python_helpers.dvm import merge_actions as actions
 from python_helpers.dvm.differentiate import delta, plain
+from python_helpers.dvm.merge_actions import DELETE, INSERT, UPSERT
 from python_helpers.dvm.sqlgen import (
     Context,
     alias,
@@ -145,7 +147,7 @@ class BagResult(MaintainedResult):
             on = exp.and_(matches(match, s, cols, dd), losing)
         m = m.join(sub(touched, s), on=on, join_type="LEFT", copy=False)
         gone = exp.LTE(this=col(COUNT), expression=exp.Literal.number(0))
-        action: exp.Expr = exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U"))
+        action: exp.Expr = exp.If(this=gone, true=actions.literal(DELETE), false=actions.literal(UPSERT))
         if not self.grouped:
             action = col(ACTS)  # one or two per tuple (below)
         out = ([col(ROW_ID)] if self.stores_row_id else []) + [alias(action, ACTION)]
@@ -157,13 +159,15 @@ class BagResult(MaintainedResult):
             return query
         # A gaining tuple: an insert. A losing one: gone ('D'), one stored row updated ('U'), or
         # its several stored rows deleted beside an insert of what is left.
+        gains = exp.GT(this=col(WEIGHT), expression=exp.Literal.number(0))
+        several = exp.GTE(this=col(STORED_ROWS), expression=exp.Literal.number(2))
         acts = exp.Case(
             ifs=[
-                exp.If(this=exp.GT(this=col(WEIGHT), expression=exp.Literal.number(0)), true=_actions("I")),
-                exp.If(this=gone.copy(), true=_actions("D")),
-                exp.If(this=exp.GTE(this=col(STORED_ROWS), expression=exp.Literal.number(2)), true=_actions("D", "I")),
+                exp.If(this=gains, true=actions.array(INSERT)),
+                exp.If(this=gone.copy(), true=actions.array(DELETE)),
+                exp.If(this=several, true=actions.array(DELETE, INSERT)),
             ],
-            default=_actions("U"),
+            default=actions.array(UPSERT),
         )
         return explode_into(query, acts, ctx.alias("act"), ACTS)
 
@@ -171,10 +175,6 @@ class BagResult(MaintainedResult):
 # The stored rows of a tuple (a bag stored as its rows come): 2 or more are rewritten as one.
 STORED_ROWS = "__dvm_rows"
 ACTS = "__dvm_act"  # one of a tuple's actions
-
-
-def _actions(*names: str) -> exp.Array:
-    return exp.Array(expressions=[exp.Literal.string(n) for n in names])
 
 
 def _per_tuple(ctx: Context, touched: exp.Expr, match: list) -> exp.Select:

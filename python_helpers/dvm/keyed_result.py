@@ -7,6 +7,7 @@ from sqlglot import exp
 
 from python_helpers.dvm.bag_result import BagResult
 from python_helpers.dvm.differentiate import delta, plain
+from python_helpers.dvm.merge_actions import DELETE, UPSERT, literal
 from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, plain_key_id, row_id, select_from, sub
 from python_helpers.dvm.stored_reads import ACTION, ROW_ID, delta_once, matches, touched_storage
 from python_helpers.dvm.stored_result import KEY_TYPE, _cast
@@ -139,9 +140,9 @@ class KeyedBagResult(BagResult):
         action = exp.Case(
             ifs=[
                 exp.If(this=broken, true=exp.Cast(this=self._violation(), to=exp.DataType.build("string"))),
-                exp.If(this=exp.EQ(this=gains.copy(), expression=one.copy()), true=exp.Literal.string("U")),
+                exp.If(this=exp.EQ(this=gains.copy(), expression=one.copy()), true=literal(UPSERT)),
             ],
-            default=exp.Literal.string("D"),
+            default=literal(DELETE),
         )
         out = ([col(ROW_ID, k)] if self.stores_row_id else []) + [alias(action, ACTION)]
         for v, u in zip(values, self.user_columns):

@@ -29,6 +29,7 @@ from sqlglot import exp
 
 from python_helpers.dvm import aggregate_state as state
 from python_helpers.dvm.differentiate import delta, plain
+from python_helpers.dvm.merge_actions import DELETE, UPSERT, literal
 from python_helpers.dvm.restrict import restricted
 from python_helpers.dvm.sqlgen import (
     Context,
@@ -294,7 +295,7 @@ class AggregateResult(MaintainedResult):
         finished = self._finish(merged, ctx, types)
         finished.expressions.extend([col("__dvm_existed"), col("__dvm_old_digest")])
         gone = exp.LTE(this=col(COUNT, f), expression=exp.Literal.number(0)) if self.keyed else exp.false()
-        action = exp.If(this=gone, true=exp.Literal.string("D"), false=exp.Literal.string("U"))
+        action = exp.If(this=gone, true=literal(DELETE), false=literal(UPSERT))
         outs = [col(ROW_ID, f), alias(action, ACTION)] + [col(c, f) for c in self.storage_columns()[1:]]
         # The new row's columns carry the stored types (cast in _finish), so equal values give
         # equal JSON; the only values that differ in JSON but compare equal (-0.0 and 0.0) cost

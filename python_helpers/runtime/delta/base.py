@@ -175,9 +175,9 @@ class DeltaEngine(Protocol):
         phases: Any,
         change_rows: Optional[int] = None,
     ) -> Merged:
-        """Apply the merge rows of `sql` (`columns`; action 'U' / 'D', or 'I' for an insert that
-        meets no stored row, which only a bag without row ids has: only where keeps_row_ids is
-        False) to the stored result in one commit with `metadata`, each meeting its stored row
+        """Apply the merge rows of `sql` (`columns`; their actions: dvm/merge_actions.py, whose
+        INSERT only a bag without row ids asks for: only where keeps_row_ids is False) to the
+        stored result in one commit with `metadata`, each meeting its stored row
         by the `match` columns (the row id, or a declared key's columns: NULL meets NULL;
         StoredResult.match_columns); with no `sql`
         (the change cancelled out) the commit moves the offsets alone. Raises ConcurrentCommit

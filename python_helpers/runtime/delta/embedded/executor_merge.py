@@ -34,6 +34,7 @@ from urllib.parse import unquote
 from deltalake.transaction import RemoveAction
 from sqlglot import exp
 
+from python_helpers.dvm.merge_actions import DELETE, INSERT, UPSERT, is_
 from python_helpers.dvm.sqlgen import alias, col, render, sub
 from python_helpers.dvm.stored_reads import matches
 from python_helpers.runtime import paths
@@ -118,7 +119,7 @@ def _rewrite_query(
     upserts = (
         exp.select(*typed)
         .from_(exp.alias_(_table(merge_rows), "m", table=True))
-        .where(exp.NEQ(this=col(action, "m"), expression=exp.Literal.string("D")))
+        .where(exp.Not(this=is_(DELETE, col(action, "m"))))
     )
     # The upserts as one file, not one per partition of the merge rows (a shuffle of the
     # upserts alone; coalescing the merge rows' view would run the delta query's last stage
@@ -141,8 +142,7 @@ def _rewrite_query(
 
 def _meets(match: list, action: str) -> exp.Expr:
     """A stored row `s` meets a merge row `m` by the `match` columns, unless `m` is an insert."""
-    insert = exp.EQ(this=col(action, "m"), expression=exp.Literal.string("I"))
-    return exp.and_(matches(match, "s", match, "m"), exp.Not(this=insert))
+    return exp.and_(matches(match, "s", match, "m"), exp.Not(this=is_(INSERT, col(action, "m"))))
 
 
 def _relative(spark_path: str, by_text: dict, depth: int) -> Optional[str]:
@@ -178,7 +178,8 @@ def merge(
         with phases("delta"):
             conn.view_of_query(merge_rows, sql, materialize=True)
             counted = conn.rows(
-                f"SELECT count(*), count_if(`{action}` <> 'D'), count_if(`{action}` = 'I') FROM `{merge_rows}`"  # noqa: S608
+                f"SELECT count(*), count_if(`{action}` <> '{DELETE}'), count_if(`{action}` = '{INSERT}') "  # noqa: S608
+                f"FROM `{merge_rows}`"
             )
         total, upserts, inserts = (int(v or 0) for v in counted[0])
         steps.reached("delta_computed")
@@ -239,7 +240,7 @@ def merge(
                 files.remove(where)  # named by no commit (a rival's commit stands, or none was made)
                 raise
             steps.reached("committed")
-            updated, deleted = matched.get("U", 0), matched.get("D", 0)
+            updated, deleted = matched.get(UPSERT, 0), matched.get(DELETE, 0)
             return Merged(total, upserts - updated, updated, deleted, len(touched), by_executors=True)
     finally:
         for name in (merge_rows, stored_ids, touched_view):

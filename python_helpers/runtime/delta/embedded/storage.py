@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
+from python_helpers.dvm.merge_actions import DELETE, INSERT, UPSERT
 from python_helpers.dvm.stored_reads import ROW_ID, null_safe
 from python_helpers.runtime import paths
 from python_helpers.runtime.delta import metadata as metadata_format
@@ -144,7 +145,7 @@ def merge_rows(
     """
     table = DeltaTable(paths.for_delta_rs(path), version=read_version)
     rows = _like_target(rows, table)
-    inserts = pc.equal(rows.column(action), "I")
+    inserts = pc.equal(rows.column(action), INSERT)
     if pc.all(inserts).as_py():
         # Only inserts (a bag's added rows): an append, which reads no stored file.
         _append(table, rows.select(columns), metadata, read_version)
@@ -155,7 +156,7 @@ def merge_rows(
     if pc.any(inserts).as_py():
         # Only a bag stored as its rows come has them (bag_result.py): the condition is longer
         # for no other result.
-        predicate = f"({predicate}) AND s.{quoted[action]} <> 'I'"
+        predicate = f"({predicate}) AND s.{quoted[action]} <> '{INSERT}'"
     merger = table.merge(
         source=rows,
         predicate=predicate,
@@ -165,9 +166,9 @@ def merge_rows(
         commit_properties=_commit(metadata, read_version),
     )
     merger = (
-        merger.when_matched_delete(predicate=f"s.{quoted[action]} = 'D'")
-        .when_matched_update(updates=updates, predicate=f"s.{quoted[action]} = 'U'")
-        .when_not_matched_insert(updates=updates, predicate=f"s.{quoted[action]} <> 'D'")
+        merger.when_matched_delete(predicate=f"s.{quoted[action]} = '{DELETE}'")
+        .when_matched_update(updates=updates, predicate=f"s.{quoted[action]} = '{UPSERT}'")
+        .when_not_matched_insert(updates=updates, predicate=f"s.{quoted[action]} <> '{DELETE}'")
     )
     try:
         return merger.execute()

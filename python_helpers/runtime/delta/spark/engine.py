@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import pyarrow as pa
 
+from python_helpers.dvm.merge_actions import DELETE
 from python_helpers.runtime.catalog.views import quote
 from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta import base, locations
@@ -377,7 +378,7 @@ class SparkDelta:
         if not keyed:
             return Merged(0)
         if by_keys:
-            deletes = sum(1 for _, action in keyed if action == "D")
+            deletes = sum(1 for _, action in keyed if action == DELETE)
             return _replaced(self._newest, upserts=len(keyed) - deletes, deletes=deletes)
         return _merged(self._newest)
 

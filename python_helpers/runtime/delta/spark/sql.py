@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from python_helpers.dvm.merge_actions import DELETE, UPSERT
 from python_helpers.dvm.sqlgen import render
 from python_helpers.dvm.stored_reads import matches
 from python_helpers.runtime.catalog.views import quote
@@ -90,9 +91,9 @@ def merge(path: str, query: str, columns: list, match: list, action: str) -> str
     on = render(matches(match, "t", match, "s"))
     return (
         f"MERGE INTO {by_path(path)} AS t USING ({query}) AS s ON {on} "
-        f"WHEN MATCHED AND s.{act} = 'D' THEN DELETE "
-        f"WHEN MATCHED AND s.{act} = 'U' THEN UPDATE SET {sets} "
-        f"WHEN NOT MATCHED AND s.{act} = 'U' THEN INSERT ({names}) VALUES ({values})"
+        f"WHEN MATCHED AND s.{act} = '{DELETE}' THEN DELETE "
+        f"WHEN MATCHED AND s.{act} = '{UPSERT}' THEN UPDATE SET {sets} "
+        f"WHEN NOT MATCHED AND s.{act} = '{UPSERT}' THEN INSERT ({names}) VALUES ({values})"
     )
 
 
@@ -111,7 +112,7 @@ def replace_keys(path: str, rows_view: str, keys: list, columns: list, key: str,
     listed = ", ".join(string(k) if isinstance(k, str) else str(int(k)) for k in keys)
     return (
         f"INSERT INTO {by_path(path)} REPLACE WHERE {quote(key)} IN ({listed}) "
-        f"SELECT {names} FROM {quote(rows_view)} WHERE {quote(action)} = 'U'"
+        f"SELECT {names} FROM {quote(rows_view)} WHERE {quote(action)} = '{UPSERT}'"
     )
 
 
