@@ -9,9 +9,8 @@ from typing import Optional
 
 from sqlglot import exp
 
-from python_helpers.dvm import merge_actions as actions
 from python_helpers.dvm.differentiate import delta, plain
-from python_helpers.dvm.merge_actions import DELETE, INSERT, UPSERT
+from python_helpers.dvm.merge_actions import DELETE, INSERT, UPSERT, array, literal
 from python_helpers.dvm.sqlgen import (
     Context,
     alias,
@@ -147,7 +146,7 @@ class BagResult(MaintainedResult):
             on = exp.and_(matches(match, s, cols, dd), losing)
         m = m.join(sub(touched, s), on=on, join_type="LEFT", copy=False)
         gone = exp.LTE(this=col(COUNT), expression=exp.Literal.number(0))
-        action: exp.Expr = exp.If(this=gone, true=actions.literal(DELETE), false=actions.literal(UPSERT))
+        action: exp.Expr = exp.If(this=gone, true=literal(DELETE), false=literal(UPSERT))
         if not self.grouped:
             action = col(ACTS)  # one or two per tuple (below)
         out = ([col(ROW_ID)] if self.stores_row_id else []) + [alias(action, ACTION)]
@@ -157,17 +156,17 @@ class BagResult(MaintainedResult):
         query = select_from(out, sub(m, ctx.alias("m"))).where(keep, copy=False)
         if self.grouped:
             return query
-        # A gaining tuple: an insert. A losing one: gone ('D'), one stored row updated ('U'), or
-        # its several stored rows deleted beside an insert of what is left.
+        # A gaining tuple: an INSERT. A losing one: gone (DELETE), one stored row updated (UPSERT),
+        # or its several stored rows deleted beside an INSERT of what is left.
         gains = exp.GT(this=col(WEIGHT), expression=exp.Literal.number(0))
         several = exp.GTE(this=col(STORED_ROWS), expression=exp.Literal.number(2))
         acts = exp.Case(
             ifs=[
-                exp.If(this=gains, true=actions.array(INSERT)),
-                exp.If(this=gone.copy(), true=actions.array(DELETE)),
-                exp.If(this=several, true=actions.array(DELETE, INSERT)),
+                exp.If(this=gains, true=array(INSERT)),
+                exp.If(this=gone.copy(), true=array(DELETE)),
+                exp.If(this=several, true=array(DELETE, INSERT)),
             ],
-            default=actions.array(UPSERT),
+            default=array(UPSERT),
         )
         return explode_into(query, acts, ctx.alias("act"), ACTS)
 
