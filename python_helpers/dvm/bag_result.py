@@ -10,7 +10,7 @@ from typing import Optional
 from sqlglot import exp
 
 from python_helpers.dvm.differentiate import delta, plain
-from python_helpers.dvm.merge_actions import DELETE, INSERT, UPSERT, array, literal
+from python_helpers.dvm.merge_actions import ACTION, DELETE, INSERT, UPSERT, array, literal
 from python_helpers.dvm.sqlgen import (
     Context,
     alias,
@@ -22,7 +22,7 @@ from python_helpers.dvm.sqlgen import (
     select_from,
     sub,
 )
-from python_helpers.dvm.stored_reads import ACTION, COUNT, ROW_ID, delta_once, matches, touched_storage
+from python_helpers.dvm.stored_reads import COUNT, ROW_ID, delta_once, matches, touched_storage
 from python_helpers.dvm.stored_result import KEY_TYPE, MaintainedResult, _cast
 from python_helpers.dvm.tree import WEIGHT, Node
 
@@ -146,9 +146,8 @@ class BagResult(MaintainedResult):
             on = exp.and_(matches(match, s, cols, dd), losing)
         m = m.join(sub(touched, s), on=on, join_type="LEFT", copy=False)
         gone = exp.LTE(this=col(COUNT), expression=exp.Literal.number(0))
-        action: exp.Expr = exp.If(this=gone, true=literal(DELETE), false=literal(UPSERT))
-        if not self.grouped:
-            action = col(ACTS)  # one or two per tuple (below)
+        # Grouped: one action per tuple; as rows: one or two per tuple, exploded below.
+        action = exp.If(this=gone, true=literal(DELETE), false=literal(UPSERT)) if self.grouped else col(ACTS)
         out = ([col(ROW_ID)] if self.stores_row_id else []) + [alias(action, ACTION)]
         out += [_cast(col(u), types.get(u)).as_(u) if types.get(u) else col(u) for u in self.user_columns]
         out.append(_cast(col(COUNT), "bigint").as_(COUNT))

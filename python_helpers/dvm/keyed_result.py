@@ -7,9 +7,9 @@ from sqlglot import exp
 
 from python_helpers.dvm.bag_result import BagResult
 from python_helpers.dvm.differentiate import delta, plain
-from python_helpers.dvm.merge_actions import DELETE, UPSERT, literal
+from python_helpers.dvm.merge_actions import ACTION, DELETE, UPSERT, literal
 from python_helpers.dvm.sqlgen import Context, alias, col, consolidate, plain_key_id, row_id, select_from, sub
-from python_helpers.dvm.stored_reads import ACTION, ROW_ID, delta_once, matches, touched_storage
+from python_helpers.dvm.stored_reads import ROW_ID, delta_once, matches, touched_storage
 from python_helpers.dvm.stored_result import KEY_TYPE, _cast
 from python_helpers.dvm.tree import WEIGHT, Node
 from python_helpers.errors import InvalidConfig

@@ -7,7 +7,6 @@ from typing import Callable, Sequence
 
 from sqlglot import exp
 
-from python_helpers.dvm.merge_actions import ACTION  # noqa: F401 - where the layouts find it
 from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub
 
 ROW_ID = "__dvm_row_id"

@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from python_helpers.dvm import aggregate_state as state
 from python_helpers.dvm.differentiate import delta, plain
-from python_helpers.dvm.merge_actions import DELETE, UPSERT, literal
+from python_helpers.dvm.merge_actions import ACTION, DELETE, UPSERT, literal
 from python_helpers.dvm.restrict import restricted
 from python_helpers.dvm.sqlgen import (
     Context,
@@ -43,7 +43,7 @@ from python_helpers.dvm.sqlgen import (
     select_from,
     sub,
 )
-from python_helpers.dvm.stored_reads import ACTION, COUNT, HAVING, ROW_ID, delta_once, touched_storage
+from python_helpers.dvm.stored_reads import COUNT, HAVING, ROW_ID, delta_once, touched_storage
 from python_helpers.dvm.tree import RESCAN, WEIGHT, Aggregate, Distinct, Filter, Node, Project
 from python_helpers.errors import UnsupportedSql
 

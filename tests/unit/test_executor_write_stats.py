@@ -85,7 +85,7 @@ def test_a_file_spark_names_is_found_by_its_log_path():
 def test_the_touched_files_query_broadcasts_few_merge_rows():
     from python_helpers.runtime.delta.embedded.executor_merge import _touched_query
 
-    few = _touched_query("ids", "rows", ["__dvm_row_id"], "__dvm_action", broadcast=True)
-    many = _touched_query("ids", "rows", ["__dvm_row_id"], "__dvm_action", broadcast=False)
+    few = _touched_query("ids", "rows", ["__dvm_row_id"], broadcast=True)
+    many = _touched_query("ids", "rows", ["__dvm_row_id"], broadcast=False)
     assert few.startswith("SELECT /*+ BROADCAST(m) */ ") and "BROADCAST" not in many
     assert few.replace("/*+ BROADCAST(m) */ ", "") == many

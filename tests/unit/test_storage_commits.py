@@ -42,7 +42,6 @@ def _upsert(path, read_version, row_id, value, offset, action="U", match=("__dvm
         rows,
         ["__dvm_row_id", "v"],
         list(match),
-        "__dvm_action",
         {"offsets": {"s.t": {"version": offset}}},
         read_version,
     )

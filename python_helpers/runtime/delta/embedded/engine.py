@@ -98,13 +98,11 @@ class EmbeddedDelta:
         phases: Any,
         change_rows: Optional[int] = None,
     ) -> Merged:
-        from python_helpers.dvm.stored_result import ACTION
-
         large = executor_merge.applies_to(target, read_version) if sql is not None else None
         if sql is not None and large is not None:
             # A large stored result: the executors rewrite the touched files, the dbt process
             # commits (no compaction in the dbt process either).
-            return executor_merge.merge(self.conn, target, sql, metadata, read_version, phases, match, ACTION, large)
+            return executor_merge.merge(self.conn, target, sql, metadata, read_version, phases, match, large)
         with phases("delta"):
             data = self.conn.arrow(sql) if sql is not None else None
         steps.reached("delta_computed")
@@ -114,7 +112,7 @@ class EmbeddedDelta:
                 storage.commit_offsets_only(target, metadata, read_version)
                 merged = Merged(0)
             else:
-                done = storage.merge_rows(target, data, columns, match, ACTION, metadata, read_version) or {}
+                done = storage.merge_rows(target, data, columns, match, metadata, read_version) or {}
                 # What the MERGE did to the stored rows (one per group, per key, or per tuple or
                 # part of one with its multiplicity): delta-rs counts them as it applies them.
                 merged = Merged(

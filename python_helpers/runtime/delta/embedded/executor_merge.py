@@ -34,7 +34,7 @@ from urllib.parse import unquote
 from deltalake.transaction import RemoveAction
 from sqlglot import exp
 
-from python_helpers.dvm.merge_actions import DELETE, INSERT, UPSERT, is_
+from python_helpers.dvm.merge_actions import ACTION, DELETE, INSERT, UPSERT, is_
 from python_helpers.dvm.sqlgen import alias, col, render, sub
 from python_helpers.dvm.stored_reads import matches
 from python_helpers.runtime import paths
@@ -82,7 +82,7 @@ def _table(name: str) -> exp.Table:
     return exp.to_table(name)
 
 
-def _touched_query(stored_ids: str, merge_rows: str, match: list, action: str, broadcast: bool) -> str:
+def _touched_query(stored_ids: str, merge_rows: str, match: list, broadcast: bool) -> str:
     """Per stored file holding a changed row (by the `match` columns) and per action: how many
     rows it matches (the merge rows broadcast when few: the stored ids are not shuffled). An
     insert ('I') meets no stored row."""
@@ -90,16 +90,14 @@ def _touched_query(stored_ids: str, merge_rows: str, match: list, action: str, b
         alias(exp.Anonymous(this="input_file_name", expressions=[]), "__dvm_file"), *[col(c) for c in match]
     ).from_(_table(stored_ids))
     joined = (
-        exp.select(
-            col("__dvm_file", "s"), alias(col(action, "m"), "__dvm_action"), alias(exp.Count(this=exp.Star()), "n")
-        )
+        exp.select(col("__dvm_file", "s"), col(ACTION, "m"), alias(exp.Count(this=exp.Star()), "n"))
         .from_(sub(ids, "s"))
         .join(
             exp.alias_(_table(merge_rows), "m", table=True),
-            on=_meets(match, action),
+            on=_meets(match),
             join_type="INNER",
         )
-        .group_by(col("__dvm_file", "s"), col(action, "m"))
+        .group_by(col("__dvm_file", "s"), col(ACTION, "m"))
     )
     return _hinted(joined, "BROADCAST(m)") if broadcast else render(joined)
 
@@ -111,7 +109,7 @@ def _hinted(query: exp.Select, hint: str) -> str:
 
 
 def _rewrite_query(
-    touched: Optional[str], merge_rows: str, names: list, types: dict, match: list, action: str, broadcast: bool
+    touched: Optional[str], merge_rows: str, names: list, types: dict, match: list, broadcast: bool
 ) -> str:
     """The touched files' rows that the change leaves, then every upsert and insert, in the
     stored types."""
@@ -119,7 +117,7 @@ def _rewrite_query(
     upserts = (
         exp.select(*typed)
         .from_(exp.alias_(_table(merge_rows), "m", table=True))
-        .where(exp.Not(this=is_(DELETE, col(action, "m"))))
+        .where(exp.Not(this=is_(DELETE, col(ACTION, "m"))))
     )
     # The upserts as one file, not one per partition of the merge rows (a shuffle of the
     # upserts alone; coalescing the merge rows' view would run the delta query's last stage
@@ -132,7 +130,7 @@ def _rewrite_query(
         .from_(exp.alias_(_table(touched), "s", table=True))
         .join(
             exp.alias_(_table(merge_rows), "m", table=True),
-            on=_meets(match, action),
+            on=_meets(match),
             join_type="LEFT ANTI",
         )
     )
@@ -140,9 +138,9 @@ def _rewrite_query(
     return f"{kept_sql} UNION ALL {upserts_sql}"
 
 
-def _meets(match: list, action: str) -> exp.Expr:
+def _meets(match: list) -> exp.Expr:
     """A stored row `s` meets a merge row `m` by the `match` columns, unless `m` is an insert."""
-    return exp.and_(matches(match, "s", match, "m"), exp.Not(this=is_(INSERT, col(action, "m"))))
+    return exp.and_(matches(match, "s", match, "m"), exp.Not(this=is_(INSERT, col(ACTION, "m"))))
 
 
 def _relative(spark_path: str, by_text: dict, depth: int) -> Optional[str]:
@@ -164,10 +162,9 @@ def merge(
     read_version: int,
     phases: Callable,
     match: list,
-    action: str,
     table: Any,
 ) -> Merged:
-    """Apply the merge rows of `sql` (action 'U'/'D'/'I', the stored columns; each meets its stored
+    """Apply the merge rows of `sql` (their actions: dvm/merge_actions.py, the stored columns; each meets its stored
     row by the `match` columns, Delta.merge) to the stored result at `target` as it was at
     `read_version` (`table`: opened there by `applies_to`), in one commit with `metadata`."""
     schema = tables.arrow_schema(table)
@@ -178,7 +175,7 @@ def merge(
         with phases("delta"):
             conn.view_of_query(merge_rows, sql, materialize=True)
             counted = conn.rows(
-                f"SELECT count(*), count_if(`{action}` <> '{DELETE}'), count_if(`{action}` = '{INSERT}') "  # noqa: S608
+                f"SELECT count(*), count_if(`{ACTION}` <> '{DELETE}'), count_if(`{ACTION}` = '{INSERT}') "  # noqa: S608
                 f"FROM `{merge_rows}`"
             )
         total, upserts, inserts = (int(v or 0) for v in counted[0])
@@ -203,7 +200,7 @@ def merge(
             found = []
             if inserts < total:
                 tables.bind_files(conn, stored_ids, state, table, list(live_paths.values()), columns=list(match))
-                found = conn.rows(_touched_query(stored_ids, merge_rows, match, action, broadcast))
+                found = conn.rows(_touched_query(stored_ids, merge_rows, match, broadcast))
             for file, what, n in found:
                 rel = _relative(str(file), by_text, depth)
                 if rel is None:
@@ -220,7 +217,6 @@ def merge(
                 names,
                 types,
                 match,
-                action,
                 broadcast=broadcast,
             )
             with scan_settings.exactly(conn, files.TIMESTAMP_TYPE_KEY, files.TIMESTAMP_TYPE):

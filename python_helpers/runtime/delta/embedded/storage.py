@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
-from python_helpers.dvm.merge_actions import DELETE, INSERT, UPSERT
+from python_helpers.dvm.merge_actions import ACTION, DELETE, INSERT, UPSERT
 from python_helpers.dvm.stored_reads import ROW_ID, null_safe
 from python_helpers.runtime import paths
 from python_helpers.runtime.delta import metadata as metadata_format
@@ -134,9 +134,7 @@ def commit_rewrite(path: str, removes: list, adds: list, metadata: dict, read_ve
         raise _concurrent(err) from None
 
 
-def merge_rows(
-    path: str, rows: pa.Table, columns: list, match: list, action: str, metadata: dict, read_version: int
-) -> dict:
+def merge_rows(path: str, rows: pa.Table, columns: list, match: list, metadata: dict, read_version: int) -> dict:
     """Apply upserts ('U'), deletes ('D') and inserts ('I', meeting no stored row) matched by the
     `match` columns (Delta.merge) in one commit with the offsets.
 
@@ -145,18 +143,18 @@ def merge_rows(
     """
     table = DeltaTable(paths.for_delta_rs(path), version=read_version)
     rows = _like_target(rows, table)
-    inserts = pc.equal(rows.column(action), INSERT)
+    inserts = pc.equal(rows.column(ACTION), INSERT)
     if pc.all(inserts).as_py():
         # Only inserts (a bag's added rows): an append, which reads no stored file.
         _append(table, rows.select(columns), metadata, read_version)
         return {"num_target_rows_inserted": rows.num_rows}
-    quoted = {c: _quoted(c) for c in columns + list(match) + [action]}
+    quoted = {c: _quoted(c) for c in columns + list(match) + [ACTION]}
     updates = {quoted[c]: f"s.{quoted[c]}" for c in columns}
     predicate = _matches(match, quoted)
     if pc.any(inserts).as_py():
         # Only a bag stored as its rows come has them (bag_result.py): the condition is longer
         # for no other result.
-        predicate = f"({predicate}) AND s.{quoted[action]} <> '{INSERT}'"
+        predicate = f"({predicate}) AND s.{quoted[ACTION]} <> '{INSERT}'"
     merger = table.merge(
         source=rows,
         predicate=predicate,
@@ -166,9 +164,9 @@ def merge_rows(
         commit_properties=_commit(metadata, read_version),
     )
     merger = (
-        merger.when_matched_delete(predicate=f"s.{quoted[action]} = '{DELETE}'")
-        .when_matched_update(updates=updates, predicate=f"s.{quoted[action]} = '{UPSERT}'")
-        .when_not_matched_insert(updates=updates, predicate=f"s.{quoted[action]} <> '{DELETE}'")
+        merger.when_matched_delete(predicate=f"s.{quoted[ACTION]} = '{DELETE}'")
+        .when_matched_update(updates=updates, predicate=f"s.{quoted[ACTION]} = '{UPSERT}'")
+        .when_not_matched_insert(updates=updates, predicate=f"s.{quoted[ACTION]} <> '{DELETE}'")
     )
     try:
         return merger.execute()

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import pyarrow as pa
 
-from python_helpers.dvm.merge_actions import DELETE
+from python_helpers.dvm.merge_actions import ACTION, DELETE
 from python_helpers.runtime.catalog.views import quote
 from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta import base, locations
@@ -332,7 +332,6 @@ class SparkDelta:
         phases: Any,
         change_rows: Optional[int] = None,
     ) -> Merged:
-        from python_helpers.dvm.stored_result import ACTION
 
         with phases("merge"):
             if sql is None:
@@ -341,7 +340,7 @@ class SparkDelta:
             if change_rows is None or change_rows > SMALL_CHANGE_ROWS:
                 # Its merge rows would rarely have few enough keys to pay for computing them
                 # first: one MERGE of the delta query.
-                self._commit(target, delta_sql.merge(target, sql, columns, match, ACTION), metadata, read_version)
+                self._commit(target, delta_sql.merge(target, sql, columns, match), metadata, read_version)
                 return _merged(self._newest)
             # A small change: its merge rows are computed once into the executors' storage and
             # their row ids read; few enough keys (_replace_keys_bound) replace their stored rows without
@@ -369,9 +368,9 @@ class SparkDelta:
                     statement = delta_sql.empty_append(target)
                 elif by_keys:
                     keys = [k for k, _ in keyed]
-                    statement = delta_sql.replace_keys(target, rows_view, keys, stored, key, ACTION)
+                    statement = delta_sql.replace_keys(target, rows_view, keys, stored, key)
                 else:
-                    statement = delta_sql.merge(target, f"SELECT * FROM {quote(rows_view)}", columns, match, ACTION)
+                    statement = delta_sql.merge(target, f"SELECT * FROM {quote(rows_view)}", columns, match)
                 self._commit(target, statement, metadata, read_version, by_keys=by_keys)
             finally:
                 self.conn.drop_view(rows_view)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from python_helpers.dvm.merge_actions import DELETE, UPSERT
+from python_helpers.dvm.merge_actions import ACTION, DELETE, UPSERT
 from python_helpers.dvm.sqlgen import render
 from python_helpers.dvm.stored_reads import matches
 from python_helpers.runtime.catalog.views import quote
@@ -81,13 +81,13 @@ def replace_table(path: str, query: str, names: list) -> str:
     )
 
 
-def merge(path: str, query: str, columns: list, match: list, action: str) -> str:
+def merge(path: str, query: str, columns: list, match: list) -> str:
     """Upserts ('U') and deletes ('D') from `query` into the table at `path`, each meeting its
     stored row by the `match` columns (Delta.merge)."""
     sets = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns)
     names = ", ".join(quote(c) for c in columns)
     values = ", ".join(f"s.{quote(c)}" for c in columns)
-    act = quote(action)
+    act = quote(ACTION)
     on = render(matches(match, "t", match, "s"))
     return (
         f"MERGE INTO {by_path(path)} AS t USING ({query}) AS s ON {on} "
@@ -102,7 +102,7 @@ def listable(value) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def replace_keys(path: str, rows_view: str, keys: list, columns: list, key: str, action: str) -> str:
+def replace_keys(path: str, rows_view: str, keys: list, columns: list, key: str) -> str:
     """The merge rows of `rows_view` (every one of whose `key` values, the row id or a keyed
     result's one integer or string key column, is in `keys`, all `listable`) applied in one
     commit without a join to the stored rows: the stored rows of those keys are deleted
@@ -112,7 +112,7 @@ def replace_keys(path: str, rows_view: str, keys: list, columns: list, key: str,
     listed = ", ".join(string(k) if isinstance(k, str) else str(int(k)) for k in keys)
     return (
         f"INSERT INTO {by_path(path)} REPLACE WHERE {quote(key)} IN ({listed}) "
-        f"SELECT {names} FROM {quote(rows_view)} WHERE {quote(action)} = '{UPSERT}'"
+        f"SELECT {names} FROM {quote(rows_view)} WHERE {quote(ACTION)} = '{UPSERT}'"
     )
 
 
