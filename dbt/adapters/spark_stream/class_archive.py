@@ -76,6 +76,9 @@ def make(archive: str) -> float:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    if SparkSession.getActiveSession() is not None:
+        # getOrCreate would hand back that session, whose JVM records nothing.
+        raise RuntimeError("a class archive is recorded by a JVM of its own: run this module in a new process")
     started = time.time()
     archive = os.path.abspath(archive)
     os.makedirs(os.path.dirname(archive), exist_ok=True)
