@@ -3,9 +3,8 @@
 Every `dbt run` with a local session starts a JVM, which loads and verifies some tens of
 thousands of Spark, Hive and Parquet classes while it starts and while it runs its first
 queries. A JDK records the classes a run loaded into an archive (`-XX:ArchiveClassesAtExit`) and
-maps them in at the start of later runs (`-XX:SharedArchiveFile`): measured on this project's
-2-core machine, a fresh session's start fell from 6.4-7.4 s to 3.3-4.3 s and its first write
-and join from 10.3-10.7 s to 6.7-7.8 s (docs/deployment.md).
+maps them in at the start of later runs (`-XX:SharedArchiveFile`): a fresh session's start fell
+from 6.4-7.4 s to 3.3-4.3 s on this project's 2-core machine (docs/deployment.md).
 
     python -m dbt.adapters.spark_stream.class_archive .venv/spark-classes.jsa
 
