@@ -82,7 +82,10 @@ def make(archive: str) -> float:
     archive = os.path.abspath(archive)
     os.makedirs(os.path.dirname(archive), exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="spark-classes-") as work:
-        recorded = os.path.join(work, "classes.jsa")
+        # Recorded beside the target, so that it replaces the target in one step.
+        recorded = archive + ".partial"
+        if os.path.exists(recorded):
+            os.remove(recorded)  # a failed run's
         spark = (
             SparkSession.builder.master("local[2]")
             .appName("dbt-spark-stream class archive")
@@ -113,23 +116,8 @@ def make(archive: str) -> float:
         process.wait(timeout=300)
         if not os.path.exists(recorded) or os.path.getsize(recorded) == 0:
             raise RuntimeError(f"the JVM wrote no class archive (exit {process.returncode}); its output is above")
-        if _same_device(recorded, archive):
-            os.replace(recorded, archive)
-        else:
-            _copy(recorded, archive)
+        os.replace(recorded, archive)
     return time.time() - started
-
-
-def _same_device(a: str, b: str) -> bool:
-    return os.stat(os.path.dirname(a)).st_dev == os.stat(os.path.dirname(b)).st_dev
-
-
-def _copy(source: str, target: str) -> None:
-    import shutil
-
-    partial = target + ".partial"
-    shutil.copyfile(source, partial)
-    os.replace(partial, target)
 
 
 def main(argv: list[str] | None = None) -> int:
