@@ -45,6 +45,15 @@ def refreshes(run_results: dict) -> dict:
     return out
 
 
+def warm_up_seconds(run_results: dict) -> float:
+    """Seconds the run's on-run-start hooks took (the demo's JVM warm-up), 0.0 without any."""
+    return sum(
+        float(r.get("execution_time") or 0.0)
+        for r in run_results["results"]
+        if r["unique_id"].startswith("operation.") and "on-run-start" in r["unique_id"]
+    )
+
+
 def format_table(runs: list) -> str:
     """A text table: one row per stream table, one column group per (label, refreshes) run."""
     models = sorted({m for _, r in runs for m in r})

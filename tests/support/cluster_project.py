@@ -129,7 +129,8 @@ class ClusterProject:
     def test(self, target: str, models: Optional[list] = None) -> None:
         done = self.dbt(target, "test", *self.selection(recompute=False, models=models))
         assert done.returncode == 0, f"dbt test failed:\n{done.stdout[-4000:]}"
-        results = run_results.load(self.path)["results"]
+        # Without the project's on-run-start hook (the demo's warm-up, empty here: "success").
+        results = [r for r in run_results.load(self.path)["results"] if not r["unique_id"].startswith("operation.")]
         bad = [f"{r['unique_id']}: {r['status']} {r.get('message')}" for r in results if r["status"] != "pass"]
         assert len(results) >= len(models or self.stream_tables) and not bad, bad
 
