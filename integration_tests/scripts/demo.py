@@ -17,10 +17,11 @@
    target/run_results.json) and how many times faster each was
 
 Each `dbt run` starts a fresh JVM, whose first heavy queries pay seconds of class loading and
-compilation. They would land on whichever model first has work, a different one in each run (in
-a refresh run, models with nothing to do come first), and distort that model's ratio: so every
-run first warms the JVM up (on-run-start, macros/warm_up.sql: a join and aggregate of the
-sources), and the demo prints how long that took, outside every model's time.
+compilation. They would land on whichever model first has work (the first model of a build
+run can be a cheap one, and in a refresh run the first can be one that skips its work), and
+distort that model's ratio: so every run first warms the JVM up (on-run-start,
+macros/warm_up.sql: a join and aggregate over part of the sources), and the demo prints how long
+that took, outside every model's time.
 
 One dbt thread unless told (--threads): two models' Spark jobs on one local Spark queue behind
 each other's stages (Spark schedules an application's jobs first in, first out), so with two

@@ -113,11 +113,12 @@ def format_benefit(first: dict, *later: dict) -> str:
             if refreshed["mode"] == "differential":
                 stat["ratios"].append(ratio)
                 row += [f"{seconds:.2f}", f"{ratio:.1f}x"]
+                if ratio < 1 / SLOWER_THAN_BUILD:
+                    stat["slower"].append(model)
             else:
-                stat["full"].append(model)
+                # A full refresh against the build: the same work, so only its time is told.
+                stat["full"].append((model, seconds / full_s))
                 row += [f"{seconds:.2f}", f"({refreshed['mode'] or refreshed['status']})"]
-            if ratio < 1 / SLOWER_THAN_BUILD:
-                stat["slower"].append(model)
         rows.append(row + [str(later[-1][model]["rows_changed"])])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
@@ -128,16 +129,14 @@ def format_benefit(first: dict, *later: dict) -> str:
         ratios = sorted(stat["ratios"])
         parts = []
         if ratios:
+            slower = stat["slower"]
             parts.append(
                 f"{len(ratios)} differential: median {statistics.median(ratios):.1f}x faster than the full build "
-                f"(from {ratios[0]:.1f}x to {ratios[-1]:.1f}x), {sum(r > 1 for r in ratios)} of them faster"
+                f"(from {ratios[0]:.1f}x to {ratios[-1]:.1f}x), {sum(r > 1 for r in ratios)} of them faster, "
+                f"{len(slower)} more than {SLOWER_THAN_BUILD:g}x slower" + (f" ({', '.join(slower)})" if slower else "")
             )
         if stat["full"]:
-            parts.append(f"{len(stat['full'])} in full")
-        slower = stat["slower"]
-        parts.append(
-            f"{len(slower)} more than {SLOWER_THAN_BUILD:g}x slower than the build"
-            + (f" ({', '.join(slower)})" if slower else "")
-        )
+            times = ", ".join(f"{model} {share:.2f}x" for model, share in stat["full"])
+            parts.append(f"{len(stat['full'])} in full, in this share of the build's time: {times}")
         lines.append(f"{label}: " + "; ".join(parts))
     return "\n".join(lines)

@@ -156,8 +156,8 @@ def test_the_demo_table_puts_each_refresh_beside_its_full_build():
     assert lines[3].split() == ["b", "2.00", "4.00", "0.5x", "1"]
     assert lines[4].split() == ["c", "3.00", "3.10", "(full)", "5"]  # not a differential refresh: no ratio
     assert lines[-1] == (
-        "refresh: 2 differential: median 2.2x faster than the full build (from 0.5x to 4.0x), 1 of them faster; "
-        "1 in full; 1 more than 1.1x slower than the build (b)"
+        "refresh: 2 differential: median 2.2x faster than the full build (from 0.5x to 4.0x), 1 of them faster, "
+        "1 more than 1.1x slower (b); 1 in full, in this share of the build's time: c 1.03x"
     )
 
     # A second refresh: `auto` ran b in full from its history; one column pair per refresh.
@@ -165,8 +165,8 @@ def test_the_demo_table_puts_each_refresh_beside_its_full_build():
     lines = format_benefit(first, second, third).splitlines()
     assert lines[0].split()[4:10] == ["refresh", "1", "s", "faster", "refresh", "2"]
     assert lines[3].split() == ["b", "2.00", "4.00", "0.5x", "2.10", "(full)", "2"]
-    assert lines[-2].endswith("1 more than 1.1x slower than the build (b)")
+    assert lines[-2].endswith("1 more than 1.1x slower (b); 1 in full, in this share of the build's time: c 1.03x")
     assert lines[-1] == (
-        "refresh 2: 1 differential: median 5.0x faster than the full build (from 5.0x to 5.0x), 1 of them faster; "
-        "2 in full; 0 more than 1.1x slower than the build"
+        "refresh 2: 1 differential: median 5.0x faster than the full build (from 5.0x to 5.0x), 1 of them faster, "
+        "0 more than 1.1x slower; 2 in full, in this share of the build's time: b 1.05x, c 0.97x"
     )
