@@ -14,7 +14,7 @@ from typing import Any, Optional
 import pyarrow as pa
 
 from python_helpers.runtime.connections import function_code, held_settings
-from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, FunctionKind, OutputColumn
+from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, STATIC_SETTINGS, FunctionKind, OutputColumn
 
 # (session, cache key, columns) -> DataFrame. A version of a Delta table never changes, so its
 # scan (file listing included) is built once per process: the old snapshot of one refresh is
@@ -39,6 +39,7 @@ class SparkConnection:
         self.kind = "session" if self._jvm is not None else "connect"
         self._cloned = cloned
         self._version: Optional[str] = None
+        self._static: dict = {}  # STATIC_SETTINGS read so far: key -> value (None: unset)
 
     def private(self) -> "SparkConnection":
         if self._jvm is None:
@@ -189,7 +190,13 @@ class SparkConnection:
             return None
 
     def conf(self, key: str, default: Optional[str] = None) -> Optional[str]:
-        value = self.spark.conf.get(key, default)
+        if key in STATIC_SETTINGS:
+            if key not in self._static:  # fixed while the application runs: asked once
+                self._static[key] = self.spark.conf.get(key, None)
+            value = self._static[key]
+            value = default if value is None else value
+        else:
+            value = self.spark.conf.get(key, default)
         return None if value is None else str(value)
 
     def setting(self, key: str) -> Optional[str]:
@@ -211,6 +218,7 @@ class SparkConnection:
         return {key: None if value is None else str(value) for key, value in pairs}
 
     def set_conf(self, key: str, value: Optional[str]) -> None:
+        self._static.pop(key, None)  # read back from the session next time
         if value is None:
             self.spark.conf.unset(key)
         else:
