@@ -9,7 +9,8 @@ from python_helpers.runtime.connections.spark import SparkConnection
 
 class _Conf:
     def __init__(self, values: dict):
-        self.values, self.asked = dict(values), []
+        self.values: dict = dict(values)
+        self.asked: list = []
 
     def get(self, key, default=None):
         self.asked.append(key)
