@@ -150,7 +150,7 @@ def main(argv=None) -> None:
     step("8. each refresh beside the full build (dbt's execution_time per model)")
     print(run_results.format_benefit(first, second, third))
     print(
-        "each run first warmed its new JVM up (a join and aggregate of the sources: "
+        "each run first warmed its new JVM up (a join and aggregate over part of the sources: "
         + ", ".join(f"{s:.1f}" for s in warm_ups)
         + " s), in none of the models' times"
     )
