@@ -45,12 +45,17 @@ def refreshes(run_results: dict) -> dict:
     return out
 
 
+def is_hook(unique_id: str) -> bool:
+    """A project hook's result (on-run-start / on-run-end: status "success", never "pass")."""
+    return unique_id.startswith("operation.")
+
+
 def warm_up_seconds(run_results: dict) -> float:
     """Seconds the run's on-run-start hooks took (the demo's JVM warm-up), 0.0 without any."""
     return sum(
         float(r.get("execution_time") or 0.0)
         for r in run_results["results"]
-        if r["unique_id"].startswith("operation.") and "on-run-start" in r["unique_id"]
+        if is_hook(r["unique_id"]) and "on-run-start" in r["unique_id"]
     )
 
 
