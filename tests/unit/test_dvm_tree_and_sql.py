@@ -286,6 +286,43 @@ def test_a_flag_over_a_subquery_takes_keys_only_from_flags_that_changed():
     assert len(keys) == 2 and "chg_shop_customers" in keys[0] and "chg_shop_customers" not in keys[1], keys
 
 
+def test_keys_from_an_aggregate_change_are_computed_once():
+    """IN used as a value is a left join to a count per key: with only the subquery's source
+    changed, the join's changed keys come from the count's change, which restricts both inputs
+    at both versions. Computed once, not once per read; keys read from a source's change stay
+    inline."""
+    tree = tree_of(
+        "select c.id, c.id in (select o.customer_id from shop.orders o where o.amount > 10) as f from shop.customers c"
+    )
+    materialized: list = []
+
+    def materialize(query):
+        materialized.append(render(query))
+        return exp.select("*").from_(f"mat_{len(materialized)}")
+
+    context = Context(
+        changes=lambda r: exp.to_table(f"chg_{r.replace('.', '_')}"),
+        snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"),
+        changed={"shop.orders"},
+        materialize=materialize,
+        small_delta=True,
+    )
+    text = render(delta(tree, context))
+    # The count's change is read where it is computed once (the keys, the restricted rows).
+    assert any("chg_shop_orders" in m and "__dvm_rk0" in m for m in materialized), materialized
+    assert "chg_shop_orders" not in text, text
+    only_customers = Context(
+        changes=context.changes,
+        snapshot=context.snapshot,
+        changed={"shop.customers"},
+        materialize=materialize,
+        small_delta=True,
+    )
+    materialized.clear()
+    assert "chg_shop_customers" in render(delta(tree, only_customers))
+    assert not materialized, materialized
+
+
 def test_nested_aggregate_delta_rescans_only_delta_keys():
     tree = tree_of(
         "select x.customer_id, x.total from (select customer_id, sum(amount) total from shop.orders "

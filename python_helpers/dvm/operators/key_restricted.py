@@ -215,10 +215,11 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
     dl_keyed = None if dl is None else matching(ctx, dl, strict[0])
     dr_keyed = None if dr is None else matching(ctx, dr, strict[1])
     keys = _changed_keys(ctx, node, pairs, dl_keyed, dr_keyed) if pairs else None
-    if keys is not None and ctx.materialize is not None and _derived(dl, dr):
+    if keys is not None and ctx.materialize is not None and (_derived(dl, dr) or _computed(node, dl, dr)):
         # The keys restrict both inputs at both versions: four reads. A delta computed below
-        # (joins, nested restrictions) would be recomputed at each, and nested operators of
-        # this kind multiply that by four per level; computed once, it is a small relation.
+        # (joins, nested restrictions, an aggregate's change) would be recomputed at each, and
+        # nested operators of this kind multiply that by four per level; computed once, it is
+        # a small relation. Keys read from a source's change stay inline (a cheap scan).
         keys = ctx.materialize(keys)
     inputs = ((node.left, dl_keyed, [a for a, _ in pairs]), (node.right, dr_keyed, [b for _, b in pairs]))
     # A changed source input is read once for the changed keys, at the new version; its old
@@ -281,6 +282,15 @@ def _keyed_new(ctx: Context, node: KeyRestricted, side: int, strict: tuple, dl, 
 def _derived(*deltas) -> bool:
     """Is one of the input deltas computed by joins (more than a read of a change)?"""
     return any(d is not None and d.find(exp.Join) is not None for d in deltas)
+
+
+def _computed(node: KeyRestricted, dl, dr) -> bool:
+    """Is one of the input deltas computed over an input other than a row-wise source (an
+    aggregate's change, say), not read from a change?"""
+    return any(
+        d is not None and restricted_reads.scan_below(child, weighted=True) is None
+        for d, child in ((dl, node.left), (dr, node.right))
+    )
 
 
 def _changed_keys(ctx: Context, node: KeyRestricted, pairs, dl, dr) -> Optional[exp.Expr]:
