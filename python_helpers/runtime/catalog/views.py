@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from python_helpers.errors import StreamTableError
 from python_helpers.runtime import paths
-from python_helpers.runtime.connections.base import Connection
+from python_helpers.runtime.connections.base import CATALOG_SETTINGS, Connection
 
 ROLE_PROPERTY = "dbt_spark_stream.role"
 STREAM_TABLE = "stream_table"
@@ -358,11 +358,7 @@ def catalog_key(conn: Connection) -> str:
     import hashlib
 
     parts = []
-    for key in (
-        "spark.sql.catalogImplementation",
-        "spark.hadoop.hive.metastore.uris",
-        "spark.hadoop.javax.jdo.option.ConnectionURL",
-    ):
+    for key in CATALOG_SETTINGS:
         try:
             parts.append(str(conn.conf(key, "")))
         except Exception:  # noqa: BLE001

@@ -31,19 +31,20 @@ from python_helpers.runtime import paths
 # took 4-8 s with it and 0.6 s without. Row groups are still skipped by their min/max statistics.
 NO_DICTIONARY_FILTER = {"parquet.filter.dictionary.enabled": "false"}
 
+# The settings that name the metastore a session publishes to (catalog.views.catalog_key,
+# in this order: the key is a hash of their values).
+CATALOG_SETTINGS = (
+    "spark.sql.catalogImplementation",
+    "spark.hadoop.hive.metastore.uris",
+    "spark.hadoop.javax.jdo.option.ConnectionURL",
+)
+
 # Settings fixed for the life of a Spark application: static SQL settings, and the Hadoop
 # settings its metastore client read when it started. A refresh asks for them several times
 # (the catalog's key on each publish, the warehouse on each location), and each `conf.get` is a
 # round trip over Spark Connect: a session's connection reads each once (Thrift caches every
 # setting it reads).
-STATIC_SETTINGS = frozenset(
-    {
-        "spark.sql.catalogImplementation",
-        "spark.sql.warehouse.dir",
-        "spark.hadoop.hive.metastore.uris",
-        "spark.hadoop.javax.jdo.option.ConnectionURL",
-    }
-)
+STATIC_SETTINGS = frozenset({*CATALOG_SETTINGS, "spark.sql.warehouse.dir"})
 
 # Spark lists the files a read names before it plans it (their sizes, for splits), and past this
 # many paths it lists them with a Spark job: a job of a task per path that cost 0.5-0.6 s for 39
