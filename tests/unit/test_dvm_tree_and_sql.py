@@ -39,6 +39,20 @@ def ctx(changed=("shop.orders", "shop.customers")):
     )
 
 
+def materializing_ctx(changed, small_delta=False) -> tuple[Context, list]:
+    """ctx() with a materialize that records each intermediate's SQL (rendered) and names it
+    `mat_<n>`."""
+    materialized: list = []
+
+    def materialize(query):
+        materialized.append(render(query))
+        return exp.select("*").from_(f"mat_{len(materialized)}")
+
+    context = ctx(changed)
+    context.materialize, context.small_delta = materialize, small_delta
+    return context, materialized
+
+
 def tables_in(sql_text):
     return {t.name for t in sqlglot.parse_one(sql_text, read="spark").find_all(exp.Table)}
 
@@ -265,18 +279,7 @@ def test_a_flag_over_a_subquery_takes_keys_only_from_flags_that_changed():
         " exists (select 1 from shop.orders o2 where o2.customer_id = c.id and o2.amount > 10) as g"
         " from shop.customers c"
     )
-    materialized: list = []
-
-    def materialize(query):
-        materialized.append(render(query))
-        return exp.select("*").from_(f"mat_{len(materialized)}")
-
-    context = Context(
-        changes=lambda r: exp.to_table(f"chg_{r.replace('.', '_')}"),
-        snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"),
-        changed={"shop.orders", "shop.customers"},
-        materialize=materialize,
-    )
+    context, materialized = materializing_ctx(("shop.orders", "shop.customers"))
     text = render(delta(tree, context))
     assert re.search(r"__dvm_agg_\d+_\d+ > 0 AS", text), text  # the flag, computed over the count
     keys = [m for m in materialized if "__dvm_rk0" in m]
@@ -294,31 +297,12 @@ def test_keys_from_an_aggregate_change_are_computed_once():
     tree = tree_of(
         "select c.id, c.id in (select o.customer_id from shop.orders o where o.amount > 10) as f from shop.customers c"
     )
-    materialized: list = []
-
-    def materialize(query):
-        materialized.append(render(query))
-        return exp.select("*").from_(f"mat_{len(materialized)}")
-
-    context = Context(
-        changes=lambda r: exp.to_table(f"chg_{r.replace('.', '_')}"),
-        snapshot=lambda r, v: exp.to_table(f"{v}_{r.replace('.', '_')}"),
-        changed={"shop.orders"},
-        materialize=materialize,
-        small_delta=True,
-    )
+    context, materialized = materializing_ctx(("shop.orders",), small_delta=True)
     text = render(delta(tree, context))
     # The count's change is read where it is computed once (the keys, the restricted rows).
     assert any("chg_shop_orders" in m and "__dvm_rk0" in m for m in materialized), materialized
     assert "chg_shop_orders" not in text, text
-    only_customers = Context(
-        changes=context.changes,
-        snapshot=context.snapshot,
-        changed={"shop.customers"},
-        materialize=materialize,
-        small_delta=True,
-    )
-    materialized.clear()
+    only_customers, materialized = materializing_ctx(("shop.customers",), small_delta=True)
     assert "chg_shop_customers" in render(delta(tree, only_customers))
     assert not materialized, materialized
 
