@@ -215,7 +215,7 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
     dl_keyed = None if dl is None else matching(ctx, dl, strict[0])
     dr_keyed = None if dr is None else matching(ctx, dr, strict[1])
     keys = _changed_keys(ctx, node, pairs, dl_keyed, dr_keyed) if pairs else None
-    if keys is not None and ctx.materialize is not None and (_derived(dl, dr) or _computed(node, dl, dr)):
+    if keys is not None and ctx.materialize is not None and _computed(node, dl, dr):
         # The keys restrict both inputs at both versions: four reads. A delta computed below
         # (joins, nested restrictions, an aggregate's change) would be recomputed at each, and
         # nested operators of this kind multiply that by four per level; computed once, it is
@@ -285,8 +285,9 @@ def _derived(*deltas) -> bool:
 
 
 def _computed(node: KeyRestricted, dl, dr) -> bool:
-    """Is one of the input deltas computed over an input other than a row-wise source (an
-    aggregate's change, say), not read from a change?"""
+    """Is one of the input deltas computed (by joins, nested restrictions, an aggregate) rather
+    than read from a change? A row-wise source's delta is a read of its change, never a join,
+    so this holds wherever `_derived` does."""
     return any(
         d is not None and restricted_reads.scan_below(child, weighted=True) is None
         for d, child in ((dl, node.left), (dr, node.right))
