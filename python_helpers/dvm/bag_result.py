@@ -109,11 +109,22 @@ class BagResult(MaintainedResult):
         query = select_from(named, sub(source, ctx.alias("b")))
         return query.group_by(*[col(c) for c in cols], copy=False) if cols else query
 
+    def sends_change(self, ctx: Context) -> bool:
+        return ctx.engine_looks_up and not self.grouped
+
     def merge_sql(self, ctx: Context, storage: exp.Expr, types: dict):
         d = delta(self.input, ctx)
         if d is None:
             return None
         cols = self.input.columns
+        if self.sends_change(ctx):
+            # The engine resolves the actions (runtime/delta/embedded/bag_lookup.py): the change
+            # is named once, so nothing is computed first either.
+            named = [
+                _cast(col(c), types.get(u)).as_(u) if types.get(u) else alias(col(c), u)
+                for c, u in zip(cols, self.user_columns)
+            ]
+            return select_from(named + [col(WEIGHT)], sub(consolidate(ctx, d, cols), ctx.alias("d")))
         dd, s = ctx.alias("d"), ctx.alias("s")
         count = exp.Add(
             this=exp.Coalesce(this=col(COUNT, s), expressions=[exp.Literal.number(0)]), expression=col(WEIGHT, dd)

@@ -61,6 +61,9 @@ class KeyedBagResult(BagResult):
     def hidden_columns(self) -> list[str]:
         return []
 
+    def sends_change(self, ctx: Context) -> bool:
+        return False  # one stored row per key: its MERGE rows need no stored counts
+
     def match_columns(self) -> list[str]:
         return [ROW_ID] if self.stores_row_id else list(self.key_store)
 

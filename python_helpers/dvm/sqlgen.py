@@ -30,6 +30,11 @@ class Context:
     # query reads only the stored rows the delta can match (stored_result.touched_storage). Off
     # for small stored results, where the extra broadcast job costs more than the join it saves.
     restrict_storage: bool = False
+    # The engine looks up the stored rows of a bag's losing tuples itself, after the query (the
+    # embedded engine where delta-rs applies the MERGE in the dbt process): a bag stored as its
+    # rows come then sends its consolidated change alone (BagResult.sends_change), and Spark
+    # does not scan the stored result for it.
+    engine_looks_up: bool = False
     # The engine's way to compute an intermediate once and read it back as a relation (None:
     # keep it inline). Used for what the SQL reads more than once: a recursion's delta, the
     # changed keys of a key-restricted operator over a computed delta (a join's, an aggregate's).

@@ -138,6 +138,12 @@ class MaintainedResult(StoredResult):
         """The rows to MERGE into `storage` for this refresh's change; None when nothing changes."""
         raise NotImplementedError
 
+    def sends_change(self, ctx: Context) -> bool:
+        """Whether `merge_sql` gives the consolidated change (the user columns and __dvm_w) for
+        the engine to resolve against the stored rows (Context.engine_looks_up) rather than
+        the MERGE rows themselves."""
+        return False
+
 
 class AggregateResult(MaintainedResult):
     kind = "aggregate"

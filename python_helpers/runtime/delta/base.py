@@ -37,6 +37,11 @@ class ConcurrentCommit(Exception):
     """Another writer committed to the stored result after the version this refresh read."""
 
 
+class StoredRowsMissing(Exception):
+    """A change takes rows from tuples the stored result does not hold: the stored result and
+    the sources no longer agree, and the change cannot be applied (a full refresh can)."""
+
+
 @dataclass
 class TableState:
     """A Delta table pinned at one version."""
@@ -164,6 +169,11 @@ class DeltaEngine(Protocol):
         since `read_version` (None: the refresh found no stored result). `phases` times the
         parts (compute, write)."""
 
+    def looks_up_tuples(self, target: str, read_version: int) -> bool:
+        """Whether `merge` looks up the stored rows of a bag's losing tuples itself
+        (Context.engine_looks_up): the refresh then sends a bag stored as its rows come as its
+        consolidated change (`resolve`)."""
+
     def merge(
         self,
         target: str,
@@ -174,6 +184,7 @@ class DeltaEngine(Protocol):
         read_version: int,
         phases: Any,
         change_rows: Optional[int] = None,
+        resolve: bool = False,
     ) -> Merged:
         """Apply the merge rows of `sql` (`columns`; their actions: dvm/merge_actions.py, whose
         INSERT only a bag without row ids asks for: only where keeps_row_ids is False) to the
@@ -182,7 +193,9 @@ class DeltaEngine(Protocol):
         StoredResult.match_columns); with no `sql`
         (the change cancelled out) the commit moves the offsets alone. Raises ConcurrentCommit
         as write_full does. `phases` times the parts (delta, merge); `change_rows`: the source
-        change rows the refresh read (how it writes may depend on the size)."""
+        change rows the refresh read (how it writes may depend on the size). With `resolve`,
+        `sql` gives a bag's consolidated change (its columns and __dvm_w), whose MERGE rows the
+        engine resolves against the stored rows (looks_up_tuples)."""
 
     def tidy(self, target: str, retention_hours: float, log: Log, model: str) -> bool:
         """Compaction and vacuum when due; never fails a refresh (logs instead). Whether it did."""

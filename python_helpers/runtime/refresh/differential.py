@@ -17,7 +17,7 @@ from python_helpers.dvm.sqlgen import render
 from python_helpers.dvm.stored_result import MaintainedResult
 from python_helpers.dvm.tree import Recursive, walk
 from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh, UniqueKeyViolated
-from python_helpers.runtime.delta.base import Bindings, ConcurrentCommit
+from python_helpers.runtime.delta.base import Bindings, ConcurrentCommit, StoredRowsMissing
 from python_helpers.runtime.refresh import auto, costs, steps
 from python_helpers.runtime.refresh.attempt import Attempt, plan_digest, schema_key
 from python_helpers.runtime.refresh.auto import FullIsCheaper
@@ -62,6 +62,7 @@ def run_differential(attempt: Attempt) -> int:
                 ctx = bindings.context(changed)
                 stored_bytes = bindings.read_bytes().get(store_rel.name, 0)
                 ctx.restrict_storage = stored_bytes >= RESTRICT_STORAGE_BYTES
+                ctx.engine_looks_up = delta.looks_up_tuples(attempt.target, read_version)
                 budget = auto.ReadBudget(request, bindings, attempt.counters, rebuild_writes=stored_bytes)
                 if ctx.materialize is not None:
                     ctx.materialize = with_scan_settings(bindings, budget.guard(ctx.materialize))
@@ -90,6 +91,7 @@ def run_differential(attempt: Attempt) -> int:
                     read_version,
                     phases,
                     change_rows=attempt.change_rows,
+                    resolve=merge is not None and result.sends_change(ctx),
                 )
         except ConcurrentCommit as err:
             raise ConcurrentRefresh(
@@ -101,6 +103,7 @@ def run_differential(attempt: Attempt) -> int:
             recursion_limit(plan, err)
             unique_key_broken(request.model, err)
             old_rows_broken(request.model, err)
+            stored_rows_missing(request.model, err)
             raise
         if merged.rows:
             attempt.counters.update(
@@ -192,6 +195,15 @@ def old_rows_broken(model: str, err: Exception) -> None:
             model,
             f"{OLD_ROWS_BROKEN} value for value (a source's old rows are read as its new rows minus "
             "its change), so the change cannot be applied",
+        ) from None
+
+
+def stored_rows_missing(model: str, err: Exception) -> None:
+    """The stored rows of a bag's losing tuples, looked up by the engine, hold less than the
+    change takes (StoredRowsMissing): nothing was written; the refresh runs in full instead."""
+    if isinstance(err, StoredRowsMissing):
+        raise ChangesUnavailable(
+            model, f"{err}: the stored result does not match the rows the change was computed against"
         ) from None
 
 

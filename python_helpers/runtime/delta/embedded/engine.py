@@ -18,6 +18,7 @@ from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta import base, locations
 from python_helpers.runtime.delta.base import Log, Merged, TableState
 from python_helpers.runtime.delta.embedded import (
+    bag_lookup,
     change_feed,
     executor_merge,
     executor_writes,
@@ -87,6 +88,10 @@ class EmbeddedDelta:
         # Written by the executors, committed by delta-rs: no row passes through this process.
         return executor_writes.write_full(self.conn, target, sql, names, metadata, read_version, phases)
 
+    def looks_up_tuples(self, target: str, read_version: int) -> bool:
+        # Where delta-rs applies the MERGE in this process, which reads the stored files anyway.
+        return executor_merge.applies_to(target, read_version) is None
+
     def merge(
         self,
         target: str,
@@ -97,14 +102,21 @@ class EmbeddedDelta:
         read_version: int,
         phases: Any,
         change_rows: Optional[int] = None,
+        resolve: bool = False,
     ) -> Merged:
         large = executor_merge.applies_to(target, read_version) if sql is not None else None
         if sql is not None and large is not None:
+            assert not resolve, "a bag's change is resolved here only where delta-rs applies the MERGE"
             # A large stored result: the executors rewrite the touched files, the dbt process
             # commits (no compaction in the dbt process either).
             return executor_merge.merge(self.conn, target, sql, metadata, read_version, phases, match, large)
         with phases("delta"):
             data = self.conn.arrow(sql) if sql is not None else None
+        if resolve and data is not None and data.num_rows:
+            with phases("lookup"):
+                table = tables.table_at(target, read_version)
+                types = {f.name: f.type for f in tables.arrow_schema(table)}
+                data = bag_lookup.merge_rows(lambda: tables.parquet_datasets(table, target), types, data, list(match))
         steps.reached("delta_computed")
         with phases("merge"):
             steps.reached("merging")

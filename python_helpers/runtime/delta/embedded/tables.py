@@ -93,6 +93,35 @@ def file_paths(table: DeltaTable, table_path: str) -> list:
     return out
 
 
+def parquet_datasets(table: DeltaTable, table_path: str) -> list:
+    """The live data files of `table` as pyarrow datasets, one per physical schema (a string is
+    a string_view in the files delta-rs writes and a string in Spark's, and a filter's values
+    must be of the files' own type to be checked against their statistics), read by their own
+    footers. Not delta-rs' to_pyarrow_dataset(): it turns each file's log statistics into a
+    guarantee, and a column the log has no min/max for (a boolean, which the executors' adds
+    leave out: executor_writes.stats_of) becomes `>= null`, which no filter on it passes."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    files = file_paths(table, table_path)
+    fs = None
+    if files and paths.is_uri(files[0]):
+        import pyarrow.fs as pafs
+
+        fs = pafs.FileSystem.from_uri(paths.for_delta_rs(files[0]))[0]
+        files = [pafs.FileSystem.from_uri(paths.for_delta_rs(f))[1] for f in files]
+    else:
+        files = [paths.local(f) for f in files]
+    by_schema: dict = {}
+    for f in files:
+        try:
+            schema = pq.read_schema(f, filesystem=fs).remove_metadata()
+        except pa.ArrowException as err:
+            raise type(err)(f"the stored file {f}: {err}") from None
+        by_schema.setdefault(schema, []).append(f)
+    return [ds.dataset(group, schema=schema, format="parquet", filesystem=fs) for schema, group in by_schema.items()]
+
+
 def arrow_schema(table: DeltaTable) -> pa.Schema:
     schema = table.schema()
     # deltalake 1.x has to_arrow; older releases only to_pyarrow.

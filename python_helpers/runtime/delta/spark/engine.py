@@ -321,6 +321,9 @@ class SparkDelta:
             self.conn.execute(statement)
         steps.reached("committed")
 
+    def looks_up_tuples(self, target: str, read_version: int) -> bool:
+        return False  # its bags keep row ids (keeps_row_ids): one stored row per tuple
+
     def merge(
         self,
         target: str,
@@ -331,8 +334,9 @@ class SparkDelta:
         read_version: int,
         phases: Any,
         change_rows: Optional[int] = None,
+        resolve: bool = False,
     ) -> Merged:
-
+        assert not resolve, "the spark engine's bags keep row ids: their MERGE rows come whole"
         with phases("merge"):
             if sql is None:
                 self._commit(target, delta_sql.empty_append(target), metadata, read_version)
