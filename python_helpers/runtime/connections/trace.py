@@ -1,9 +1,10 @@
 """Every call a refresh makes to Spark, timed: where a refresh's fixed cost goes.
 
 Off by default. DBT_SPARK_STREAM_TRACE=<file> appends one JSON line per call (the model, the
-connection method, its seconds, the statement's first characters) to that file; the
-benchmarks turn it on to count statements per refresh and to name the slowest ones. Through
-`dbt run` it is the only way to see the statements of a fresh process, whose first Delta
+connection method, its seconds, the statement's first characters: 400, or as many as
+DBT_SPARK_STREAM_TRACE_CHARS says) to that file; the benchmarks turn it on to count statements
+per refresh and to name the slowest ones. Through `dbt run` it is the only way to see the
+statements of a fresh process, whose first Delta
 reads pay the JVM's warm-up.
 """
 
@@ -44,7 +45,7 @@ TIMED = frozenset(
         "remove_tag",
     }
 )
-TEXT_CHARS = 400
+TEXT_CHARS = int(os.environ.get("DBT_SPARK_STREAM_TRACE_CHARS", "400"))
 
 _lock = threading.Lock()
 
