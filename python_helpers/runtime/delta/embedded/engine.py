@@ -4,9 +4,10 @@ see catalog views over generation directories (Spark here has no Delta Lake).
 
 The modules beside this one hold the work: tables.py (opening tables, file lists, statistics),
 log.py (commit files), change_feed.py (reading a change), bindings.py (the relations of a
-refresh), storage.py (the stored result's commits), executor_writes.py and executor_merge.py
-(full and differential refreshes whose files the executors write), publishing.py with
-generations.py (the views), housekeeping.py (vacuum).
+refresh), storage.py (the stored result's commits), bag_lookup.py (a bag's MERGE rows from its
+change and the stored rows of the tuples it takes from), executor_writes.py and
+executor_merge.py (full and differential refreshes whose files the executors write),
+publishing.py with generations.py (the views), housekeeping.py (vacuum).
 """
 
 from __future__ import annotations
