@@ -4,8 +4,7 @@ Off by default. DBT_SPARK_STREAM_TRACE=<file> appends one JSON line per call (th
 connection method, its seconds, the statement's first characters: 400, or as many as
 DBT_SPARK_STREAM_TRACE_CHARS says) to that file; the benchmarks turn it on to count statements
 per refresh and to name the slowest ones. Through `dbt run` it is the only way to see the
-statements of a fresh process, whose first Delta
-reads pay the JVM's warm-up.
+statements of a fresh process, whose first Delta reads pay the JVM's warm-up.
 """
 
 from __future__ import annotations

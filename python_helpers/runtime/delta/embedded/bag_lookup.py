@@ -26,8 +26,6 @@ from python_helpers.dvm.stored_reads import COUNT
 from python_helpers.dvm.tree import WEIGHT
 from python_helpers.runtime.delta.base import StoredRowsMissing
 
-STORED_ROWS = "__dvm_rows"
-
 
 def losing_filter(change: pa.Table, columns: list) -> Optional[pc.Expression]:
     """A filter on the stored rows that keeps every row of a tuple the change takes from (and

@@ -95,11 +95,11 @@ def file_paths(table: DeltaTable, table_path: str) -> list:
 
 def parquet_datasets(table: DeltaTable, table_path: str) -> list:
     """The live data files of `table` as pyarrow datasets, one per physical schema (a string is
-    a string_view in the files delta-rs writes and a string in Spark's, and a filter's values
-    must be of the files' own type to be checked against their statistics), read by their own
-    footers. Not delta-rs' to_pyarrow_dataset(): it turns each file's log statistics into a
-    guarantee, and a column the log has no min/max for (a boolean, which the executors' adds
-    leave out: executor_writes.stats_of) becomes `>= null`, which no filter on it passes."""
+    a string_view in the files delta-rs' MERGE writes and a string in Spark's, and a scan's
+    filter must meet each file in its own types), read by their own footers. Not delta-rs'
+    to_pyarrow_dataset(): it turns each file's log statistics into a guarantee, and a column the
+    log has no min/max for (a boolean, which the executors' adds leave out:
+    executor_writes.stats_of) becomes `>= null`, which no filter on it passes."""
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
