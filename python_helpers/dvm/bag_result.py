@@ -109,8 +109,9 @@ class BagResult(MaintainedResult):
         query = select_from(named, sub(source, ctx.alias("b")))
         return query.group_by(*[col(c) for c in cols], copy=False) if cols else query
 
-    def sends_change(self, ctx: Context) -> bool:
-        return ctx.engine_looks_up and not self.grouped
+    @property
+    def may_send_change(self) -> bool:
+        return not self.grouped
 
     def merge_sql(self, ctx: Context, storage: exp.Expr, types: dict):
         d = delta(self.input, ctx)

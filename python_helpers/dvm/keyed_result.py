@@ -61,7 +61,8 @@ class KeyedBagResult(BagResult):
     def hidden_columns(self) -> list[str]:
         return []
 
-    def sends_change(self, ctx: Context) -> bool:
+    @property
+    def may_send_change(self) -> bool:
         return False  # one stored row per key: its MERGE rows need no stored counts
 
     def match_columns(self) -> list[str]:

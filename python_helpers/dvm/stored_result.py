@@ -138,11 +138,17 @@ class MaintainedResult(StoredResult):
         """The rows to MERGE into `storage` for this refresh's change; None when nothing changes."""
         raise NotImplementedError
 
+    @property
+    def may_send_change(self) -> bool:
+        """Whether the layout can send its consolidated change for the engine to resolve (a bag
+        stored as its rows come): only then is the engine asked (Context.engine_looks_up)."""
+        return False
+
     def sends_change(self, ctx: Context) -> bool:
         """Whether `merge_sql` gives the consolidated change (the user columns and __dvm_w) for
         the engine to resolve against the stored rows (Context.engine_looks_up) rather than
         the MERGE rows themselves."""
-        return False
+        return ctx.engine_looks_up and self.may_send_change
 
 
 class AggregateResult(MaintainedResult):

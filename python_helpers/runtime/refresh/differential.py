@@ -62,7 +62,8 @@ def run_differential(attempt: Attempt) -> int:
                 ctx = bindings.context(changed)
                 stored_bytes = bindings.read_bytes().get(store_rel.name, 0)
                 ctx.restrict_storage = stored_bytes >= RESTRICT_STORAGE_BYTES
-                ctx.engine_looks_up = delta.looks_up_tuples(attempt.target, read_version)
+                # Asked only for a layout that can use it: the question opens the stored log.
+                ctx.engine_looks_up = result.may_send_change and delta.looks_up_tuples(attempt.target, read_version)
                 budget = auto.ReadBudget(request, bindings, attempt.counters, rebuild_writes=stored_bytes)
                 if ctx.materialize is not None:
                     ctx.materialize = with_scan_settings(bindings, budget.guard(ctx.materialize))
