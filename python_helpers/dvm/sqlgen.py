@@ -32,7 +32,7 @@ class Context:
     restrict_storage: bool = False
     # The engine looks up the stored rows of a bag's losing tuples itself, after the query (the
     # embedded engine where delta-rs applies the MERGE in the dbt process): a bag stored as its
-    # rows come then sends its consolidated change alone (BagResult.sends_change), and Spark
+    # rows come then sends its consolidated change alone (MaintainedResult.sends_change), and Spark
     # does not scan the stored result for it.
     engine_looks_up: bool = False
     # The engine's way to compute an intermediate once and read it back as a relation (None:
