@@ -1,6 +1,7 @@
 """How the embedded engine's reads of a Delta version's files reach Parquet: without the
 dictionary filter (connections/base.py, NO_DICTIONARY_FILTER), on files written as the embedded
-engine and delta-rs write them, and still with the right rows under a key filter."""
+engine and delta-rs write them, and still with the right rows under a key filter; and rows read
+in the dbt process reach Spark whole."""
 
 from __future__ import annotations
 
@@ -67,5 +68,20 @@ def test_a_read_of_many_local_files_lists_them_without_a_spark_job_and_puts_the_
         assert listing_jobs == []
         assert conn.conf(LISTING_THRESHOLD, None) == own
         assert sorted(r.k for r in spark.sql(f"SELECT k FROM {view}").collect()) == list(range(40))
+    finally:
+        conn.drop_view(view)
+
+
+def test_rows_handed_over_in_chunks_with_empty_ones_all_reach_spark(spark):
+    """pyspark 4.1 built a frame of 1 row from chunks of 1, 0 and 2 rows (the rows after an
+    empty chunk were gone); tables concatenated from per-file reads have such chunks."""
+    parts = [pa.table({"k": pa.array(list(range(n)), pa.int64())}) for n in (1, 0, 2, 0, 0, 3)]
+    data = pa.concat_tables(parts)
+    assert [len(c) for c in data.column("k").chunks] == [1, 0, 2, 0, 0, 3]
+    conn = as_connection(spark)
+    view = "__dvm_test_chunks"
+    conn.view_of_arrow(view, data)
+    try:
+        assert sorted(r.k for r in spark.sql(f"SELECT k FROM {view}").collect()) == [0, 0, 0, 1, 1, 2]
     finally:
         conn.drop_view(view)

@@ -97,6 +97,9 @@ class SparkConnection:
         from python_helpers.runtime.spark_types import spark_schema
 
         schema = spark_schema(data.schema)
+        # One chunk per column: pyspark 4.1 drops the rows after an empty chunk (chunks of 1, 0
+        # and 2 rows became a frame of 1 row), and tables concatenated from reads have them.
+        data = data.combine_chunks()
         frame = self.spark.createDataFrame(data, schema=schema) if data.num_rows else self._empty(data.schema)
         self._register(frame.coalesce(1) if one_partition else frame, name)
 
