@@ -46,6 +46,11 @@ class Context:
     # count too. An engine that also keeps only the rows holding a key (a key list), not only
     # the files that can, says so with `keyed_rows` on the expression.
     keyed_snapshot: Optional[Callable[..., Optional[exp.Expr]]] = None
+    # The engine's way to read a source's snapshot only where some of its columns can meet a
+    # computed relation of keys: rows_for_keys(relation, version, [(source column, key column),
+    # ...], keys) -> a FROM-able expression holding at least every row whose columns meet a key
+    # row null-safely, or None (restricted_reads.read_for_keys; the caller restricts exactly).
+    rows_for_keys: Optional[Callable[..., Optional[exp.Expr]]] = None
     # The engine's judgement whether a source is too large for Spark to broadcast it in a join
     # (None: unknown, taken as large).
     large_source: Optional[Callable[[str], bool]] = None
@@ -61,6 +66,11 @@ class Context:
         if keyed is not None:
             self.keyed_snapshot = lambda relation, version, *rest, **more: keyed(
                 relation, version if relation in changed else "new", *rest, **more
+            )
+        by_keys = self.rows_for_keys
+        if by_keys is not None:
+            self.rows_for_keys = lambda relation, version, *rest: by_keys(
+                relation, version if relation in changed else "new", *rest
             )
 
     def alias(self, base: str = "t") -> str:

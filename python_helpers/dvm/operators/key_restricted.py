@@ -228,7 +228,11 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
     if keys is not None:
         for i, (child, d, exprs) in enumerate(inputs):
             if d is not None and restricted_reads.from_change(ctx, child, d):
-                rows = _keyed_new(ctx, node, i, strict, dl, dr) or plain_of(child, "new")
+                rows = (
+                    _keyed_new(ctx, node, i, strict, dl, dr)
+                    or restricted_reads.read_for_keys(ctx, child, "new", exprs, keys)
+                    or plain_of(child, "new")
+                )
                 new = ctx.materialize(restrict(ctx, rows, exprs, keys))  # type: ignore[misc]
                 reads[(i, "new")] = new
                 reads[(i, "old")] = restricted_reads.minus_change(ctx, child.columns, new, d)
@@ -241,7 +245,8 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
             if read is not None:
                 rendered.append(read.copy())
             elif keys is not None:
-                rendered.append(restrict(ctx, plain_of(child, read_at), exprs, keys))
+                rows = restricted_reads.read_for_keys(ctx, child, read_at, exprs, keys) or plain_of(child, read_at)
+                rendered.append(restrict(ctx, rows, exprs, keys))
             else:
                 rendered.append(plain_of(child, read_at))
         return plain(node, ctx, *rendered)

@@ -81,7 +81,8 @@ def read_once_delta(node, ctx: Context, child: Node, child_delta, child_new) -> 
     computed first, and its old rows those minus its change (restricted_reads)."""
     exprs = _key_exprs(node)
     keys = restricted_reads.keys_of(ctx, child_delta, exprs)
-    new = ctx.materialize(restricted_reads.restrict(ctx, child_new, exprs, keys))  # type: ignore[misc]
+    rows = restricted_reads.read_for_keys(ctx, child, "new", exprs, keys) or child_new
+    new = ctx.materialize(restricted_reads.restrict(ctx, rows, exprs, keys))  # type: ignore[misc]
     rows = {"new": new, "old": restricted_reads.minus_change(ctx, child.columns, new, child_delta)}
     render = aggregate_plain if isinstance(node, Aggregate) else distinct_plain
     return restricted_reads.new_minus_old(ctx, node.columns, lambda version: render(node, ctx, version, rows[version]))

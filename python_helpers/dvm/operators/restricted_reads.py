@@ -20,13 +20,14 @@ from python_helpers.dvm.sqlgen import (
     alias,
     col,
     consolidate,
+    known_empty,
     repeat_rows,
     select_from,
     sub,
     union_all_of,
     weight,
 )
-from python_helpers.dvm.tree import WEIGHT, Filter, Node, Project, Scan
+from python_helpers.dvm.tree import WEIGHT, Aggregate, Filter, Node, Project, Scan
 
 KEY = "__dvm_rk"  # the columns of a relation of keys: __dvm_rk0, __dvm_rk1, ...
 
@@ -82,6 +83,50 @@ def keyed_read(
         return None
     read = scan_rules.keyed_source_plain(scan, ctx, version, source, *changes[0], more=tuple(changes[1:]))
     return None if read is None else _Substituted(ctx, scan, read).plain(child, version)
+
+
+def read_for_keys(ctx: Context, child: Node, version: str, exprs: list, keys: exp.Expr):
+    """`child` at `version`, its plain source read only where the columns the key `exprs` copy
+    can meet a row of `keys` (columns KEY0, KEY1, ...: a computed relation of few rows), by the
+    engine (ctx.rows_for_keys); a superset of the rows restrict() keeps, which the caller
+    restricts exactly. `child` is the source under filters, projections and groupings whose keys
+    copy those columns (a group is kept or dropped whole by its key, so its input may be cut the
+    same way). None where the engine cannot, or there is no such source."""
+    if ctx.rows_for_keys is None or known_empty(keys):
+        return None
+    found = _keyed_source(child, [e.name if isinstance(e, exp.Column) else None for e in exprs])
+    if found is None:
+        return None
+    scan, sources = found
+    pairs = [(source, f"{KEY}{i}") for i, source in enumerate(sources) if source is not None]
+    if not pairs:
+        return None
+    relation = ctx.rows_for_keys(scan.relation, version, pairs, keys)
+    if relation is None:
+        return None
+    return _Substituted(ctx, scan, scan_rules.source_plain(scan, relation)).plain(child, version)
+
+
+def _keyed_source(node: Node, names: list):
+    """The plain source below `node` through filters, projections and groupings, with the
+    source column each of `names` (columns of `node`) copies (None where it copies none)."""
+    names = list(names)
+    while not isinstance(node, Scan):
+        if isinstance(node, Filter):
+            node = node.child
+            continue
+        if isinstance(node, Project):
+            exprs = [node.exprs[node.columns.index(n)] if n in node.columns else None for n in names]
+        elif isinstance(node, Aggregate) and node.keys:
+            group = dict(zip(node.key_names, node.keys))
+            exprs = [group.get(n) if n is not None else None for n in names]
+        else:
+            return None
+        names = [e.name if isinstance(e, exp.Column) else None for e in exprs]
+        node = node.child
+    if node.weight_column is not None:
+        return None
+    return node, [node.source_columns[node.columns.index(n)] if n in node.columns else None for n in names]
 
 
 class _Substituted:

@@ -37,8 +37,11 @@ def keyed_source_plain(
         return None
     extra = {"more": more} if more else {}
     relation = ctx.keyed_snapshot(node.relation, version, source, changed_relation, changed_source, **extra)
-    if relation is None:
-        return None
+    return None if relation is None else source_plain(node, relation)
+
+
+def source_plain(node: Scan, relation: exp.Expr) -> exp.Select:
+    """The scan's columns over `relation`, which stands for (part of) its source's snapshot."""
     return select_from(_columns(node), relation)
 
 

@@ -80,6 +80,7 @@ def run_differential(attempt: Attempt) -> int:
             files_read=bindings.files_read,
             files_skipped=bindings.files_skipped,
             reads_filtered_by_keys=bindings.page_filtered,
+            reads_for_computed_keys=bindings.key_reads,
         )
         try:
             with bindings.scan_settings():

@@ -18,7 +18,7 @@ from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta.bound_views import DATE, INTEGRAL, PAGE_FILTER_KEYS, BoundViews, key_in
-from python_helpers.runtime.delta.embedded import change_feed
+from python_helpers.runtime.delta.embedded import change_feed, key_reads
 from python_helpers.runtime.delta.embedded import log as delta_log
 from python_helpers.runtime.delta.embedded import tables as delta_tables
 from python_helpers.runtime.refresh import scan_settings
@@ -51,6 +51,8 @@ class Bindings(BoundViews):
         self._ranges: dict = {}  # (relation, column) -> [min, max] ranges covering its change
         self.view_bytes: dict = {}  # bound snapshot view -> bytes of the data files it covers (read_bytes)
         self._broadcast_bytes: Optional[int] = None  # the session's threshold, read once when asked
+        self._key_reads: dict = {}  # (relation, version, pairs, keys' SQL) -> view of rows_for_keys, or None
+        self._listed_keys: dict = {}  # the SQL listing a relation of keys -> its rows (None: too many)
 
     def bind_files(self, suffix: str, files: list, schema) -> exp.Table:
         """A view over data files of a Delta table (paths as Spark reads them)."""
@@ -192,6 +194,7 @@ class Bindings(BoundViews):
             small_delta=sum(self.change_counts.values()) <= SMALL_DELTA_ROWS,
             materialize=self.materialize,
             keyed_snapshot=self.keyed_snapshot,
+            rows_for_keys=self.rows_for_keys,
             large_source=self.large_source,
         )
 
@@ -264,6 +267,63 @@ class Bindings(BoundViews):
             return view
         self.page_filtered += 1
         return keyed_rows(sub(exp.select(exp.Star()).from_(view).where(row_filter), f"{name}_rows"))
+
+    def rows_for_keys(self, relation: str, version: str, pairs: list, keys: exp.Expr) -> Optional[exp.Table]:
+        """`relation` at `version`, only the rows whose source columns of `pairs` ((source
+        column, key column) ...) can meet a row of `keys` (a computed relation of few rows),
+        read with Arrow in the dbt process (key_reads.py) and served as a small view. None
+        where that is not done: a remote or partitioned table, a source Spark broadcasts anyway,
+        no integer or date key column, too many keys or rows. Asked again with the same keys,
+        the same view."""
+        src = self.pinned.get(relation)
+        if src is None or paths.is_uri(src.path) or src.state.partition_columns or not self.large_source(relation):
+            return None
+        if not key_reads.filterable(src.state.arrow_schema, [s for s, _ in pairs]):
+            return None
+        number = src.state.version if version == "new" else self.old.get(relation)
+        if number is None:
+            return None
+        query = render(keys)
+        cached = (relation, number, tuple(pairs), query)
+        if cached not in self._key_reads:
+            self._key_reads[cached] = self._read_for_keys(relation, version, number, pairs, keys)
+        found = self._key_reads[cached]
+        return None if found is None else found.copy()
+
+    def _read_for_keys(self, relation: str, version: str, number: int, pairs: list, keys: exp.Expr):
+        key_columns = tuple(k for _, k in pairs)
+        listed = exp.select(*[exp.column(k) for k in key_columns]).distinct().from_(sub(keys.copy(), "__dvm_keys"))
+        query = render(listed.limit(MAX_KEYS + 1))
+        if query not in self._listed_keys:  # (the same keys restrict both versions of a source)
+            found = self.conn.arrow(query)
+            self._listed_keys[query] = found if found.num_rows <= MAX_KEYS else None
+        found = self._listed_keys[query]
+        if found is None:
+            return None
+        if version == "old":
+            self._check_readable(relation, number)
+        src = self.pinned[relation]
+        table = delta_tables.table_at(src.path, number)
+        schema = src.state.arrow_schema if number == src.state.version else delta_tables.arrow_schema(table)
+        values = {source: found.column(k) for source, k in pairs}
+        every = delta_tables.file_paths(table, src.path)
+        kept = set(every)
+        for source, column_keys in values.items():
+            if not column_keys.null_count:  # (statistics rule out files of NULLs, which a NULL key meets)
+                meeting = delta_tables.files_meeting_keys(table, src.path, source, column_keys)
+                kept &= set(every if meeting is None else meeting)
+        files = [f for f in every if f in kept]
+        columns = self.columns.get(relation) or list(schema.names)
+        rows = key_reads.read([paths.local(f) for f in files], schema, list(columns), values)
+        if rows is None:
+            return None
+        name = self.view_name(f"s{self._index[relation]}_{version}_a{len(self.views)}")
+        self.conn.view_of_arrow(name, rows)
+        self.files_read += len(files)
+        self.files_skipped += len(every) - len(files)
+        self.view_bytes[name] = delta_tables.bytes_of_files(delta_tables.add_actions(table), every, files)
+        self.key_reads += 1
+        return exp.to_table(name)
 
     def scan_settings(self):
         """The session settings the bound reads need while a query over them runs: Parquet
