@@ -90,8 +90,9 @@ def read(files: list, schema: pa.Schema, columns: list, keys: dict) -> Optional[
 
     target = pa.schema([schema.field(c) for c in columns])
     with ThreadPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1) or 1) as pool:
-        parts = list(pool.map(lambda path: _read_file(path, target, keys), files))
-    if any(p is None for p in parts) or sum(p.num_rows for p in parts) > MAX_ROWS:
+        read = list(pool.map(lambda path: _read_file(path, target, keys), files))
+    parts = [p for p in read if p is not None]
+    if len(parts) < len(read) or sum(p.num_rows for p in parts) > MAX_ROWS:
         return None
     return pa.concat_tables([target.empty_table(), *parts])
 
