@@ -95,6 +95,10 @@ def test_too_many_rows_give_up(tmp_path, monkeypatch):
     files = [_write(tmp_path, "a.parquet", _rows(list(range(10)), [1] * 10))]
     assert key_reads.read(files, SCHEMA, ["id"], {"k": pa.array([1], pa.int32())}) is None
     assert key_reads.read(files, SCHEMA, ["id"], {"k": pa.array([2], pa.int32())}).num_rows == 0
+    # Counted over all files together, whichever thread reads them.
+    files = [_write(tmp_path, f"f{i}.parquet", _rows([2 * i, 2 * i + 1], [1, 2])) for i in range(4)]
+    assert key_reads.read(files[:3], SCHEMA, ["id"], {"k": pa.array([1], pa.int32())}).num_rows == 3
+    assert key_reads.read(files, SCHEMA, ["id"], {"k": pa.array([1], pa.int32())}) is None
 
 
 @pytest.mark.parametrize("null_key", [False, True])

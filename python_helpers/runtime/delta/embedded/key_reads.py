@@ -15,6 +15,7 @@ MAX_KEYS keys and MAX_ROWS rows: past that the read stops and Spark reads the so
 from __future__ import annotations
 
 import os
+import threading
 from typing import Optional
 
 import pyarrow as pa
@@ -85,30 +86,50 @@ def read(files: list, schema: pa.Schema, columns: list, keys: dict) -> Optional[
     """The rows of the local parquet `files` that meet one of `keys` (key_mask, in each file's
     own types), as `columns` of `schema` (a column a file lacks is NULL there, as Delta reads an
     added column); None when more than MAX_ROWS do. A file's key columns are read first, and its
-    other columns only from the row groups where a row meets a key; files are read in parallel."""
+    other columns only from the row groups where a row meets a key; files are read in parallel,
+    and once MAX_ROWS have met a key no further file is read."""
     from concurrent.futures import ThreadPoolExecutor
 
     target = pa.schema([schema.field(c) for c in columns])
+    budget = _Budget()
     with ThreadPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1) or 1) as pool:
-        read = list(pool.map(lambda path: _read_file(path, target, keys), files))
+        read = list(pool.map(lambda path: _read_file(path, target, keys, budget), files))
     parts = [p for p in read if p is not None]
-    if len(parts) < len(read) or sum(p.num_rows for p in parts) > MAX_ROWS:
+    if len(parts) < len(read) or budget.spent:
         return None
     return pa.concat_tables([target.empty_table(), *parts])
 
 
-def _read_file(path: str, target: pa.Schema, keys: dict) -> Optional[pa.Table]:
+class _Budget:
+    """The rows the files read so far met, shared by the reading threads."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.spent = False
+        self._lock = threading.Lock()
+
+    def take(self, rows: int) -> bool:
+        """Count `rows` more; False once more than MAX_ROWS have been counted."""
+        with self._lock:
+            self.rows += rows
+            self.spent = self.spent or self.rows > MAX_ROWS
+            return not self.spent
+
+
+def _read_file(path: str, target: pa.Schema, keys: dict, budget: _Budget) -> Optional[pa.Table]:
     import pyarrow.parquet as pq
 
+    if budget.spent:
+        return None
     data = pq.ParquetFile(path)
     physical = data.schema_arrow
     wanted_values = wanted(physical, keys)
     if not wanted_values:  # (a file without the key columns: every row is NULL there)
-        if data.metadata.num_rows > MAX_ROWS:
+        if not budget.take(data.metadata.num_rows):
             return None
         return _as_target(data.read(columns=_present(physical, target)), target)
     mask = key_mask(data.read(columns=list(wanted_values)), wanted_values)
-    if (pc.sum(mask).as_py() or 0) > MAX_ROWS:
+    if not budget.take(pc.sum(mask).as_py() or 0):
         return None
     parts = [target.empty_table()]
     start = 0
