@@ -97,6 +97,16 @@ class Bindings(BoundViews):
                 )
         return self.views_by_key[key].copy()
 
+    def _version_number(self, relation: str, version: str) -> Optional[int]:
+        """The Delta version a pinned source's `version` ("new" / "old") is (None: no old one)."""
+        return self.pinned[relation].state.version if version == "new" else self.old.get(relation)
+
+    def _table_at(self, relation: str, version: str, number: int):
+        """A pinned source's table at `number`, an old version checked readable first."""
+        if version == "old":
+            self._check_readable(relation, number)
+        return delta_tables.table_at(self.pinned[relation].path, number)
+
     def _check_readable(self, relation: str, version: int) -> None:
         """The old snapshot is read lazily by Spark; find vacuumed files or an expired log now,
         so the refresh can fall back to a full one instead of failing half way."""
@@ -240,12 +250,10 @@ class Bindings(BoundViews):
         if keys is None and ranges is None:
             return None
         src = self.pinned[relation]
-        number = src.state.version if version == "new" else self.old.get(relation)
+        number = self._version_number(relation, version)
         if number is None:
             return None
-        if version == "old":
-            self._check_readable(relation, number)
-        table = delta_tables.table_at(src.path, number)
+        table = self._table_at(relation, version, number)
         if keys is not None:
             files = delta_tables.files_meeting_keys(table, src.path, column, keys)
         else:
@@ -280,7 +288,7 @@ class Bindings(BoundViews):
             return None
         if not key_reads.filterable(src.state.arrow_schema, [s for s, _ in pairs]):
             return None
-        number = src.state.version if version == "new" else self.old.get(relation)
+        number = self._version_number(relation, version)
         if number is None:
             return None
         query = render(keys)
@@ -300,11 +308,9 @@ class Bindings(BoundViews):
         found = self._listed_keys[query]
         if found is None:
             return None
-        if version == "old":
-            self._check_readable(relation, number)
         src = self.pinned[relation]
-        table = delta_tables.table_at(src.path, number)
-        schema = src.state.arrow_schema if number == src.state.version else delta_tables.arrow_schema(table)
+        table = self._table_at(relation, version, number)
+        schema = delta_tables.schema_at(src.state, table)
         values = {source: found.column(k) for source, k in pairs}
         every = delta_tables.file_paths(table, src.path)
         kept = set(every)

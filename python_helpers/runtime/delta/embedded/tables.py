@@ -166,7 +166,7 @@ def bind_snapshot(conn: Connection, name: str, state: TableState, version: int, 
             _VERSION_FILES.move_to_end(key)
     if known is None:
         table = table_at(state.path, version)
-        schema = state.arrow_schema if table.version() == state.version else arrow_schema(table)
+        schema = schema_at(state, table)
         known = (file_paths(table, state.path), schema)
         with _VERSION_FILES_LOCK:
             _VERSION_FILES[key] = known
@@ -181,8 +181,13 @@ def bind_files(
 ) -> None:
     """The temporary view `name` over some of the data files of `table` (opened at the version
     read), e.g. those file statistics leave in."""
-    schema = state.arrow_schema if table.version() == state.version else arrow_schema(table)
-    _bind(conn, name, state, files, schema, columns)
+    _bind(conn, name, state, files, schema_at(state, table), columns)
+
+
+def schema_at(state: TableState, table: DeltaTable) -> pa.Schema:
+    """The Arrow schema of `table` (the source opened at some version): the state's, read once,
+    when it is that version."""
+    return state.arrow_schema if table.version() == state.version else arrow_schema(table)
 
 
 def _bind(
