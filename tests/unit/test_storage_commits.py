@@ -100,9 +100,10 @@ def test_two_first_builds_one_wins(tmp_path):
     assert storage.read_metadata(path)["offsets"]["s.t"]["version"] == 1
 
 
-def test_a_merge_writes_row_groups_spark_can_split_between_tasks(tmp_path, monkeypatch):
+def test_a_merge_writes_compressed_row_groups_spark_can_split_between_tasks(tmp_path, monkeypatch):
     """delta-rs writes up to about a million rows per row group, and Spark splits a file only at
-    row groups: the files a MERGE rewrites keep groups of storage.ROW_GROUP_ROWS rows."""
+    row groups: the files a MERGE rewrites keep groups of storage.ROW_GROUP_ROWS rows, compressed
+    as Spark writes them (delta-rs leaves them uncompressed once given writer properties)."""
     monkeypatch.setattr(storage, "ROW_GROUP_ROWS", 1_000)
     path = str(tmp_path / "stored")
     n = 5_000
@@ -119,3 +120,5 @@ def test_a_merge_writes_row_groups_spark_can_split_between_tasks(tmp_path, monke
     assert sum(m.num_rows for m in groups) == n
     assert all(m.row_group(i).num_rows <= 1_000 for m in groups for i in range(m.num_row_groups))
     assert sum(m.num_row_groups for m in groups) >= 5
+    codecs = {m.row_group(i).column(c).compression for m in groups for i in range(m.num_row_groups) for c in range(2)}
+    assert codecs == {"SNAPPY"}
