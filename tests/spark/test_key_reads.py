@@ -1,6 +1,8 @@
 """A changed source read for computed keys with Arrow in the dbt process (embedded engine:
 bindings.rows_for_keys, runtime/delta/embedded/key_reads.py), checked against the oracle over
-inserts, updates, deletes, duplicates and NULL keys (about 45 s here for the three shapes).
+inserts, updates, deletes, duplicates and NULL keys (about 45 s here for the three shapes). Keys
+copied from a change the dbt process holds are listed from it (key_lineage.py); each shape
+takes that path at least once.
 
 The test sources are small, and a source Spark would broadcast itself is read by Spark: the
 tests take every source as large (Bindings.large_source), as the demo's orders are."""
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from python_helpers.runtime.delta.embedded import bindings
+from python_helpers.runtime.delta.embedded import bindings, key_lineage
 from tests.support.shapes import INITIAL, SHAPES_BY_NAME, SMOKE_BATCHES
 
 pytestmark = pytest.mark.spark
@@ -31,6 +33,14 @@ SHAPES = {
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_a_source_read_for_computed_keys_in_arrow_matches_the_oracle(env, monkeypatch, name):
     monkeypatch.setattr(bindings.Bindings, "large_source", lambda self, relation: True)
+    held = []  # what each listing of keys found in rows the dbt process holds (None: Spark lists)
+    listed = key_lineage.held_values
+
+    def spied(*args):
+        held.append(listed(*args))
+        return held[-1]
+
+    monkeypatch.setattr(key_lineage, "held_values", spied)
     for t in ("t1", "t2", "t3"):
         env.source(t, INITIAL[t])
     stream = env.stream(f"keys_{name}", SHAPES[name], refresh_mode="differential")
@@ -41,3 +51,4 @@ def test_a_source_read_for_computed_keys_in_arrow_matches_the_oracle(env, monkey
         reads += stream.refresh(expect="differential").counters["reads_for_computed_keys"]
         stream.check()
     assert reads > 0, f"{name}: no source was read for its keys in Arrow"
+    assert any(h is not None for h in held), f"{name}: every key listing cost a Spark job"

@@ -18,7 +18,7 @@ from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta.bound_views import DATE, INTEGRAL, PAGE_FILTER_KEYS, BoundViews, key_in
-from python_helpers.runtime.delta.embedded import change_feed, key_reads
+from python_helpers.runtime.delta.embedded import change_feed, key_lineage, key_reads
 from python_helpers.runtime.delta.embedded import log as delta_log
 from python_helpers.runtime.delta.embedded import tables as delta_tables
 from python_helpers.runtime.refresh import scan_settings
@@ -52,7 +52,8 @@ class Bindings(BoundViews):
         self.view_bytes: dict = {}  # bound snapshot view -> bytes of the data files it covers (read_bytes)
         self._broadcast_bytes: Optional[int] = None  # the session's threshold, read once when asked
         self._key_reads: dict = {}  # (relation, version, pairs, keys' SQL) -> view of rows_for_keys, or None
-        self._listed_keys: dict = {}  # the SQL listing a relation of keys -> its rows (None: too many)
+        self._listed_keys: dict = {}  # the SQL listing a relation of keys -> {key column: values} (None: too many)
+        self._arrow_views: dict = {}  # view (lower case) -> the Arrow rows it serves, held in this process
 
     def bind_files(self, suffix: str, files: list, schema) -> exp.Table:
         """A view over data files of a Delta table (paths as Spark reads them)."""
@@ -187,6 +188,7 @@ class Bindings(BoundViews):
             self.views += changes.file_views
             if changes.arrow is not None:
                 self.change_arrow[relation] = changes.arrow
+                self._arrow_views[name.lower()] = changes.arrow
             if changes.consolidated and changes.rows == 0:
                 continue
             if changes.consolidated:
@@ -299,19 +301,13 @@ class Bindings(BoundViews):
         return None if found is None else found.copy()
 
     def _read_for_keys(self, relation: str, version: str, number: int, pairs: list, keys: exp.Expr):
-        key_columns = tuple(k for _, k in pairs)
-        listed = exp.select(*[exp.column(k) for k in key_columns]).distinct().from_(sub(keys.copy(), "__dvm_keys"))
-        query = render(listed.limit(MAX_KEYS + 1))
-        if query not in self._listed_keys:  # (the same keys restrict both versions of a source)
-            found = self.conn.arrow(query)
-            self._listed_keys[query] = found if found.num_rows <= MAX_KEYS else None
-        found = self._listed_keys[query]
+        found = self._listed(keys, tuple(k for _, k in pairs))
         if found is None:
             return None
         src = self.pinned[relation]
         table = self._table_at(relation, version, number)
         schema = delta_tables.schema_at(src.state, table)
-        values = {source: found.column(k) for source, k in pairs}
+        values = {source: found[k] for source, k in pairs}
         every = delta_tables.file_paths(table, src.path)
         kept = set(every)
         for source, column_keys in values.items():
@@ -325,11 +321,26 @@ class Bindings(BoundViews):
             return None
         name = self.view_name(f"s{self._index[relation]}_{version}_a{len(self.views)}")
         self.conn.view_of_arrow(name, rows)
+        self._arrow_views[name.lower()] = rows
         self.files_read += len(files)
         self.files_skipped += len(every) - len(files)
         self.view_bytes[name] = delta_tables.bytes_of_files(delta_tables.add_actions(table), every, files)
         self.key_reads += 1
         return exp.to_table(name)
+
+    def _listed(self, keys: exp.Expr, key_columns: tuple) -> Optional[dict]:
+        """{key column: values} holding every value of `keys`' `key_columns` (a superset is
+        enough: the restriction is applied exactly on top), None past MAX_KEYS. Keys copied from
+        rows this process holds come from them; others cost a Spark job."""
+        listed = exp.select(*[exp.column(k) for k in key_columns]).distinct().from_(sub(keys.copy(), "__dvm_keys"))
+        query = render(listed.limit(MAX_KEYS + 1))
+        if query not in self._listed_keys:  # (the same keys restrict both versions of a source)
+            found = key_lineage.held_values(keys, key_columns, self._arrow_views, MAX_KEYS)
+            if found is None:
+                rows = self.conn.arrow(query)
+                found = {k: rows.column(k) for k in key_columns} if rows.num_rows <= MAX_KEYS else None
+            self._listed_keys[query] = found
+        return self._listed_keys[query]
 
     def scan_settings(self):
         """The session settings the bound reads need while a query over them runs: Parquet

@@ -1,0 +1,118 @@
+"""Keys listed from rows the dbt process holds (runtime/delta/embedded/key_lineage.py): a
+relation's key column followed to the held columns it copies. The values found must hold every
+value the relation has (NULL included), checked against duckdb running the same SQL; anything
+the module does not follow answers None."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+import pytest
+import sqlglot
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from python_helpers.runtime.delta.embedded import key_lineage
+
+HELD = {"a", "b"}
+
+
+def _sources(sql: str, column: str = "rk"):
+    return key_lineage.sources(sqlglot.parse_one(sql, read="spark"), column, HELD)
+
+
+@pytest.mark.parametrize(
+    "sql, expected",
+    [
+        # The demo's shape: a filtered projection of a change.
+        (
+            "SELECT c_k AS rk FROM (SELECT * FROM (SELECT k AS c_k, g AS c_g FROM a) AS f WHERE c_g = 1) AS d",
+            [("a", "k")],
+        ),
+        ("SELECT k AS rk FROM (SELECT k, SUM(w) AS s FROM a GROUP BY k HAVING SUM(w) <> 0) AS x", [("a", "k")]),
+        ("SELECT f.k AS rk FROM a AS f", [("a", "k")]),
+        ("SELECT k AS rk FROM a UNION ALL SELECT g AS other FROM b", [("a", "k"), ("b", "g")]),
+        ("SELECT k AS rk FROM a EXCEPT SELECT k FROM b", [("a", "k")]),
+        ("SELECT DISTINCT k AS rk FROM a WHERE k IN (SELECT g FROM b) LIMIT 3", [("a", "k")]),
+    ],
+)
+def test_a_copied_key_is_followed_to_the_held_columns(sql, expected):
+    assert _sources(sql) == expected
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT k + 1 AS rk FROM a",  # an expression
+        "SELECT CAST(k AS INT) AS rk FROM a",
+        "SELECT a.k AS rk FROM a JOIN b ON a.k = b.k",  # a join
+        "SELECT k AS rk FROM (SELECT k FROM a GROUP BY ROLLUP (k)) AS x",  # NULL rows added
+        "SELECT x.k AS rk FROM a AS f",  # another relation's column
+        "SELECT k AS rk FROM m6",  # a relation not held
+        "SELECT k AS rk FROM db.a",
+        "SELECT k AS rk FROM a UNION ALL SELECT g + 1 FROM b",
+        "SELECT k AS rk FROM a LATERAL VIEW EXPLODE(ARRAY(1, 2)) e AS n",
+    ],
+)
+def test_anything_else_is_not_followed(sql):
+    assert _sources(sql) is None
+
+
+TABLE_ROWS = st.lists(
+    st.tuples(st.one_of(st.none(), st.integers(-3, 3)), st.integers(-3, 3), st.integers(-2, 2)), max_size=6
+)
+
+
+def _table(rows: list) -> pa.Table:
+    k, g, w = zip(*rows) if rows else ((), (), ())
+    return pa.table({"k": pa.array(k, pa.int32()), "g": pa.array(g, pa.int32()), "w": pa.array(w, pa.int64())})
+
+
+@st.composite
+def relations(draw, depth: int = 0) -> str:
+    """SQL of a relation with columns k and g, built from what the DVM's key SQL uses and from
+    forms the module must refuse."""
+    if depth >= 3 or draw(st.booleans()) and depth > 0:
+        table = draw(st.sampled_from(["a", "b"]))
+        return draw(st.sampled_from([f"SELECT k, g FROM {table}", f"SELECT * FROM {table}"]))
+    inner = draw(relations(depth + 1))
+    form = draw(st.integers(0, 8))
+    if form == 0:
+        return f"SELECT * FROM ({inner}) AS t WHERE g > {draw(st.integers(-3, 3))}"
+    if form == 1:
+        return f"SELECT g AS k, k AS g FROM ({inner}) AS t"
+    if form == 2:
+        return f"SELECT k + 1 AS k, g FROM ({inner}) AS t"
+    if form == 3:
+        return f"SELECT k, MAX(g) AS g FROM ({inner}) AS t GROUP BY k HAVING COUNT(*) > 0"
+    if form == 4:
+        return f"SELECT k, g FROM ({inner}) AS t GROUP BY ROLLUP (k, g)"
+    if form == 5:
+        return f"SELECT k, g FROM ({inner}) AS t UNION ALL SELECT g, k FROM ({draw(relations(depth + 1))}) AS u"
+    if form == 6:
+        return f"SELECT k, g FROM ({inner}) AS t EXCEPT SELECT k, g FROM ({draw(relations(depth + 1))}) AS u"
+    if form == 7:
+        return f"SELECT t.k, u.g FROM ({inner}) AS t LEFT JOIN ({draw(relations(depth + 1))}) AS u ON t.k = u.k"
+    return f"SELECT t.k AS k, t.g AS g FROM ({inner}) AS t"
+
+
+@settings(max_examples=300, deadline=None)
+@given(relation=relations(), a=TABLE_ROWS, b=TABLE_ROWS, column=st.sampled_from(["k", "g"]))
+def test_the_values_found_hold_every_value_of_the_relation(relation, a, b, column):
+    sql = f"SELECT {column} AS rk FROM ({relation}) AS z"
+    held = {"a": _table(a), "b": _table(b)}
+    found = key_lineage.held_values(sqlglot.parse_one(sql, read="spark"), ("rk",), held, 100)
+    if found is None:
+        return
+    db = duckdb.connect()
+    for name, rows in held.items():
+        db.register(name, rows)
+    actual = {row[0] for row in db.execute(sqlglot.transpile(sql, read="spark", write="duckdb")[0]).fetchall()}
+    assert actual <= set(found["rk"].to_pylist()), sql
+
+
+def test_past_the_bound_the_keys_are_not_listed_here():
+    held = {"a": _table([(i, 0, 1) for i in range(5)]), "b": _table([])}
+    relation = sqlglot.parse_one("SELECT k AS rk FROM a", read="spark")
+    assert key_lineage.held_values(relation, ("rk",), held, 4) is None
+    assert sorted(key_lineage.held_values(relation, ("rk",), held, 5)["rk"].to_pylist()) == [0, 1, 2, 3, 4]
