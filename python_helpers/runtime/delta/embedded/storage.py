@@ -3,7 +3,7 @@ whose commits carry the refresh metadata (runtime/delta/metadata.py) as custom c
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Final, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,7 +27,7 @@ ROW_GROUP_ROWS = 128 * 1024
 # Given any writer properties, delta-rs leaves the files uncompressed unless told: the demo's
 # `north_flags` (10 M rows) went from Spark's 41 MB to 101 MB at its first MERGE; snappy, as
 # Spark and delta-rs' own default write, keeps it at 61 MB.
-COMPRESSION = "SNAPPY"
+COMPRESSION: Final = "SNAPPY"
 
 
 def _writer() -> WriterProperties:
