@@ -132,8 +132,11 @@ class Connection(Protocol):
         `base_path` finds hive-style partition values in directory names; `columns` projects;
         `cache_key` names an immutable set of files whose scan may be reused across refreshes."""
 
-    def view_of_query(self, name: str, sql: str, one_partition: bool = False, materialize: bool = False) -> None:
-        """A query; `materialize` computes it once now (read several times later)."""
+    def view_of_query(
+        self, name: str, sql: str, one_partition: bool = False, materialize: bool = False
+    ) -> Optional[bool]:
+        """A query; `materialize` computes it once now (read several times later) and answers
+        whether it holds rows when the computation told (None: not known, ask)."""
 
     def drop_view(self, name: str) -> None:
         """Drop a temporary view (no error when it is gone)."""

@@ -32,6 +32,40 @@ _AGGREGATE_CLASSES = (
 )
 
 
+class _RowsObserved:
+    """A frame whose rows are counted while it is computed (an observation: no job of its own),
+    so a materialized intermediate need not be asked whether it is empty (a job per
+    intermediate, 0.06-0.2 s each). Local sessions only; the count arrives through a listener,
+    so it is waited for briefly and otherwise left unknown."""
+
+    WAIT_SECONDS = 0.2
+
+    def __init__(self, frame: Any):
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        self._observation = Observation()
+        self.frame = frame.observe(self._observation, F.count(F.lit(1)).alias("rows"))
+
+    def holds_rows(self) -> Optional[bool]:
+        import time
+
+        try:
+            observation = self._observation._jo
+            if observation is None:
+                return None
+            future = observation.future()
+            deadline = time.monotonic() + self.WAIT_SECONDS
+            while not future.isCompleted():
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.001)
+            # (A retried task can count its rows twice; a count is used for emptiness alone.)
+            return bool(self._observation.get["rows"])
+        except Exception:  # noqa: BLE001 - an internal API of pyspark's: then ask instead
+            return None
+
+
 class SparkConnection:
     def __init__(self, spark: Any, cloned: bool = False):
         self.spark = spark
@@ -146,13 +180,19 @@ class SparkConnection:
             frame = frame.select(*["`" + c.replace("`", "``") + "`" for c in columns])
         return frame
 
-    def view_of_query(self, name: str, sql: str, one_partition: bool = False, materialize: bool = False) -> None:
+    def view_of_query(
+        self, name: str, sql: str, one_partition: bool = False, materialize: bool = False
+    ) -> Optional[bool]:
         frame = self.spark.sql(sql)
         if one_partition:
             frame = frame.coalesce(1)
+        holds_rows = None
         if materialize:
-            frame = self._own(frame.localCheckpoint(eager=True))
+            observed = _RowsObserved(frame) if self._jvm is not None else None
+            frame = self._own((observed.frame if observed else frame).localCheckpoint(eager=True))
+            holds_rows = observed.holds_rows() if observed else None
         self._register(frame, name)
+        return holds_rows
 
     def _own(self, frame):
         """A checkpointed frame bound to this session. Spark Connect's client (4.1) binds the

@@ -267,7 +267,9 @@ class ThriftConnection:
             options += f", basePath {_string(base_path)}"
         self.execute(f"CREATE OR REPLACE TEMPORARY VIEW {_ident(part)} ({declared}) USING parquet OPTIONS ({options})")
 
-    def view_of_query(self, name: str, sql: str, one_partition: bool = False, materialize: bool = False) -> None:
+    def view_of_query(
+        self, name: str, sql: str, one_partition: bool = False, materialize: bool = False
+    ) -> Optional[bool]:
         if one_partition:
             sql = f"SELECT /*+ COALESCE(1) */ * FROM ({sql}) AS __dvm_one"
         if materialize:
@@ -275,6 +277,7 @@ class ThriftConnection:
             self._cached.add(name)
         else:
             self.execute(f"CREATE OR REPLACE TEMPORARY VIEW {_ident(name)} AS {sql}")
+        return None
 
     def drop_view(self, name: str) -> None:
         try:

@@ -80,9 +80,11 @@ class BoundViews:
         """Compute a (small) intermediate once, now, and serve it as a temp view: the SQL that
         reads it several times then does not recompute it (Spark would, for each reference)."""
         name = self.view_name(f"m{len(self.views)}")
-        self.conn.view_of_query(name, render(query), materialize=True)
+        holds_rows = self.conn.view_of_query(name, render(query), materialize=True)
         served = exp.select("*").from_(exp.to_table(name))
-        if not self.conn.rows(f"SELECT 1 FROM {name} LIMIT 1"):
+        if holds_rows is None:
+            holds_rows = bool(self.conn.rows(f"SELECT 1 FROM {name} LIMIT 1"))
+        if not holds_rows:
             # Spark cannot see that a computed relation is empty; `WHERE FALSE` it can, and its
             # optimizer then drops what only reads it, and the rules see it (sqlgen.known_empty:
             # a group rescan is not even rendered when no group needs one).
