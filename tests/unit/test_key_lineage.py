@@ -68,32 +68,30 @@ def _table(rows: list) -> pa.Table:
     return pa.table({"k": pa.array(k, pa.int32()), "g": pa.array(g, pa.int32()), "w": pa.array(w, pa.int64())})
 
 
+# How a relation of columns k and g is built from another ({inner}, and {other} for a second
+# input): the forms the DVM's key SQL uses, and forms the module must refuse.
+FORMS = [
+    "SELECT * FROM ({inner}) AS t WHERE g > {n}",
+    "SELECT g AS k, k AS g FROM ({inner}) AS t",
+    "SELECT k + 1 AS k, g FROM ({inner}) AS t",
+    "SELECT k, MAX(g) AS g FROM ({inner}) AS t GROUP BY k HAVING COUNT(*) > 0",
+    "SELECT k, g FROM ({inner}) AS t GROUP BY ROLLUP (k, g)",
+    "SELECT k, g FROM ({inner}) AS t UNION ALL SELECT g, k FROM ({other}) AS u",
+    "SELECT k, g FROM ({inner}) AS t EXCEPT SELECT k, g FROM ({other}) AS u",
+    "SELECT t.k, u.g FROM ({inner}) AS t LEFT JOIN ({other}) AS u ON t.k = u.k",
+    "SELECT t.k AS k, t.g AS g FROM ({inner}) AS t",
+]
+
+
 @st.composite
 def relations(draw, depth: int = 0) -> str:
-    """SQL of a relation with columns k and g, built from what the DVM's key SQL uses and from
-    forms the module must refuse."""
+    """SQL of a relation with columns k and g over the held tables a and b."""
     if depth >= 3 or draw(st.booleans()) and depth > 0:
         table = draw(st.sampled_from(["a", "b"]))
         return draw(st.sampled_from([f"SELECT k, g FROM {table}", f"SELECT * FROM {table}"]))
-    inner = draw(relations(depth + 1))
-    form = draw(st.integers(0, 8))
-    if form == 0:
-        return f"SELECT * FROM ({inner}) AS t WHERE g > {draw(st.integers(-3, 3))}"
-    if form == 1:
-        return f"SELECT g AS k, k AS g FROM ({inner}) AS t"
-    if form == 2:
-        return f"SELECT k + 1 AS k, g FROM ({inner}) AS t"
-    if form == 3:
-        return f"SELECT k, MAX(g) AS g FROM ({inner}) AS t GROUP BY k HAVING COUNT(*) > 0"
-    if form == 4:
-        return f"SELECT k, g FROM ({inner}) AS t GROUP BY ROLLUP (k, g)"
-    if form == 5:
-        return f"SELECT k, g FROM ({inner}) AS t UNION ALL SELECT g, k FROM ({draw(relations(depth + 1))}) AS u"
-    if form == 6:
-        return f"SELECT k, g FROM ({inner}) AS t EXCEPT SELECT k, g FROM ({draw(relations(depth + 1))}) AS u"
-    if form == 7:
-        return f"SELECT t.k, u.g FROM ({inner}) AS t LEFT JOIN ({draw(relations(depth + 1))}) AS u ON t.k = u.k"
-    return f"SELECT t.k AS k, t.g AS g FROM ({inner}) AS t"
+    form = draw(st.sampled_from(FORMS))
+    other = draw(relations(depth + 1)) if "{other}" in form else ""
+    return form.format(inner=draw(relations(depth + 1)), other=other, n=draw(st.integers(-3, 3)))
 
 
 @settings(max_examples=300, deadline=None)
