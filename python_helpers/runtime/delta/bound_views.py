@@ -69,9 +69,13 @@ class BoundViews:
 
     def view_name(self, suffix: str) -> str:
         """A temporary view name of this refresh (dropped by close)."""
-        name = f"__dvm_{self.id}_{suffix}"
+        name = self.named(suffix)
         self.views.append(name)
         return name
+
+    def named(self, suffix: str) -> str:
+        """The name view_name gives `suffix`, without creating anything to drop."""
+        return f"__dvm_{self.id}_{suffix}"
 
     def changes(self, relation: str) -> exp.Table:
         return self.views_by_key[f"s{self._index[relation]}_chg"].copy()

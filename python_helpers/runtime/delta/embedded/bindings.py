@@ -44,7 +44,6 @@ class Bindings(BoundViews):
         super().__init__(conn, pinned, old_versions, columns, model)
         # change_counts: exact once consolidated, else estimated from the log
         self.change_files: dict = {}  # relation -> delta_log.ChangeFiles of the versions consumed
-        self.change_arrow: dict = {}  # relation -> its change rows, when read in the driver
         self.change_columns: dict = {}  # relation -> the columns of its change view
         # files_read / files_skipped: files of snapshots narrowed by statistics
         self.consolidated: set = set()  # relations whose change rows are consolidated already
@@ -52,8 +51,10 @@ class Bindings(BoundViews):
         self.view_bytes: dict = {}  # bound snapshot view -> bytes of the data files it covers (read_bytes)
         self._broadcast_bytes: Optional[int] = None  # the session's threshold, read once when asked
         self._key_reads: dict = {}  # (relation, version, pairs, keys' SQL) -> view of rows_for_keys, or None
-        self._listed_keys: dict = {}  # the SQL listing a relation of keys -> {key column: values} (None: too many)
-        self._arrow_views: dict = {}  # view (lower case) -> the Arrow rows it serves, held in this process
+        self._listed_keys: dict = {}  # (keys' SQL, key columns) -> {key column: values} (None: too many)
+        # view (lower case) -> the Arrow rows it serves, held in this process: changes read in the
+        # driver and the rows of key reads
+        self._arrow_views: dict = {}
 
     def bind_files(self, suffix: str, files: list, schema) -> exp.Table:
         """A view over data files of a Delta table (paths as Spark reads them)."""
@@ -187,7 +188,6 @@ class Bindings(BoundViews):
             self.change_columns[relation] = changes.columns
             self.views += changes.file_views
             if changes.arrow is not None:
-                self.change_arrow[relation] = changes.arrow
                 self._arrow_views[name.lower()] = changes.arrow
             if changes.consolidated and changes.rows == 0:
                 continue
@@ -296,12 +296,12 @@ class Bindings(BoundViews):
         query = render(keys)
         cached = (relation, number, tuple(pairs), query)
         if cached not in self._key_reads:
-            self._key_reads[cached] = self._read_for_keys(relation, version, number, pairs, keys)
+            self._key_reads[cached] = self._read_for_keys(relation, version, number, pairs, keys, query)
         found = self._key_reads[cached]
         return None if found is None else found.copy()
 
-    def _read_for_keys(self, relation: str, version: str, number: int, pairs: list, keys: exp.Expr):
-        found = self._listed(keys, tuple(k for _, k in pairs))
+    def _read_for_keys(self, relation: str, version: str, number: int, pairs: list, keys: exp.Expr, keys_sql: str):
+        found = self._listed(keys, keys_sql, tuple(k for _, k in pairs))
         if found is None:
             return None
         src = self.pinned[relation]
@@ -328,19 +328,20 @@ class Bindings(BoundViews):
         self.key_reads += 1
         return exp.to_table(name)
 
-    def _listed(self, keys: exp.Expr, key_columns: tuple) -> Optional[dict]:
+    def _listed(self, keys: exp.Expr, keys_sql: str, key_columns: tuple) -> Optional[dict]:
         """{key column: values} holding every value of `keys`' `key_columns` (a superset is
         enough: the restriction is applied exactly on top), None past MAX_KEYS. Keys copied from
-        rows this process holds come from them; others cost a Spark job."""
-        listed = exp.select(*[exp.column(k) for k in key_columns]).distinct().from_(sub(keys.copy(), "__dvm_keys"))
-        query = render(listed.limit(MAX_KEYS + 1))
-        if query not in self._listed_keys:  # (the same keys restrict both versions of a source)
+        rows this process holds come from them; others cost a Spark job. `keys_sql` is `keys`
+        rendered (the same keys restrict both versions of a source: listed once)."""
+        cached = (keys_sql, key_columns)
+        if cached not in self._listed_keys:
             found = key_lineage.held_values(keys, key_columns, self._arrow_views, MAX_KEYS)
             if found is None:
-                rows = self.conn.arrow(query)
+                listed = exp.select(*[exp.column(k) for k in key_columns]).distinct()
+                rows = self.conn.arrow(render(listed.from_(sub(keys.copy(), "__dvm_keys")).limit(MAX_KEYS + 1)))
                 found = {k: rows.column(k) for k in key_columns} if rows.num_rows <= MAX_KEYS else None
-            self._listed_keys[query] = found
-        return self._listed_keys[query]
+            self._listed_keys[cached] = found
+        return self._listed_keys[cached]
 
     def scan_settings(self):
         """The session settings the bound reads need while a query over them runs: Parquet
@@ -354,15 +355,14 @@ class Bindings(BoundViews):
         """The distinct values of `column` in `relation`'s change (an Arrow array), or None when
         there are too many for statistics to rule out files. A change read in the driver has
         them at hand; a larger one read by Spark costs one small job for its distinct keys."""
-        import pyarrow.compute as pc
-
         if (relation, column) in self._keys:
             return self._keys[(relation, column)]
         keys = None
-        data = self.change_arrow.get(relation)
-        if data is not None:
-            if column in data.column_names:
-                keys = pc.unique(data.column(column))
+        held = self.named(f"s{self._index[relation]}_chg").lower()
+        if held in self._arrow_views:
+            if column in self._arrow_views[held].column_names:
+                found = key_lineage.held_values(exp.to_table(held), (column,), self._arrow_views, MAX_KEYS)
+                keys = None if found is None else found[column]
         elif (
             self.change_counts.get(relation, 0) <= SMALL_DELTA_ROWS
             and f"s{self._index[relation]}_chg" in self.views_by_key
