@@ -1,8 +1,8 @@
 """Over Spark Connect, a refresh's views of rows the dbt process sent and of checkpoints are
-held by the connection and sent with each statement that names them (connections/
-connect_views.py): no temporary view is created or dropped on the server for them. The server
-here is the spark engine suite's (Delta loaded); these tests use the embedded engine and plain
-Spark only.
+held by the connection and sent with each statement that names them (connections/spark.py,
+SparkConnection._views_named): no temporary view is created or dropped on the server for
+them. The server here is the spark engine suite's (Delta loaded); these tests use the embedded
+engine and plain Spark only.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
-from python_helpers.runtime.connections import connect_views, function_code, held_settings
+from python_helpers.runtime.connections import function_code, held_settings
 from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, STATIC_SETTINGS, FunctionKind, OutputColumn
 
 # (session, cache key, columns) -> DataFrame. A version of a Delta table never changes, so its
@@ -70,6 +70,16 @@ class _RowsObserved:
             return None
 
 
+def _with_views(sql: str, views: dict):
+    """Spark Connect's plan of statement `sql` carrying the relations it names ({name: frame}):
+    the server resolves those names for this statement alone, as for pyspark's own
+    `spark.sql("... {df} ...", df=df)`, whose public route would rewrite the text into a format
+    string."""
+    from pyspark.sql.connect.plan import SQL, SubqueryAlias
+
+    return SQL(sql, [], {}, [SubqueryAlias(frame._plan, name) for name, frame in sorted(views.items())])
+
+
 class SparkConnection:
     def __init__(self, spark: Any, cloned: bool = False):
         self.spark = spark
@@ -80,8 +90,8 @@ class SparkConnection:
         self._static: dict = {}  # STATIC_SETTINGS read so far: key -> value (None: unset)
         # Spark Connect: views of rows this process sent (an Arrow table) or Spark already holds
         # (a checkpoint), kept here as frames and sent with each statement that names them
-        # (connect_views.py). Creating and dropping a temporary view is a round trip each, 0.03-
-        # 0.14 s apiece; the plans ride along with a statement for free.
+        # (_with_views). Creating and dropping a temporary view is a round trip each, 0.03-0.14 s
+        # apiece; the plans ride along with a statement for free.
         self._inline: dict = {}  # view name (lower case) -> frame
 
     def private(self) -> "SparkConnection":
@@ -120,7 +130,7 @@ class SparkConnection:
     def execute(self, sql: str) -> None:
         views = self._views_named(sql)
         if views:
-            connect_views.execute(self.spark, sql, views)
+            self.spark.client.execute_command(_with_views(sql, views).command(self.spark.client))
         else:
             self.spark.sql(sql)
 
@@ -255,7 +265,11 @@ class SparkConnection:
     def _frame(self, sql: str):
         """The query's frame, with the inline views it names."""
         views = self._views_named(sql)
-        return connect_views.query(self.spark, sql, views) if views else self.spark.sql(sql)
+        if not views:
+            return self.spark.sql(sql)
+        from pyspark.sql.connect.dataframe import DataFrame
+
+        return DataFrame(_with_views(sql, views), self.spark)
 
     # Catalog and settings.
     def table_exists(self, name: str) -> bool:
