@@ -24,7 +24,8 @@ _SCANS: "OrderedDict" = OrderedDict()
 _SCANS_KEPT = 64
 _SCANS_LOCK = threading.Lock()  # dbt runs models on several threads in one process
 
-# The names a refresh gives its views (bound_views.BoundViews.view_name, history.py).
+# The names a refresh gives its views (bound_views.BoundViews.view_name, history.py,
+# executor_merge.py): the statements that may name a held view.
 _VIEW_NAME = re.compile(r"__dvm_\w+", re.IGNORECASE | re.ASCII)
 
 # Base classes of aggregate functions, for functions the registry cannot build untyped (Hive).
