@@ -232,6 +232,7 @@ class DbtBench:
         if os.path.exists(results):
             with open(results) as handle:
                 data = json.load(handle)
+            shutil.copyfile(results, trace[: -len(".jsonl")] + ".run_results.json")  # kept beside its trace
             for r in data["results"]:
                 name = r["unique_id"].split(".")[-1]
                 resp = r.get("adapter_response") or {}

@@ -13,6 +13,7 @@ import json
 import os
 import time
 import uuid
+from datetime import datetime
 from typing import Optional
 from urllib.request import urlopen
 
@@ -96,10 +97,34 @@ class SparkMeter:
             time.sleep(0.05)
             self.spent += time.perf_counter() - paused
         stages = {s for j in jobs for s in j.get("stageIds", [])}
-        read = 0
+        read = run_ms = cpu_ns = gc_ms = 0
         for stage in stages:
             for attempt in self._get(f"{base}/stages/{stage}"):
                 # Rows, not bytes: the local file system under-reports bytes read by the
                 # vectorised Parquet reader, while the records read are exact.
                 read += int(attempt.get("inputRecords", 0) or 0)
-        return {"spark_jobs": len(jobs), "rows_read": read}
+                run_ms += int(attempt.get("executorRunTime", 0) or 0)
+                cpu_ns += int(attempt.get("executorCpuTime", 0) or 0)
+                gc_ms += int(attempt.get("jvmGcTime", 0) or 0)
+        # Task time summed over tasks (run, CPU, garbage collection): where a refresh's jobs were
+        # slow, these tell the executors' work from the driver's and the client's.
+        return {
+            "spark_jobs": len(jobs),
+            "rows_read": read,
+            "task_ms": run_ms,
+            "task_cpu_ms": cpu_ns // 1_000_000,
+            "task_gc_ms": gc_ms,
+            "job_ms": sum(_job_ms(j) for j in jobs),
+        }
+
+
+def _job_ms(job: dict) -> int:
+    """A job's wall time from its submission to its completion (0 when either is missing)."""
+    try:
+        started, ended = (
+            datetime.strptime(job[k].replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
+            for k in ("submissionTime", "completionTime")
+        )
+    except (KeyError, ValueError):
+        return 0
+    return int((ended - started).total_seconds() * 1000)
