@@ -302,3 +302,23 @@ def test_one_full_refresh_measures_a_rebuild_when_only_the_first_build_is_known(
     assert auto.history_reason(far, 15_000) is None  # under 0.6x the build: nothing to measure
     assert auto.history_reason(close + [_e("full", 2.2)], 15_000) is not None  # measured: 3.4 > 1.1 x 2.2
     assert auto.history_reason(close + [_e("full", 3.3)], 15_000) is None
+
+
+def test_the_delta_sql_is_judged_ahead_until_a_similar_change_ran_differentially():
+    """auto.passed_before: ReadBudget.check_ahead renders the delta SQL twice, so it runs only
+    until the newest refresh of a similar change went through differentially."""
+    request = RefreshRequest("m", "s", "t", "select 1")
+
+    def passed(history, rows):
+        return auto.passed_before(request, history, rows)
+
+    assert not passed([], 1000)  # the first refresh after the build
+    assert not passed([_e("full", 2.0)], 1000)
+    assert passed([_e("full", 2.0), _e("differential", 1.0, 900)], 1000)
+    # Only a similar change counts (a tenth of it says nothing), and the newest one decides.
+    assert not passed([_e("differential", 1.0, 100)], 1000)
+    assert not passed([_e("differential", 1.0, 1000), _e("full", 2.0, 1100)], 1000)
+    assert passed([_e("full", 2.0, 1100), _e("differential", 1.0, 1000), _e("full", 2.0, 50)], 1000)
+    # Without auto_from_history the history decides nothing, this included.
+    off = RefreshRequest("m", "s", "t", "select 1", auto_from_history=False)
+    assert not auto.passed_before(off, [_e("differential", 1.0, 1000)], 1000)

@@ -1,5 +1,5 @@
 """The read estimate that lets `auto` prefer a rebuild over a differential refresh that would
-read several times what the rebuild reads (python_helpers/runtime/delta/embedded/read_cost.py)."""
+read several times what the rebuild reads (python_helpers/runtime/refresh/read_cost.py)."""
 
 import pyarrow as pa
 from sqlglot import exp, parse_one
@@ -135,3 +135,64 @@ def test_an_intermediate_computed_first_is_judged_before_it_runs_and_counted_aft
     over = parse_one("SELECT * FROM v_new JOIN v_old USING (k) JOIN v_new n2 USING (k) JOIN v_old o2 USING (k)")
     assert forced.guard(lambda q: q)(over) is over  # 240 MB, 2.4x: run all the same
     assert bindings.full_asked == 2
+
+
+def test_the_whole_delta_sql_is_judged_before_any_intermediate_is_computed_where_they_cannot_matter():
+    """ReadBudget.check_ahead renders the delta SQL with its intermediates left in place and
+    taken as empty: the least the refresh can read. Over 2x a rebuild even so, the refresh goes
+    full before the first intermediate runs (guard alone would have paid it, then refused);
+    where the intermediates' rows decide, they are computed and judged as they come."""
+    import pytest
+
+    from python_helpers.dvm.sqlgen import Context
+    from python_helpers.runtime.refresh import auto
+    from python_helpers.runtime.refresh.requests import RefreshRequest
+
+    mb = 1024 * 1024
+    bindings = _Bindings({"v_new": 60 * mb, "v_old": 60 * mb, "store": 30 * mb}, full=100 * mb)
+    ran: list = []
+    rows_for_keys_asked: list = []
+
+    def context():
+        return Context(
+            changes=lambda r: exp.to_table("chg"),
+            snapshot=lambda r, v: exp.to_table(f"v_{v}"),
+            materialize=lambda q: ran.append(q) or exp.select("*").from_("m0"),
+            rows_for_keys=lambda *a: rows_for_keys_asked.append(a),
+        )
+
+    def delta_sql(final: str):
+        def render(ctx: Context):
+            # As a delta rule does: an intermediate (both snapshots: 120 MB) computed first,
+            # then a final query over it (`d`).
+            served = ctx.materialize(parse_one("SELECT k, SUM(w) FROM v_new JOIN v_old USING (k) GROUP BY k"))
+            assert ctx.rows_for_keys is None  # no key read in the dbt process for an estimate
+            return parse_one(final.replace("{d}", f"({served.sql()})"))
+
+        return render
+
+    def budget(mode: str = "auto", counters: dict | None = None):
+        request = RefreshRequest("m", "s", "t", "select 1", refresh_mode=mode)
+        return auto.ReadBudget(request, bindings, {} if counters is None else counters)
+
+    # Besides what meets the intermediate, the final query reads both snapshots whatever it
+    # holds: 120 + 120 MB at least, 2.4x a rebuild. Refused, and nothing was computed.
+    regardless = "SELECT * FROM {d} d JOIN store s ON s.k = d.k UNION ALL SELECT * FROM v_new a JOIN v_old b USING (k)"
+    counters: dict = {}
+    with pytest.raises(auto.FullIsCheaper, match=r"\(4 reads\), 2\.4x.*before its intermediates were computed"):
+        budget(counters=counters).check_ahead(context(), delta_sql(regardless))
+    assert ran == [] and rows_for_keys_asked == [] and counters["read_ratio_pct"] == 240
+    # Reads that all meet the intermediate: 270 MB if it holds rows, 120 MB if not. Its rows
+    # decide, so it is left to be computed (and judged by `guard` as it comes).
+    meeting = "SELECT * FROM {d} d JOIN v_new a ON a.k = d.k JOIN v_old b ON b.k = d.k JOIN store s ON s.k = d.k"
+    budget().check_ahead(context(), delta_sql(meeting))
+    assert ran == []
+    # Under refresh_mode='differential' nothing is judged; nor without intermediates (check()
+    # on the final query costs nothing then).
+    budget("differential").check_ahead(context(), delta_sql(regardless))
+    no_intermediate = parse_one(
+        "SELECT * FROM v_new JOIN v_old USING (k) JOIN v_new n USING (k) JOIN v_old o USING (k)"
+    )
+    budget().check_ahead(context(), lambda ctx: no_intermediate)
+    # A delta SQL that fails to render is left to the refresh, which reports it.
+    budget().check_ahead(context(), lambda ctx: 1 / 0)

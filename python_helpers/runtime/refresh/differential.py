@@ -65,6 +65,8 @@ def run_differential(attempt: Attempt) -> int:
                 # Asked only for a layout that can use it: the question opens the stored log.
                 ctx.engine_looks_up = result.may_send_change and delta.looks_up_tuples(attempt.target, read_version)
                 budget = auto.ReadBudget(request, bindings, attempt.counters, rebuild_writes=stored_bytes)
+                if changed and not auto.passed_before(request, history, attempt.change_rows):
+                    budget.check_ahead(ctx, lambda ahead: result.merge_sql(ahead, store_rel, types))
                 if ctx.materialize is not None:
                     ctx.materialize = with_scan_settings(bindings, budget.guard(ctx.materialize))
                 merge = result.merge_sql(ctx, store_rel, types) if changed else None

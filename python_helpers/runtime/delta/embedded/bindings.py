@@ -52,6 +52,7 @@ class Bindings(BoundViews):
         self._broadcast_bytes: Optional[int] = None  # the session's threshold, read once when asked
         self._key_reads: dict = {}  # (relation, version, pairs, keys' SQL) -> view of rows_for_keys, or None
         self._listed_keys: dict = {}  # (keys' SQL, key columns) -> {key column: values} (None: too many)
+        self._keyed: dict = {}  # keyed_snapshot's arguments -> its answer
         # view (lower case) -> the Arrow rows it serves, held in this process: changes read in the
         # driver and the rows of key reads
         self._arrow_views: dict = {}
@@ -240,6 +241,17 @@ class Bindings(BoundViews):
         caller selects from it on the equality `column = changed_column`, which no other row
         meets). `more`: further (relation, column) changes whose keys count too (then only by
         their key lists, not ranges). None when that rules out nothing or cannot be decided."""
+        # Asked again with the same arguments (auto renders the delta SQL once ahead: ReadBudget),
+        # the same view: bound once.
+        asked = (relation, version, column, changed_relation, changed_column, tuple(more))
+        if asked not in self._keyed:
+            self._keyed[asked] = self._keyed_snapshot(relation, version, column, changed_relation, changed_column, more)
+        found = self._keyed[asked]
+        return None if found is None else found.copy()
+
+    def _keyed_snapshot(
+        self, relation: str, version: str, column: str, changed_relation: str, changed_column: str, more: tuple
+    ):
         changes = ((changed_relation, changed_column), *more)
         if relation not in self.pinned or any(r not in self.pinned for r, _ in changes):
             return None  # (a recursion's working table is no source)
