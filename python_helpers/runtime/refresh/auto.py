@@ -20,7 +20,8 @@ run.py turns into a full refresh with the rule's reason:
    recursion whose step reads one of them, which a differential refresh recomputes at the old
    version in full (a rebuild of the recursion) before it derives the change;
 4. read cost (`ReadBudget`): the delta SQL, intermediates computed first included, would read
-   several times the bytes a rebuild reads and writes (read_cost.py);
+   several times the bytes a rebuild reads and writes (read_cost.py); judged before anything
+   runs where the intermediates' rows cannot change the answer, else as each is computed;
 5. a delta recursion that reaches Spark's limit (differential.recursion_limit; not a cost rule,
    but the same way out).
 """
@@ -334,18 +335,18 @@ class ReadBudget:
         cannot depend on them. `guard` judges each intermediate with what was computed before
         it, so the last reads that tip the total over the bar are only seen after the
         intermediates were paid (TPC-H Q20 at SF 10: 6.9 s of them before a 3.9 s rebuild).
-        Here the SQL is rendered with every intermediate left in place (`render(ctx)` with a
-        context whose materialize computes nothing and counts the query's reads where it would
-        be computed; no key read in the dbt process: Spark would read the source, at most what
-        the file statistics leave), twice: once taking each intermediate to hold rows, once
-        taking each to be empty (the reads that meet an empty one drop out, as they do once it
-        is computed). Only when even the second, the least the refresh can read, is over the bar
-        does it go full now. Otherwise an intermediate's rows decide (Q20 under scattered
-        updates: 3.9x a rebuild's bytes if its changed keys reach the aggregate, under 2x when
-        they do not), and the intermediates are computed and judged as they come."""
+        Here the SQL is rendered with every intermediate left in place and taken as empty
+        (`render(ctx)` with a context whose materialize computes nothing and serves an empty
+        relation, counting the query's reads where it would be computed; no key read in the
+        dbt process: Spark would read the source, at most what the file statistics leave). The
+        reads that meet an empty intermediate drop out, as they do once it is computed, so this
+        is the least the refresh can read: over the bar even so, it goes full now. Otherwise
+        the intermediates' rows decide, and they are computed and judged as they come (taken to
+        hold rows instead, Q20 at SF 1 under scattered updates read 3.9x a rebuild's bytes; its
+        intermediates, computed, let it refresh differentially in 1.07 s against 1.10 s)."""
         if self.request.refresh_mode != "auto" or ctx.materialize is None or self._full() is None:
             return
-        least = self._ahead(ctx, render, empty=True)
+        least = self._least_reads(ctx, render)
         if least is None:
             return
         reason = least.full_reason(read_cost.FULL_WHEN_READ_RATIO_OVER, read_cost.MIN_FULL_BYTES)
@@ -357,18 +358,18 @@ class ReadBudget:
             )
             raise FullIsCheaper(reason + " (judged before its intermediates were computed)", READ_COST)
 
-    def _ahead(
-        self, ctx: Context, render: Callable[[Context], Optional[exp.Expr]], empty: bool
+    def _least_reads(
+        self, ctx: Context, render: Callable[[Context], Optional[exp.Expr]]
     ) -> Optional[read_cost.ReadEstimate]:
-        """The reads of the delta SQL and its intermediates, none computed, each intermediate
-        taken as empty or not; None when nothing would be computed first, or it fails to render
-        (the refresh meets and reports that itself)."""
+        """The reads of the delta SQL and its intermediates, none computed, each taken as empty;
+        None when nothing would be computed first, or it fails to render (the refresh meets and
+        reports that itself)."""
         pending: list = []
 
         def counted(query: exp.Expr) -> exp.Expr:
             pending.append(query)
-            served = exp.select("*").from_(exp.to_table(f"__dvm_ahead_{len(pending)}"))
-            return served.where(exp.false(), copy=False) if empty else served  # as BoundViews.materialize
+            # Served as BoundViews.materialize serves an empty intermediate.
+            return exp.select("*").from_(exp.to_table(f"__dvm_ahead_{len(pending)}")).where(exp.false(), copy=False)
 
         try:
             merge = render(dataclasses.replace(ctx, materialize=counted, rows_for_keys=None))
