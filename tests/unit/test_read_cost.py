@@ -166,8 +166,12 @@ def test_the_whole_delta_sql_is_judged_before_any_intermediate_is_computed_where
             # As a delta rule does: an intermediate (both snapshots: 120 MB) computed first,
             # then a final query over it (`d`).
             served = ctx.materialize(parse_one("SELECT k, SUM(w) FROM v_new JOIN v_old USING (k) GROUP BY k"))
-            assert ctx.rows_for_keys is None  # no key read in the dbt process for an estimate
-            return parse_one(final.replace("{d}", f"({served.sql()})"))
+            # A source read for the change's keys in the dbt process: a stand-in that reads
+            # nothing and counts nothing (the refresh's own read would count a few files).
+            assert ctx.rows_for_keys is not None
+            keyed = ctx.rows_for_keys("src.t", "new", [("k", "__dvm_key0")], parse_one("SELECT k FROM chg"))
+            assert rows_for_keys_asked == []
+            return parse_one(final.replace("{d}", f"({served.sql()})").replace("{k}", keyed.sql()))
 
         return render
 
@@ -177,7 +181,10 @@ def test_the_whole_delta_sql_is_judged_before_any_intermediate_is_computed_where
 
     # Besides what meets the intermediate, the final query reads both snapshots whatever it
     # holds: 120 + 120 MB at least, 2.4x a rebuild. Refused, and nothing was computed.
-    regardless = "SELECT * FROM {d} d JOIN store s ON s.k = d.k UNION ALL SELECT * FROM v_new a JOIN v_old b USING (k)"
+    regardless = (
+        "SELECT * FROM {d} d JOIN store s ON s.k = d.k UNION ALL SELECT * FROM v_new a JOIN v_old b USING (k)"
+        " UNION ALL SELECT * FROM {k}"
+    )
     counters: dict = {}
     with pytest.raises(auto.FullIsCheaper, match=r"\(4 reads\), 2\.4x.*before its intermediates were computed"):
         budget(counters=counters).check_ahead(context(), delta_sql(regardless))

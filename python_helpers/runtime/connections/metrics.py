@@ -125,6 +125,6 @@ def _job_ms(job: dict) -> int:
             datetime.strptime(job[k].replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
             for k in ("submissionTime", "completionTime")
         )
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, AttributeError):  # missing, malformed or null
         return 0
     return int((ended - started).total_seconds() * 1000)
