@@ -351,11 +351,7 @@ class ReadBudget:
             return
         reason = least.full_reason(read_cost.FULL_WHEN_READ_RATIO_OVER, read_cost.MIN_FULL_BYTES)
         if reason is not None:
-            self.counters.update(
-                read_bytes=least.differential_bytes,
-                full_read_bytes=least.full_bytes,
-                read_ratio_pct=int(round(least.ratio * 100)),
-            )
+            self._record(least)
             raise FullIsCheaper(reason + " (judged before its intermediates were computed)", READ_COST)
 
     def _least_reads(
@@ -392,6 +388,14 @@ class ReadBudget:
             sum(p.differential_bytes for p in parts), full_bytes, sum(p.references for p in parts)
         )
 
+    def _record(self, estimate: read_cost.ReadEstimate) -> None:
+        """The estimate in the refresh's counters (adapter_response, the history)."""
+        self.counters.update(
+            read_bytes=estimate.differential_bytes,
+            full_read_bytes=estimate.full_bytes,
+            read_ratio_pct=int(round(estimate.ratio * 100)),
+        )
+
     def _full(self) -> Optional[int]:
         """What a rebuild reads and writes (None: the rule does not apply), once per refresh: it
         opens every source's log."""
@@ -414,11 +418,7 @@ class ReadBudget:
             own.full_bytes,
             own.references + self.spent.references,
         )
-        self.counters.update(
-            read_bytes=estimate.differential_bytes,
-            full_read_bytes=estimate.full_bytes,
-            read_ratio_pct=int(round(estimate.ratio * 100)),
-        )
+        self._record(estimate)
         reason = estimate.full_reason(read_cost.FULL_WHEN_READ_RATIO_OVER, read_cost.MIN_FULL_BYTES)
         if reason is not None and self.request.refresh_mode == "auto":
             raise FullIsCheaper(reason, READ_COST)
