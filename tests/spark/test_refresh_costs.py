@@ -76,6 +76,12 @@ def test_auto_refreshes_in_full_when_the_delta_would_read_more_than_a_rebuild(en
     assert kept.counters["read_bytes"] > 0 and ratio > 0
     assert kept.counters["full_read_bytes"] == rebuild, (kept.counters, rebuild)
     stream.check()
+    # Its history entry keeps the estimate, for auto to learn from (auto.learned_read_bar).
+    from python_helpers.runtime.delta.embedded import storage
+    from python_helpers.runtime.refresh import costs
+
+    entry = costs.completed(storage.read_metadata(storage_path(env.spark, env.target, stream.identifier)))[-1]
+    assert entry["mode"] == "differential" and entry["read_ratio_pct"] == kept.counters["read_ratio_pct"], entry
     monkeypatch.setattr(read_cost, "MIN_FULL_BYTES", 0)
     monkeypatch.setattr(read_cost, "FULL_WHEN_READ_RATIO_OVER", ratio / 2)
     env.apply(batch[:1] + [S.UpdateWhere("t2", "k", 2, {"v": 9})])

@@ -322,3 +322,54 @@ def test_the_delta_sql_is_judged_ahead_until_a_similar_change_ran_differentially
     # Without auto_from_history the history decides nothing, this included.
     off = RefreshRequest("m", "s", "t", "select 1", auto_from_history=False)
     assert not auto.passed_before(off, [_e("differential", 1.0, 1000)], 1000)
+
+
+def _read(seconds, change_rows, ratio_pct):
+    return {**_e("differential", seconds, change_rows), "read_ratio_pct": ratio_pct}
+
+
+def test_the_read_bar_learns_from_a_differential_refresh_that_read_a_lot_and_was_slower():
+    """auto.learned_read_bar: the lowest read estimate (at least a rebuild's bytes) of a
+    differential refresh slower than 1.1x the full refreshes becomes the model's bar."""
+    # TPC-H Q20 at SF 10 under scattered updates: one change of 1,000 rows read little, the next
+    # of the same size reached a year of lineitem's keys and read 1.9x a rebuild's bytes.
+    history = [_build(9.0), _e("full", 3.9), _read(1.5, 2_000, 30), _read(6.4, 2_000, 193)]
+    bar = auto.learned_read_bar(history)
+    assert bar is not None and bar[0] == 1.93
+    assert bar[1] == "a differential refresh of this model read 1.9x and took 6.4 s, a full refresh 3.9 s"
+    # Not learned: from a refresh that read less than a rebuild (its time is not its reads), one
+    # within 1.1x, one over the 2x prior, one of unknown length, or without a full refresh timed.
+    assert auto.learned_read_bar([_e("full", 3.9), _read(6.4, 2_000, 90)]) is None
+    assert auto.learned_read_bar([_e("full", 3.9), _read(4.2, 2_000, 150)]) is None
+    assert auto.learned_read_bar([_e("full", 3.9), _read(9.0, 2_000, 250)]) is None
+    assert auto.learned_read_bar([_e("full", 3.9), _read(None, 2_000, 150)]) is None
+    assert auto.learned_read_bar([_read(6.4, 2_000, 150)]) is None
+    # The lowest such estimate decides.
+    assert auto.learned_read_bar([_e("full", 2.0), _read(6.0, 10, 180), _read(5.0, 10, 120)])[0] == 1.2
+
+
+def test_the_read_budget_goes_full_at_the_learned_bar_under_auto_from_history_only():
+    from sqlglot import parse_one
+
+    mb = 1024 * 1024
+
+    class Bindings:
+        def read_bytes(self):
+            return {"v_new": 90 * mb, "v_old": 90 * mb}
+
+        def full_read_bytes(self):
+            return 100 * mb
+
+    history = [_e("full", 3.9), _read(6.4, 2_000, 160)]
+    query = parse_one("SELECT * FROM v_new JOIN v_old USING (k)")  # 180 MB: 1.8x, under the 2x prior
+    counters: dict = {}
+    learned = auto.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), Bindings(), counters, 0, history)
+    with pytest.raises(FullIsCheaper, match=r"1\.8x the 100\.0 MB .*read 1\.6x and took 6\.4 s, a full refresh 3\.9 s"):
+        learned.check(query)
+    assert counters["read_ratio_pct"] == 180
+    # Below what the slow refresh read it goes on; without auto_from_history the prior alone judges.
+    assert learned.check(parse_one("SELECT * FROM v_new")) is not None
+    off = RefreshRequest("m", "s", "t", "select 1", auto_from_history=False)
+    assert auto.ReadBudget(off, Bindings(), {}, 0, history).check(query) is not None
+    # A differential refresh's history entry keeps its estimate, to learn from.
+    assert costs.entry("differential", 0, 10, None, {}, read_ratio_pct=180)["read_ratio_pct"] == 180

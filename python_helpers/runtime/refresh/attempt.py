@@ -99,7 +99,10 @@ class Attempt:
                     self.phases.seconds,
                     self.request.invocation_id,
                     rule=self.full_rule if mode == "full" else None,
-                    read_ratio_pct=self.counters.get("read_ratio_pct") if self.full_rule == READ_COST else None,
+                    # the estimate of a differential refresh too: auto learns from what it then took
+                    read_ratio_pct=self.counters.get("read_ratio_pct")
+                    if mode == "differential" or self.full_rule == READ_COST
+                    else None,
                 ),
             ),
         }

@@ -1,7 +1,7 @@
 """What past refreshes of a stream table cost: a short history in its own commit metadata.
 
 Each refresh commit carries the last HISTORY_KEEP refreshes, newest last, as entries
-{mode, reason, rule, change_rows, started_ms, seconds, phases}. A refresh cannot know its own length
+{mode, reason, rule, change_rows, started_ms, seconds, phases, read_ratio_pct}. A refresh cannot know its own length
 when it commits (the commit is most of the work), so its entry goes in with `seconds` unset,
 and the next refresh completes it from the commit's timestamp: seconds = commit time − start.
 The start is the dbt process's clock and the commit time the writer's (the dbt process for the
@@ -31,8 +31,8 @@ def entry(
     read_ratio_pct: Optional[int] = None,
 ) -> dict:
     """This refresh's entry, as its commit records it (`seconds` completed by the next refresh).
-    `rule`: which of auto's rules sent it to full (auto.py), with the read estimate's ratio when
-    that rule was the estimate."""
+    `rule`: which of auto's rules sent it to full (auto.py); `read_ratio_pct`: the read
+    estimate's ratio, of a differential refresh or of one that estimate sent to full."""
     out = {
         "mode": mode,
         "reason": (reason or "")[:200] or None,

@@ -64,7 +64,7 @@ def run_differential(attempt: Attempt) -> int:
                 ctx.restrict_storage = stored_bytes >= RESTRICT_STORAGE_BYTES
                 # Asked only for a layout that can use it: the question opens the stored log.
                 ctx.engine_looks_up = result.may_send_change and delta.looks_up_tuples(attempt.target, read_version)
-                budget = auto.ReadBudget(request, bindings, attempt.counters, rebuild_writes=stored_bytes)
+                budget = auto.ReadBudget(request, bindings, attempt.counters, stored_bytes, history)
                 if changed and not auto.passed_before(request, history, attempt.change_rows):
                     budget.check_ahead(ctx, lambda ahead: result.merge_sql(ahead, store_rel, types))
                 if ctx.materialize is not None:
@@ -74,9 +74,9 @@ def run_differential(attempt: Attempt) -> int:
                 recursion_limit(plan, err)
                 old_rows_broken(request.model, err)
                 raise
-            metadata = attempt.metadata("differential", result)
             if merge is not None:
                 budget.check(merge)
+            metadata = attempt.metadata("differential", result)  # after the estimate: its history entry holds it
         attempt.counters.update(
             change_rows=dict(bindings.change_counts),
             files_read=bindings.files_read,

@@ -58,6 +58,17 @@ class ReadEstimate:
             f"and writes (auto switches over {threshold:g}x): a full refresh is cheaper"
         )
 
+    def learned_reason(self, bar: float, measured: str, min_full_bytes: int = MIN_FULL_BYTES) -> Optional[str]:
+        """Why a rebuild is faster by a bar the model's own history set (auto.learned_read_bar):
+        this refresh would read at least what `measured` read."""
+        if not self.full_bytes or self.full_bytes < min_full_bytes or self.ratio < bar:
+            return None
+        return (
+            f"the differential refresh would read {_size(self.differential_bytes)} of snapshots "
+            f"({self.references} reads), {self.ratio:.1f}x the {_size(self.full_bytes)} a full refresh reads "
+            f"and writes; {measured}: a full refresh is faster"
+        )
+
 
 def estimate(query: exp.Expr, view_bytes: dict, full_bytes: int) -> ReadEstimate:
     """The bytes `query` reads through the views named in `view_bytes` (view name -> bytes of
