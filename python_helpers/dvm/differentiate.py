@@ -3,7 +3,11 @@
 Each node's rules belong to its operator (`dvm/operators/`, one `Operator` subclass per node
 class, found by `operator_for`); this module only walks. `delta` returns None when no source
 below the node changed in this refresh, which prunes whole branches (and the snapshots they
-would have read) from the generated SQL.
+would have read) from the generated SQL. So does a filter over a changed source whose change
+it keeps none of, where the engine can tell without a job (Context.empty_change): its rows at
+the old version are its rows at the new one, so the branch is unchanged, and every rule above
+asks `changed` and gets that answer. A change that misses a date range or a status skips the
+joins and recomputes it would otherwise feed.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from sqlglot import exp
 import python_helpers.dvm.operators  # noqa: F401 - registers every operator
 from python_helpers.dvm.operators.base import operator_for
 from python_helpers.dvm.sqlgen import Context
-from python_helpers.dvm.tree import Node
+from python_helpers.dvm.tree import Filter, Node, Scan
 
 
 class _Walk:
@@ -21,8 +25,11 @@ class _Walk:
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
+        self._changed: dict = {}  # id(node) -> (node, changed(node)) where the engine is asked of filters
 
     def plain(self, node: Node, version: str) -> exp.Expr:
+        if version == "old" and self.ctx.empty_change is not None and not self.changed(node):
+            version = "new"  # unchanged once filtered: one snapshot read, as for an unchanged source
         return operator_for(node).plain(node, self.ctx, version, self)
 
     def delta(self, node: Node) -> exp.Expr | None:
@@ -31,7 +38,30 @@ class _Walk:
         return operator_for(node).delta(node, self.ctx, self)
 
     def changed(self, node: Node) -> bool:
-        return changed(node, self.ctx)
+        if not changed(node, self.ctx):
+            return False
+        if self.ctx.empty_change is None:
+            return True
+        known = self._changed.get(id(node))
+        if known is None:
+            if isinstance(node, Scan):
+                answer = True
+            elif self._filtered_out(node):
+                answer = False
+            else:
+                answer = any(self.changed(c) for c in node.children())
+            known = self._changed[id(node)] = (node, answer)  # the node held: its id stays its own
+        return known[1]
+
+    def _filtered_out(self, node: Node) -> bool:
+        """A filter right over a changed source that keeps none of its change rows."""
+        ask = self.ctx.empty_change
+        if ask is None or not isinstance(node, Filter) or not isinstance(node.child, Scan):
+            return False
+        scan = node.child
+        query = operator_for(node).delta(node, self.ctx, self)
+        key = f"{node.predicate.sql()} | {','.join(scan.columns)}"
+        return query is not None and ask(scan.relation, key, query)
 
 
 def plain(node: Node, ctx: Context, version: str) -> exp.Expr:

@@ -86,6 +86,9 @@ class Connection(Protocol):
     """What a refresh asks of Spark."""
 
     kind: str  # "session" (in-process), "connect"
+    # Whether Spark's optimizer folds a filter over rows the client sent (view_of_arrow's
+    # `rows_name`) into the rows themselves, so that asking if any pass runs no job.
+    folds_local_rows: bool
 
     @property
     def key(self) -> int:
@@ -116,8 +119,11 @@ class Connection(Protocol):
         """The query's output columns from analysis alone (no job)."""
 
     # Temporary views over what the refresh binds.
-    def view_of_arrow(self, name: str, data: pa.Table, one_partition: bool = False) -> None:
-        """Rows the client holds (a small change read by the client)."""
+    def view_of_arrow(
+        self, name: str, data: pa.Table, one_partition: bool = False, rows_name: Optional[str] = None
+    ) -> None:
+        """Rows the client holds (a small change read by the client). `rows_name`: where the
+        connection `folds_local_rows`, also bind the rows as they are (no repartition) under it."""
 
     def view_of_files(
         self,

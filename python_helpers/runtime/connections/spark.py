@@ -151,7 +151,13 @@ class SparkConnection:
         return [OutputColumn(f.name, f.dataType.simpleString(), bool(f.nullable)) for f in fields]
 
     # Temporary views.
-    def view_of_arrow(self, name: str, data: pa.Table, one_partition: bool = False) -> None:
+    # A frame of rows sent from here is a local relation in Spark's plan, whose filters the
+    # optimizer evaluates (no job) when nothing such as a repartition stands between.
+    folds_local_rows = True
+
+    def view_of_arrow(
+        self, name: str, data: pa.Table, one_partition: bool = False, rows_name: Optional[str] = None
+    ) -> None:
         from python_helpers.runtime.spark_types import spark_schema
 
         schema = spark_schema(data.schema)
@@ -160,6 +166,8 @@ class SparkConnection:
         data = data.combine_chunks()
         frame = self.spark.createDataFrame(data, schema=schema) if data.num_rows else self._empty(data.schema)
         self._register(frame.coalesce(1) if one_partition else frame, name, inline=True)
+        if rows_name is not None:
+            self._register(frame, rows_name, inline=True)
 
     def view_of_files(
         self,

@@ -105,6 +105,7 @@ def old_server_message(server_key: str, version: str) -> str:
 
 class ThriftConnection:
     kind = "thrift"
+    folds_local_rows = False  # the client's rows reach the server as parquet files: a filter is a job
 
     def __init__(self, connect: Callable[[], Any], server_key: str, close: Optional[Callable[[Any], None]] = None):
         """`connect()` opens a DB-API connection to the Thrift server (PyHive's); `server_key`
@@ -219,7 +220,9 @@ class ThriftConnection:
         return out
 
     # Temporary views.
-    def view_of_arrow(self, name: str, data: pa.Table, one_partition: bool = False) -> None:
+    def view_of_arrow(
+        self, name: str, data: pa.Table, one_partition: bool = False, rows_name: Optional[str] = None
+    ) -> None:
         where = self._scratch_dir(name)
         files.write_parquet(data, where)
         self._scratch[name] = where

@@ -56,6 +56,8 @@ class Bindings(BoundViews):
         # view (lower case) -> the Arrow rows it serves, held in this process: changes read in the
         # driver and the rows of key reads
         self._arrow_views: dict = {}
+        self._rows_views: dict = {}  # change view (lower case) -> the same rows bound as they are
+        self._empty_asked: dict = {}  # empty_change's (relation, key) -> its answer
 
     def bind_files(self, suffix: str, files: list, schema) -> exp.Table:
         """A view over data files of a Delta table (paths as Spark reads them)."""
@@ -184,10 +186,14 @@ class Bindings(BoundViews):
                 # One partition for a small change: an aggregate or a join over it then needs no
                 # shuffle (a single partition satisfies any clustering), a Spark stage less.
                 one_partition_up_to=SMALL_DELTA_ROWS,
+                rows_name=self.view_name(f"{key}_rows"),
             )
             self.change_counts[relation] = changes.rows
             self.change_columns[relation] = changes.columns
             self.views += changes.file_views
+            if changes.rows_view is not None:
+                self.views.append(changes.rows_view)
+                self._rows_views[name.lower()] = changes.rows_view
             if changes.arrow is not None:
                 self._arrow_views[name.lower()] = changes.arrow
             if changes.consolidated and changes.rows == 0:
@@ -209,7 +215,28 @@ class Bindings(BoundViews):
             keyed_snapshot=self.keyed_snapshot,
             rows_for_keys=self.rows_for_keys,
             large_source=self.large_source,
+            empty_change=self.empty_change,
         )
+
+    def empty_change(self, relation: str, key: str, query: exp.Expr) -> bool:
+        """Does `query`, a filter over `relation`'s change rows read in this process, keep none
+        of them? Asked of the rows as they are (no repartition), which Spark's optimizer folds
+        the filter into: no job. False when they are not such rows. Once per question."""
+        asked = (relation, key)
+        if asked not in self._empty_asked:
+            # A recursion's working table is a relation of the delta SQL, not a source.
+            bound = self.views_by_key.get(f"s{self._index[relation]}_chg") if relation in self._index else None
+            change = bound.name.lower() if bound is not None else ""
+            rows = self._rows_views.get(change)
+            empty = False
+            if rows is not None:
+                probe = query.copy()
+                for table in probe.find_all(exp.Table):
+                    if table.name.lower() == change and not table.db:
+                        table.set("this", exp.to_identifier(rows))
+                empty = not self.conn.rows(render(exp.select("1").from_(sub(probe, "__dvm_probe")).limit(1)))
+            self._empty_asked[asked] = empty
+        return self._empty_asked[asked]
 
     def large_source(self, relation: str) -> bool:
         """Are the source's data files more bytes than the session's broadcast threshold? (Spark's

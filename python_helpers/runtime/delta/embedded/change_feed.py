@@ -44,6 +44,7 @@ class Changes:
     consolidated: bool  # rows with equal values were summed and cancelled ones dropped
     arrow: Optional[pa.Table] = None  # the rows, when they were read in the driver
     file_views: list = field(default_factory=list)  # views over the change files the view reads
+    rows_view: Optional[str] = None  # the same rows as they are, for questions answered without a job
 
 
 def table_stats(table) -> tuple[Optional[int], float]:
@@ -89,17 +90,21 @@ def read_changes(
     columns: list,
     rows: int,
     one_partition_up_to: int = 0,
+    rows_name: Optional[str] = None,
 ) -> Changes:
     """Bind the temporary view `name` to the change rows of `files` restricted to `columns`,
-    with weights (in one partition when there are at most `one_partition_up_to` rows)."""
+    with weights (in one partition when there are at most `one_partition_up_to` rows); rows read
+    in the driver also under `rows_name` as they are, where the connection folds filters over
+    them (Connection.folds_local_rows; Changes.rows_view says whether)."""
     bound = list(columns) + [WEIGHT]
     if rows <= DRIVER_READ_MAX_ROWS:
         data = _read_in_driver(arrow_schema, files, columns)
         merged = consolidate_arrow(data)
         if merged is not None:
             data = merged
-        conn.view_of_arrow(name, data, one_partition=data.num_rows <= one_partition_up_to)
-        return Changes(bound, data.num_rows, merged is not None, data)
+        local = rows_name if rows_name is not None and conn.folds_local_rows else None
+        conn.view_of_arrow(name, data, one_partition=data.num_rows <= one_partition_up_to, rows_name=local)
+        return Changes(bound, data.num_rows, merged is not None, data, rows_view=local)
     file_views: list = []
     query = _read_in_spark(conn, name, arrow_schema, partition_columns, table_path, files, columns, file_views)
     conn.view_of_query(name, render(query), one_partition=rows <= one_partition_up_to)
