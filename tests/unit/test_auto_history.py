@@ -331,12 +331,12 @@ def _read(seconds, change_rows, ratio_pct):
 def test_the_read_bar_learns_from_a_differential_refresh_that_read_a_lot_and_was_slower():
     """auto.learned_read_bar: the lowest read estimate (at least a rebuild's bytes) of a
     differential refresh slower than 1.1x the full refreshes becomes the model's bar."""
-    # TPC-H Q20 at SF 10 under scattered updates: one change of 1,000 rows read little, the next
-    # of the same size reached a year of lineitem's keys and read 1.9x a rebuild's bytes.
-    history = [_build(9.0), _e("full", 3.9), _read(1.5, 2_000, 30), _read(6.4, 2_000, 193)]
+    # TPC-H Q20 at SF 10 under scattered updates: two changes of the same size, both estimated at
+    # 1.9x a rebuild's bytes; the first took 2.9 s, the second (its intermediates held rows) 9.2 s.
+    history = [_build(18.5), _e("full", 6.0), _read(2.9, 2_010, 190), _read(9.2, 2_022, 190)]
     bar = auto.learned_read_bar(history)
-    assert bar is not None and bar[0] == 1.93
-    assert bar[1] == "a differential refresh of this model read 1.9x and took 6.4 s, a full refresh 3.9 s"
+    assert bar is not None and bar[0] == 1.9
+    assert bar[1] == "a differential refresh of this model read 1.9x and took 9.2 s, a full refresh 6.0 s"
     # Not learned: from a refresh that read less than a rebuild (its time is not its reads), one
     # within 1.1x, one over the 2x prior, one of unknown length, or without a full refresh timed.
     assert auto.learned_read_bar([_e("full", 3.9), _read(6.4, 2_000, 90)]) is None
