@@ -25,7 +25,7 @@ class _Walk:
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
-        self._changed: dict = {}  # id(node) -> (node, changed(node)) where the engine is asked of filters
+        self._changed: dict = {}  # (id(node), changed set) -> (node, changed(node)), where filters are asked
 
     def plain(self, node: Node, version: str) -> exp.Expr:
         if version == "old" and self.ctx.empty_change is not None and not self.changed(node):
@@ -42,7 +42,10 @@ class _Walk:
             return False
         if self.ctx.empty_change is None:
             return True
-        known = self._changed.get(id(node))
+        # A recursion's delta rebinds `changed` to its working table while it renders the steps
+        # again (operators/recursive.py): an answer holds for the changed set it was given.
+        asked = (id(node), frozenset(self.ctx.changed))
+        known = self._changed.get(asked)
         if known is None:
             if isinstance(node, Scan):
                 answer = True
@@ -50,7 +53,7 @@ class _Walk:
                 answer = False
             else:
                 answer = any(self.changed(c) for c in node.children())
-            known = self._changed[id(node)] = (node, answer)  # the node held: its id stays its own
+            known = self._changed[asked] = (node, answer)  # the node held: its id stays its own
         return known[1]
 
     def _filtered_out(self, node: Node) -> bool:

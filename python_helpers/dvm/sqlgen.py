@@ -54,10 +54,13 @@ class Context:
     # The engine's judgement whether a source is too large for Spark to broadcast it in a join
     # (None: unknown, taken as large).
     large_source: Optional[Callable[[str], bool]] = None
-    # The engine's judgement that a filter over a source's change keeps none of its rows,
-    # answered without a Spark job: empty_change(relation, key, query) -> True only when it
-    # knows `query` (the filter's delta over the change rows) is empty; `key` names the question
-    # (the filter and the columns), asked again by a second rendering. None: never asked.
+    # The engine's judgement that a filter over a source's change keeps none of its rows:
+    # empty_change(relation, key, query) -> True only when it knows `query` (the filter's delta
+    # over the change rows) is empty; `key` names the question (the filter and the columns),
+    # asked again by a second rendering. The embedded engine asks Spark only of rows the driver
+    # read and consolidated, which the optimizer folds the filter into (no job; a change that
+    # needs Spark's GROUP BY to consolidate, or rows past pyspark's local-relation threshold,
+    # would make it one). None: never asked.
     empty_change: Optional[Callable[[str, str, exp.Expr], bool]] = None
     _alias: int = 0
 

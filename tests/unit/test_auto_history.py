@@ -346,6 +346,13 @@ def test_the_read_bar_learns_from_a_differential_refresh_that_read_a_lot_and_was
     assert auto.learned_read_bar([_read(6.4, 2_000, 150)]) is None
     # The lowest such estimate decides.
     assert auto.learned_read_bar([_e("full", 2.0), _read(6.0, 10, 180), _read(5.0, 10, 120)])[0] == 1.2
+    # It does not veto the differential refresh probed after 10 full ones in a row.
+    assert auto.learned_read_bar(history + [_e("full", 6.0)] * auto.PROBE_AFTER_FULL) is None
+    # The estimate it learned from trips it again: compared in whole percent, as the history keeps it.
+    from python_helpers.runtime.refresh.read_cost import ReadEstimate
+
+    assert ReadEstimate(1896, 1000, 2).learned_reason(1.9, "measured", min_full_bytes=0) is not None
+    assert ReadEstimate(1894, 1000, 2).learned_reason(1.9, "measured", min_full_bytes=0) is None
 
 
 def test_the_read_budget_goes_full_at_the_learned_bar_under_auto_from_history_only():

@@ -3,6 +3,7 @@ its branch counts as unchanged, and the delta SQL reads nothing for it."""
 
 from __future__ import annotations
 
+import sqlglot
 from sqlglot import exp
 
 from python_helpers.dvm.plan_query import query_tree
@@ -49,3 +50,29 @@ def test_a_filtered_out_change_is_not_joined_and_alone_leaves_nothing_to_merge()
     assert _merge({"src.t2"}, {"src.t2"}, {"src.t2"}, []) is None
     # Rows kept: differentiated.
     assert _bound("src.t2", "chg") in _merge(both, both, set(), [])
+
+
+def test_a_recursion_renders_its_steps_again_when_a_filtered_source_is_unchanged():
+    """A recursion's delta renders its steps a second time with only the working table changed
+    (operators/recursive.py); a step's filtered source that counted as unchanged outside must
+    not leave that rendering without a delta."""
+    sql = (
+        "WITH RECURSIVE r(id, k) AS (SELECT id, k FROM src.t1 WHERE v > 0 UNION ALL "
+        "SELECT t2.id, t2.k FROM r JOIN (SELECT id, k FROM src.t2 WHERE g = 'a') t2 ON t2.k = r.id) "
+        "SELECT k, COUNT(*) AS c FROM r GROUP BY k"
+    )
+    tree, top_k = query_tree("m", parse_query("m", sql), SCHEMAS)
+    result = plan_stored_result("m", tree, [f"c{i}" for i in range(len(tree.columns))], top_k)
+    result.arg_types = {name: ARG_TYPE for name, _ in result.typed_args()}
+    ctx = Context(
+        changes=lambda r: exp.to_table(_bound(r, "chg")),
+        snapshot=lambda r, v: exp.to_table(_bound(r, v)),
+        changed={"src.t1", "src.t2"},
+        consolidated={"src.t1", "src.t2"},
+        empty_change=lambda relation, key, query: relation == "src.t2",
+    )
+    merge = result.merge_sql(ctx, exp.to_table("stored_result"), {c: "string" for c in result.storage_columns()})
+    assert merge is not None
+    text = render(merge)
+    sqlglot.parse_one(text, read="spark")  # renders SQL Spark's grammar accepts (no empty FROM)
+    assert "FROM ()" not in text and _bound("src.t2", "chg") not in _tables(text), text

@@ -211,6 +211,8 @@ def learned_read_bar(history: list) -> Optional[tuple]:
     the lowest estimate (at least LEARN_FROM_RATIO_PCT) of a timed differential refresh that
     took more than SLOWER_THAN_FULL the recent full refreshes (median) becomes the model's bar
     when it is below 2x: a refresh that would read as much goes full."""
+    if _probe_due(history):
+        return None  # a differential refresh is due as a probe: measured, not vetoed by the bar
     fulls, _ = _recent_fulls(history)
     full_s = costs.median_seconds(fulls)
     if full_s is None:

@@ -76,7 +76,10 @@ def run_differential(attempt: Attempt) -> int:
                 # Asked only for a layout that can use it: the question opens the stored log.
                 ctx.engine_looks_up = result.may_send_change and delta.looks_up_tuples(attempt.target, read_version)
                 budget = auto.ReadBudget(request, bindings, attempt.counters, stored_bytes, history)
-                if changed and not auto.passed_before(request, history, attempt.change_rows):
+                # Judged ahead too where the history taught a lower bar: a similar change that
+                # ran differentially since may be the very refresh that was slower than a rebuild.
+                judged_before = auto.passed_before(request, history, attempt.change_rows)
+                if changed and (budget.learned is not None or not judged_before):
                     budget.check_ahead(ctx, lambda ahead: result.merge_sql(ahead, store_rel, types))
                 if ctx.materialize is not None:
                     ctx.materialize = with_scan_settings(bindings, budget.guard(ctx.materialize))

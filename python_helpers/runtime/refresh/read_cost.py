@@ -61,7 +61,8 @@ class ReadEstimate:
     def learned_reason(self, bar: float, measured: str, min_full_bytes: int = MIN_FULL_BYTES) -> Optional[str]:
         """Why a rebuild is faster by a bar the model's own history set (auto.learned_read_bar):
         this refresh would read at least what `measured` read."""
-        if not self.full_bytes or self.full_bytes < min_full_bytes or self.ratio < bar:
+        # Compared in whole percent, as the history keeps it: the estimate it learned from trips it.
+        if not self.full_bytes or self.full_bytes < min_full_bytes or round(self.ratio * 100) < round(bar * 100):
             return None
         return (
             f"the differential refresh would read {_size(self.differential_bytes)} of snapshots "

@@ -186,7 +186,7 @@ class Bindings(BoundViews):
                 # One partition for a small change: an aggregate or a join over it then needs no
                 # shuffle (a single partition satisfies any clustering), a Spark stage less.
                 one_partition_up_to=SMALL_DELTA_ROWS,
-                rows_name=self.view_name(f"{key}_rows"),
+                rows_name=self.named(f"{key}_rows"),
             )
             self.change_counts[relation] = changes.rows
             self.change_columns[relation] = changes.columns
@@ -224,8 +224,10 @@ class Bindings(BoundViews):
         the filter into: no job. False when they are not such rows. Once per question."""
         asked = (relation, key)
         if asked not in self._empty_asked:
-            # A recursion's working table is a relation of the delta SQL, not a source.
-            bound = self.views_by_key.get(f"s{self._index[relation]}_chg") if relation in self._index else None
+            # Only rows the driver consolidated: otherwise the delta SQL groups them (a job). A
+            # recursion's working table is a relation of the delta SQL, not a source.
+            held = relation in self._index and relation in self.consolidated
+            bound = self.views_by_key.get(f"s{self._index[relation]}_chg") if held else None
             change = bound.name.lower() if bound is not None else ""
             rows = self._rows_views.get(change)
             empty = False
