@@ -65,6 +65,9 @@ def test_a_change_with_null_keys_reads_no_other_null_key_rows(env, monkeypatch, 
             S.DeleteWhere("t1", "id", 3),
             S.UpdateWhere("t2", "k", 2, {"v": -4}),
             S.Insert("t2", _rows(None, [3, None])),
+            # a right change that passes `semi`'s filter (v > 0), NULL key included: one it all
+            # filtered out would leave that side unchanged and compute no intermediate
+            S.Insert("t2", [S.row(None, k, "a", 4, 0.5, "1.50", "2024-02-01") for k in (3, None)]),
         ],
         # a key's last match goes, a NULL-key row gets a key, a keyed one loses it
         [
