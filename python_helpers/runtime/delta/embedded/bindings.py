@@ -53,10 +53,8 @@ class Bindings(BoundViews):
         self._key_reads: dict = {}  # (relation, version, pairs, keys' SQL) -> view of rows_for_keys, or None
         self._listed_keys: dict = {}  # (keys' SQL, key columns) -> {key column: values} (None: too many)
         self._keyed: dict = {}  # keyed_snapshot's arguments -> its answer
-        # view (lower case) -> the Arrow rows it serves, held in this process: changes read in the
-        # driver and the rows of key reads
-        self._arrow_views: dict = {}
-        self._rows_views: dict = {}  # change view (lower case) -> the same rows bound as they are
+        self._arrow_views: dict = {}  # view (lower case) -> Arrow rows held here (driver changes, key reads)
+        self._rows_views: dict = {}  # relation -> its change rows bound as they are
         self._empty_asked: dict = {}  # empty_change's (relation, key) -> its answer
 
     def bind_files(self, suffix: str, files: list, schema) -> exp.Table:
@@ -193,7 +191,7 @@ class Bindings(BoundViews):
             self.views += changes.file_views
             if changes.rows_view is not None:
                 self.views.append(changes.rows_view)
-                self._rows_views[name.lower()] = changes.rows_view
+                self._rows_views[relation] = changes.rows_view
             if changes.arrow is not None:
                 self._arrow_views[name.lower()] = changes.arrow
             if changes.consolidated and changes.rows == 0:
@@ -219,26 +217,13 @@ class Bindings(BoundViews):
         )
 
     def empty_change(self, relation: str, key: str, query: exp.Expr) -> bool:
-        """Does `query`, a filter over `relation`'s change rows read in this process, keep none
-        of them? Asked of the rows as they are (no repartition), which Spark's optimizer folds
-        the filter into: no job. False when they are not such rows. Once per question."""
-        asked = (relation, key)
-        if asked not in self._empty_asked:
-            # Only rows the driver consolidated: otherwise the delta SQL groups them (a job). A
-            # recursion's working table is a relation of the delta SQL, not a source.
-            held = relation in self._index and relation in self.consolidated
-            bound = self.views_by_key.get(f"s{self._index[relation]}_chg") if held else None
-            change = bound.name.lower() if bound is not None else ""
-            rows = self._rows_views.get(change)
-            empty = False
-            if rows is not None:
-                probe = query.copy()
-                for table in probe.find_all(exp.Table):
-                    if table.name.lower() == change and not table.db:
-                        table.set("this", exp.to_identifier(rows))
-                empty = not self.conn.rows(render(exp.select("1").from_(sub(probe, "__dvm_probe")).limit(1)))
-            self._empty_asked[asked] = empty
-        return self._empty_asked[asked]
+        """Context.empty_change, of driver rows consolidated (else SQL groups them: a job), once."""
+        if (relation, key) not in self._empty_asked:
+            rows = self._rows_views.get(relation) if relation in self.consolidated else None  # no working table
+            self._empty_asked[(relation, key)] = rows is not None and change_feed.keeps_no_row(
+                self.conn, query, self.changes(relation).name, rows
+            )
+        return self._empty_asked[(relation, key)]
 
     def large_source(self, relation: str) -> bool:
         """Are the source's data files more bytes than the session's broadcast threshold? (Spark's

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import render
+from python_helpers.dvm.sqlgen import render, sub
 from python_helpers.dvm.tree import WEIGHT
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections.base import Connection
@@ -257,3 +257,14 @@ def _weight_of(kind: str) -> exp.Expr:
         ],
         default=exp.Literal.number(0),
     )
+
+
+def keeps_no_row(conn: Connection, query: exp.Expr, change: str, rows: str) -> bool:
+    """Does `query`, a filter over the change view `change`, keep none of its rows? Asked of
+    the same rows bound as they are (`rows`: no repartition), which Spark's optimizer folds the
+    filter into: no job."""
+    probe = query.copy()
+    for table in probe.find_all(exp.Table):
+        if table.name.lower() == change.lower() and not table.db:
+            table.set("this", exp.to_identifier(rows))
+    return not conn.rows(render(exp.select("1").from_(sub(probe, "__dvm_probe")).limit(1)))
