@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from python_helpers.runtime.refresh import auto, costs
+from python_helpers.runtime.refresh import auto, costs, read_budget
 from python_helpers.runtime.refresh.auto import FullIsCheaper
 from python_helpers.runtime.refresh.requests import RefreshRequest
 
@@ -370,13 +370,13 @@ def test_the_read_budget_goes_full_at_the_learned_bar_under_auto_from_history_on
     history = [_e("full", 3.9), _read(6.4, 2_000, 160)]
     query = parse_one("SELECT * FROM v_new JOIN v_old USING (k)")  # 180 MB: 1.8x, under the 2x prior
     counters: dict = {}
-    learned = auto.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), Bindings(), counters, 0, history)
+    learned = read_budget.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), Bindings(), counters, 0, history)
     with pytest.raises(FullIsCheaper, match=r"1\.8x the 100\.0 MB .*read 1\.6x and took 6\.4 s, a full refresh 3\.9 s"):
         learned.check(query)
     assert counters["read_ratio_pct"] == 180
     # Below what the slow refresh read it goes on; without auto_from_history the prior alone judges.
     assert learned.check(parse_one("SELECT * FROM v_new")) is not None
     off = RefreshRequest("m", "s", "t", "select 1", auto_from_history=False)
-    assert auto.ReadBudget(off, Bindings(), {}, 0, history).check(query) is not None
+    assert read_budget.ReadBudget(off, Bindings(), {}, 0, history).check(query) is not None
     # A differential refresh's history entry keeps its estimate, to learn from.
     assert costs.entry("differential", 0, 10, None, {}, read_ratio_pct=180)["read_ratio_pct"] == 180

@@ -108,13 +108,13 @@ class _Bindings:
 def test_an_intermediate_computed_first_is_judged_before_it_runs_and_counted_after():
     import pytest
 
-    from python_helpers.runtime.refresh import auto
+    from python_helpers.runtime.refresh import auto, read_budget
     from python_helpers.runtime.refresh.requests import RefreshRequest
 
     mb = 1024 * 1024
     bindings = _Bindings({"v_new": 60 * mb, "v_old": 60 * mb, "store": 30 * mb}, full=100 * mb)
     counters: dict = {}
-    budget = auto.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), bindings, counters)
+    budget = read_budget.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), bindings, counters)
     ran = []
     materialize = budget.guard(lambda q: ran.append(q) or exp.select("*").from_("m0"))
     # The delta (both snapshots: 120 MB, 1.2x a rebuild) is computed first: allowed, and paid.
@@ -131,7 +131,9 @@ def test_an_intermediate_computed_first_is_judged_before_it_runs_and_counted_aft
         materialize(parse_one("SELECT * FROM v_new JOIN v_old USING (k)"))
     assert len(ran) == 1
     # Under refresh_mode='differential' nothing is refused; the rebuild's bytes are read once.
-    forced = auto.ReadBudget(RefreshRequest("m", "s", "t", "select 1", refresh_mode="differential"), bindings, {})
+    forced = read_budget.ReadBudget(
+        RefreshRequest("m", "s", "t", "select 1", refresh_mode="differential"), bindings, {}
+    )
     over = parse_one("SELECT * FROM v_new JOIN v_old USING (k) JOIN v_new n2 USING (k) JOIN v_old o2 USING (k)")
     assert forced.guard(lambda q: q)(over) is over  # 240 MB, 2.4x: run all the same
     assert bindings.full_asked == 2
@@ -145,7 +147,7 @@ def test_the_whole_delta_sql_is_judged_before_any_intermediate_is_computed_where
     import pytest
 
     from python_helpers.dvm.sqlgen import Context
-    from python_helpers.runtime.refresh import auto
+    from python_helpers.runtime.refresh import auto, read_budget
     from python_helpers.runtime.refresh.requests import RefreshRequest
 
     mb = 1024 * 1024
@@ -177,7 +179,7 @@ def test_the_whole_delta_sql_is_judged_before_any_intermediate_is_computed_where
 
     def budget(mode: str = "auto", counters: dict | None = None):
         request = RefreshRequest("m", "s", "t", "select 1", refresh_mode=mode)
-        return auto.ReadBudget(request, bindings, {} if counters is None else counters)
+        return read_budget.ReadBudget(request, bindings, {} if counters is None else counters)
 
     # Besides what meets the intermediate, the final query reads both snapshots whatever it
     # holds: 120 + 120 MB at least, 2.4x a rebuild. Refused, and nothing was computed.
@@ -203,3 +205,59 @@ def test_the_whole_delta_sql_is_judged_before_any_intermediate_is_computed_where
     budget().check_ahead(context(), lambda ctx: no_intermediate)
     # A delta SQL that fails to render is left to the refresh, which reports it.
     budget().check_ahead(context(), lambda ctx: 1 / 0)
+
+
+def test_the_least_reads_are_judged_again_once_an_intermediate_holds_rows():
+    """After check_ahead let the refresh go on, each further intermediate is preceded by the same
+    judgement with the computed ones in place: the final query's reads that meet the first
+    intermediate are only known once it holds rows. Over the bar then, the refresh goes full
+    before paying the second; where the total stays under, every intermediate runs."""
+    import pytest
+
+    from python_helpers.dvm.sqlgen import Context
+    from python_helpers.runtime.refresh import auto, read_budget
+    from python_helpers.runtime.refresh.requests import RefreshRequest
+
+    mb = 1024 * 1024
+    bindings = _Bindings({"v_new": 60 * mb, "v_old": 60 * mb, "store": 30 * mb}, full=100 * mb)
+
+    def delta_sql(final_meets_first: bool):
+        def render(ctx: Context):
+            # The first intermediate reads both snapshots (120 MB); the second reads only the change.
+            first = ctx.materialize(parse_one("SELECT k, SUM(w) AS w FROM v_new JOIN v_old USING (k) GROUP BY k"))
+            second = ctx.materialize(parse_one("SELECT k FROM chg"))
+            final = f"SELECT * FROM ({second.sql()}) d2 JOIN store s ON s.k = d2.k"
+            if final_meets_first:  # both snapshots again, for the first intermediate's keys
+                final += (
+                    f" UNION ALL SELECT * FROM ({first.sql()}) d JOIN v_new a ON a.k = d.k JOIN v_old b ON b.k = d.k"
+                )
+            return parse_one(final)
+
+        return render
+
+    def refresh(final_meets_first: bool):
+        ran: list = []
+        counters: dict = {}
+        budget = read_budget.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), bindings, counters)
+        ctx = Context(
+            changes=lambda r: exp.to_table("chg"),
+            snapshot=lambda r, v: exp.to_table(f"v_{v}"),
+            materialize=lambda q: ran.append(q) or exp.select("*").from_(f"m{len(ran) - 1}"),
+        )
+        render = delta_sql(final_meets_first)
+        # Ahead, both intermediates empty: 120 MB, 1.2x; the refresh goes on.
+        budget.check_ahead(ctx, render)
+        assert ran == []
+        ctx.materialize = budget.guard(ctx.materialize)
+        return ran, counters, lambda: budget.check(render(ctx))
+
+    ran, counters, finish = refresh(final_meets_first=True)
+    # The first intermediate holds rows: the final query then reads both snapshots for its keys,
+    # 120 MB spent and 120 MB to come, 2.4x. The second is not computed.
+    with pytest.raises(auto.FullIsCheaper, match=r"2\.4x.*judged after 1 of its intermediates were computed"):
+        finish()
+    assert len(ran) == 1 and counters["read_ratio_pct"] == 240
+    # Without those reads the total stays at 1.5x (the stored result's 30 MB): both run.
+    ran, counters, finish = refresh(final_meets_first=False)
+    estimate = finish()
+    assert len(ran) == 2 and estimate is not None and counters["read_ratio_pct"] == 150

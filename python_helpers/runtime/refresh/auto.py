@@ -19,25 +19,22 @@ run.py turns into a full refresh with the rule's reason:
    whose new value re-reads every row it meets; or every changed source is read by a
    recursion whose step reads one of them, which a differential refresh recomputes at the old
    version in full (a rebuild of the recursion) before it derives the change;
-4. read cost (`ReadBudget`): the delta SQL, intermediates computed first included, would read
-   several times the bytes a rebuild reads and writes (read_cost.py); judged before anything
-   runs where the intermediates' rows cannot change the answer, else as each is computed; the
-   bar is 2x, or lower where one of the model's own differential refreshes read less and was
-   slower than a rebuild (learned_read_bar, under `auto_from_history`);
+4. read cost (`read_budget.ReadBudget`, which follows the delta SQL as it is rendered): the
+   delta SQL, intermediates computed first included, would read several times the bytes a
+   rebuild reads and writes (read_cost.py); judged before anything runs where the
+   intermediates' rows cannot change the answer, then again as each is computed, with what
+   the computed ones hold; the bar is 2x, or lower where one of the model's own differential
+   refreshes read less and was slower than a rebuild (learned_read_bar, under
+   `auto_from_history`);
 5. a delta recursion that reaches Spark's limit (differential.recursion_limit; not a cost rule,
    but the same way out).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Optional
 
-from sqlglot import exp
-
-from python_helpers.dvm.sqlgen import Context
 from python_helpers.dvm.tree import Aggregate, Filter, Join, Node, Project, Recursive, Scan, Window, walk
-from python_helpers.runtime.delta.base import Bindings
 from python_helpers.runtime.refresh import costs, read_cost
 from python_helpers.runtime.refresh.requests import RefreshRequest
 
@@ -343,143 +340,3 @@ def check_change_size(request: RefreshRequest, counts: dict, total_rows) -> None
                 f"over auto_full_threshold={threshold:g}: a full refresh is cheaper",
                 CHANGE_SIZE,
             )
-
-
-class ReadBudget:
-    """Rule 4 over everything the delta SQL reads, judged before each read is paid.
-
-    Some intermediates are computed first and served as views (ctx.materialize: a small delta
-    named twice, the groups a MIN/MAX may rescan, a key-restricted operator's keys). Each is
-    judged before it runs, with what the ones before it read; the final query's estimate adds
-    them all (each read once; the final query reads their results, not the snapshots). A rule
-    judged only on the final query would see none of their reads, after they were paid."""
-
-    def __init__(
-        self,
-        request: RefreshRequest,
-        bindings: Bindings,
-        counters: dict,
-        rebuild_writes: int = 0,
-        history: Optional[list] = None,
-    ):
-        self.request, self.bindings, self.counters = request, bindings, counters
-        # The bar this model's own history taught (learned_read_bar), under auto_from_history.
-        self.learned = learned_read_bar(history or []) if request.auto_from_history else None
-        # A rebuild reads every source once and writes the whole result: the stored result's
-        # bytes (a wide result, one row per order, costs a rebuild more to write than to read).
-        self.rebuild_writes = rebuild_writes
-        self.spent = read_cost.ReadEstimate(0, 0, 0)  # what the materialized intermediates read
-        self._full_bytes: Optional[int] = None
-        self._full_known = False
-
-    def guard(self, materialize: Callable[[exp.Expr], exp.Expr]) -> Callable[[exp.Expr], exp.Expr]:
-        def judged(query: exp.Expr) -> exp.Expr:
-            estimate = self.check(query)
-            if estimate is not None:
-                self.spent = estimate
-            return materialize(query)
-
-        return judged
-
-    def check_ahead(self, ctx: Context, render: Callable[[Context], Optional[exp.Expr]]) -> None:
-        """Rule 4 over the whole delta SQL before any intermediate is computed, where the answer
-        cannot depend on them. `guard` judges each intermediate with what was computed before
-        it, so the last reads that tip the total over the bar are only seen after the
-        intermediates were paid (TPC-H Q20 at SF 10: 6.9 s of them before a 3.9 s rebuild).
-        Here the SQL is rendered with every intermediate left in place and taken as empty
-        (`render(ctx)` with a context whose materialize computes nothing and serves an empty
-        relation, counting the query's reads where it would be computed; a source read for keys
-        in the dbt process counts nothing, and nothing is read). The reads that meet an empty
-        intermediate drop out, as they do once it is computed, so this is at most what the
-        refresh's own estimate will count: over the bar even so, it goes full now. Otherwise
-        the intermediates' rows decide, and they are computed and judged as they come (taken to
-        hold rows instead, Q20 at SF 1 under scattered updates read 3.9x a rebuild's bytes; its
-        intermediates, computed, let it refresh differentially in 1.07 s against 1.10 s)."""
-        if self.request.refresh_mode != "auto" or ctx.materialize is None or self._full() is None:
-            return
-        least = self._least_reads(ctx, render)
-        if least is None:
-            return
-        reason = self._reason(least)
-        if reason is not None:
-            self._record(least)
-            raise FullIsCheaper(reason + " (judged before its intermediates were computed)", READ_COST)
-
-    def _least_reads(
-        self, ctx: Context, render: Callable[[Context], Optional[exp.Expr]]
-    ) -> Optional[read_cost.ReadEstimate]:
-        """The reads of the delta SQL and its intermediates, none computed, each taken as empty;
-        None when nothing would be computed first, or it fails to render (the refresh meets and
-        reports that itself)."""
-        pending: list = []
-        key_reads: list = []
-
-        def counted(query: exp.Expr) -> exp.Expr:
-            pending.append(query)
-            # Served as BoundViews.materialize serves an empty intermediate.
-            return exp.select("*").from_(exp.to_table(f"__dvm_ahead_{len(pending)}")).where(exp.false(), copy=False)
-
-        def read_for_keys(relation: str, version: str, pairs: list, keys: exp.Expr) -> exp.Expr:
-            # A source read for keys in the dbt process (the embedded engine's key reads) stands
-            # in as a relation of no counted bytes: it reads at least nothing, and without it the
-            # SQL would read the whole source where the refresh reads a few of its files.
-            key_reads.append(relation)
-            return exp.to_table(f"__dvm_ahead_k{len(key_reads)}")
-
-        by_keys = read_for_keys if ctx.rows_for_keys is not None else None
-        try:
-            merge = render(dataclasses.replace(ctx, materialize=counted, rows_for_keys=by_keys))
-        except Exception:  # noqa: BLE001 - see above
-            return None
-        if merge is None or not pending:
-            return None
-        views, full_bytes = self.bindings.read_bytes(), self._full() or 0
-        parts = [read_cost.estimate(q, views, full_bytes) for q in [*pending, merge]]
-        return read_cost.ReadEstimate(
-            sum(p.differential_bytes for p in parts), full_bytes, sum(p.references for p in parts)
-        )
-
-    def _reason(self, estimate: read_cost.ReadEstimate) -> Optional[str]:
-        """Why the estimate says full: over the 2x bar, or at least the estimate of one of this
-        model's differential refreshes that took longer than a rebuild (learned_read_bar)."""
-        reason = estimate.full_reason(read_cost.FULL_WHEN_READ_RATIO_OVER, read_cost.MIN_FULL_BYTES)
-        if reason is None and self.learned is not None:
-            bar, measured = self.learned
-            reason = estimate.learned_reason(bar, measured, read_cost.MIN_FULL_BYTES)
-        return reason
-
-    def _record(self, estimate: read_cost.ReadEstimate) -> None:
-        """The estimate in the refresh's counters (adapter_response, the history)."""
-        self.counters.update(
-            read_bytes=estimate.differential_bytes,
-            full_read_bytes=estimate.full_bytes,
-            read_ratio_pct=int(round(estimate.ratio * 100)),
-        )
-
-    def _full(self) -> Optional[int]:
-        """What a rebuild reads and writes (None: the rule does not apply), once per refresh: it
-        opens every source's log."""
-        if not self._full_known:
-            read = self.bindings.full_read_bytes()
-            self._full_bytes = None if read is None else read + self.rebuild_writes
-            self._full_known = True
-        return self._full_bytes
-
-    def check(self, query: exp.Expr) -> Optional[read_cost.ReadEstimate]:
-        """Raise FullIsCheaper (under `auto`) when `query`, with what was materialized before
-        it, reads several times the bytes a rebuild reads (read_cost.py), judged from the Delta
-        logs before the query runs. None when the engine cannot tell without reading."""
-        full_bytes = self._full()
-        if full_bytes is None:
-            return None  # the rule does not apply
-        own = read_cost.estimate(query, self.bindings.read_bytes(), full_bytes)
-        estimate = read_cost.ReadEstimate(
-            own.differential_bytes + self.spent.differential_bytes,
-            own.full_bytes,
-            own.references + self.spent.references,
-        )
-        self._record(estimate)
-        reason = self._reason(estimate)
-        if reason is not None and self.request.refresh_mode == "auto":
-            raise FullIsCheaper(reason, READ_COST)
-        return estimate

@@ -18,7 +18,7 @@ from python_helpers.dvm.stored_result import MaintainedResult
 from python_helpers.dvm.tree import Join, Node, OuterJoin, Recursive, SemiJoin, SetOp, Window, walk
 from python_helpers.errors import ChangesUnavailable, ConcurrentRefresh, UniqueKeyViolated
 from python_helpers.runtime.delta.base import Bindings, ConcurrentCommit, StoredRowsMissing
-from python_helpers.runtime.refresh import auto, costs, steps
+from python_helpers.runtime.refresh import auto, costs, read_budget, steps
 from python_helpers.runtime.refresh.attempt import Attempt, plan_digest, schema_key
 from python_helpers.runtime.refresh.auto import FullIsCheaper
 from python_helpers.runtime.refresh.full import output_names, typed
@@ -75,7 +75,7 @@ def run_differential(attempt: Attempt) -> int:
                     ctx.empty_change = None  # a filtered change would save no read: not asked
                 # Asked only for a layout that can use it: the question opens the stored log.
                 ctx.engine_looks_up = result.may_send_change and delta.looks_up_tuples(attempt.target, read_version)
-                budget = auto.ReadBudget(request, bindings, attempt.counters, stored_bytes, history)
+                budget = read_budget.ReadBudget(request, bindings, attempt.counters, stored_bytes, history)
                 # Judged ahead too where the history taught a lower bar: a similar change that
                 # ran differentially since may be the very refresh that was slower than a rebuild.
                 judged_before = auto.passed_before(request, history, attempt.change_rows)
