@@ -88,7 +88,7 @@ def test_auto_refreshes_in_full_when_the_delta_would_read_more_than_a_rebuild(en
     rebuilt = stream.refresh(expect="full")
     assert "would read" in rebuilt.reason and "a full refresh is cheaper" in rebuilt.reason, rebuilt.reason
     # Its delta computes intermediates first (the semi join's keys): judged on the whole SQL
-    # before any of them ran (auto.ReadBudget.check_ahead).
+    # before any of them ran (read_budget.ReadBudget.check_ahead).
     assert "judged before its intermediates were computed" in rebuilt.reason, rebuilt.reason
     stream.check()
     # refresh_mode='differential' never switches

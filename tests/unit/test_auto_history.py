@@ -305,7 +305,7 @@ def test_one_full_refresh_measures_a_rebuild_when_only_the_first_build_is_known(
 
 
 def test_the_delta_sql_is_judged_ahead_until_a_similar_change_ran_differentially():
-    """auto.passed_before: ReadBudget.check_ahead renders the delta SQL twice, so it runs only
+    """auto.passed_before: ReadBudget.check_ahead renders the delta SQL again, so it runs only
     until the newest refresh of a similar change went through differentially."""
     request = RefreshRequest("m", "s", "t", "select 1")
 

@@ -254,10 +254,49 @@ def test_the_least_reads_are_judged_again_once_an_intermediate_holds_rows():
     ran, counters, finish = refresh(final_meets_first=True)
     # The first intermediate holds rows: the final query then reads both snapshots for its keys,
     # 120 MB spent and 120 MB to come, 2.4x. The second is not computed.
-    with pytest.raises(auto.FullIsCheaper, match=r"2\.4x.*judged after 1 of its intermediates were computed"):
+    with pytest.raises(auto.FullIsCheaper, match=r"2\.4x.*judged after 1 of its intermediates was computed"):
         finish()
     assert len(ran) == 1 and counters["read_ratio_pct"] == 240
     # Without those reads the total stays at 1.5x (the stored result's 30 MB): both run.
     ran, counters, finish = refresh(final_meets_first=False)
     estimate = finish()
     assert len(ran) == 2 and estimate is not None and counters["read_ratio_pct"] == 150
+
+
+def test_the_least_reads_are_not_judged_again_where_nothing_new_is_known():
+    """No second judgement after an intermediate found empty (it is what the first judgement
+    took it to be), after a rendering that failed, or past AHEAD_AGAIN_LIMIT intermediates."""
+    from python_helpers.dvm.sqlgen import Context
+    from python_helpers.runtime.refresh import read_budget
+    from python_helpers.runtime.refresh.requests import RefreshRequest
+
+    mb = 1024 * 1024
+    bindings = _Bindings({"v_new": 60 * mb, "v_old": 60 * mb}, full=100 * mb)
+
+    def refresh(intermediates: int, empty: bool = False, fails: bool = False) -> int:
+        renders = [0]
+
+        def render(ctx: Context):
+            renders[0] += 1
+            if fails and renders[0] == 1:
+                raise ValueError("does not render")
+            served = [ctx.materialize(parse_one(f"SELECT k FROM chg WHERE k > {i}")) for i in range(intermediates)]
+            return parse_one(" UNION ALL ".join(f"SELECT * FROM ({s.sql()}) d{i}" for i, s in enumerate(served)))
+
+        def materialize(query):
+            served = exp.select("*").from_("m")
+            return served.where(exp.false()) if empty else served
+
+        budget = read_budget.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), bindings, {})
+        ctx = Context(changes=lambda r: exp.to_table("chg"), snapshot=lambda r, v: exp.to_table(f"v_{v}"))
+        ctx.materialize = materialize
+        budget.check_ahead(ctx, render)
+        ctx.materialize = budget.guard(materialize)
+        render(ctx)
+        return renders[0] - 1  # the refresh's own rendering
+
+    assert refresh(3) == 1 + 2  # ahead, then before the second and the third
+    assert refresh(3, empty=True) == 1
+    assert refresh(3, fails=True) == 1  # the failed one only
+    limit = read_budget.AHEAD_AGAIN_LIMIT
+    assert refresh(limit + 3) == 1 + limit

@@ -22,8 +22,8 @@ run.py turns into a full refresh with the rule's reason:
 4. read cost (`read_budget.ReadBudget`, which follows the delta SQL as it is rendered): the
    delta SQL, intermediates computed first included, would read several times the bytes a
    rebuild reads and writes (read_cost.py); judged before anything runs where the
-   intermediates' rows cannot change the answer, then again as each is computed, with what
-   the computed ones hold; the bar is 2x, or lower where one of the model's own differential
+   intermediates' rows cannot change the answer, then again before each of the next four
+   that follows one holding rows; the bar is 2x, or lower where one of the model's own differential
    refreshes read less and was slower than a rebuild (learned_read_bar, under
    `auto_from_history`);
 5. a delta recursion that reaches Spark's limit (differential.recursion_limit; not a cost rule,
@@ -187,8 +187,9 @@ def estimate_reason(history: list, change_rows: int) -> Optional[str]:
 def passed_before(request: RefreshRequest, history: list, change_rows: int) -> bool:
     """Did the newest refresh of a similar change (at least half, less 100 rows, at most 2x + 100
     rows) run differentially? Then the read estimate let a change of this size through, and
-    rendering the delta SQL ahead to judge it again (ReadBudget.check_ahead) would cost every
-    such refresh its planning twice for the same answer. Never without `auto_from_history`."""
+    rendering the delta SQL ahead to judge it again (read_budget.ReadBudget.check_ahead, and
+    again after each intermediate that holds rows) would cost every such refresh its planning
+    two or more times for the same answer. Never without `auto_from_history`."""
     if not request.auto_from_history:
         return False
     least, most = _similar_bounds(change_rows)

@@ -9,14 +9,14 @@ from typing import Callable, Optional
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import Context
+from python_helpers.dvm.sqlgen import Context, known_empty
 from python_helpers.runtime.delta.base import Bindings
 from python_helpers.runtime.refresh import read_cost
 from python_helpers.runtime.refresh.auto import READ_COST, FullIsCheaper, learned_read_bar
 from python_helpers.runtime.refresh.requests import RefreshRequest
 
-# Judged again ahead before each intermediate after the first, up to this many: a recursion
-# computes one per step, and each judgement renders the whole delta SQL once more.
+# Judged again ahead before each intermediate after the first, up to this many: each judgement
+# renders the whole delta SQL once more (sqlglot, in the dbt process).
 AHEAD_AGAIN_LIMIT = 4
 
 
@@ -53,13 +53,19 @@ class ReadBudget:
 
     def guard(self, materialize: Callable[[exp.Expr], exp.Expr]) -> Callable[[exp.Expr], exp.Expr]:
         def judged(query: exp.Expr) -> exp.Expr:
-            if self._ahead is not None and 0 < len(self._served) <= AHEAD_AGAIN_LIMIT:
+            # Only after an intermediate that holds rows: an empty one is what the last
+            # judgement took it to be, and it adds nothing new.
+            if (
+                self._ahead is not None
+                and 0 < len(self._served) <= AHEAD_AGAIN_LIMIT
+                and not known_empty(self._served[-1])
+            ):
                 self._judge_ahead(*self._ahead)
             estimate = self.check(query)
             if estimate is not None:
                 self.spent = estimate
             served = materialize(query)
-            self._served.append(served)
+            self._served.append(served.copy())
             return served
 
         return judged
@@ -80,28 +86,32 @@ class ReadBudget:
         intermediates, computed, let it refresh differentially in 1.07 s against 1.10 s)."""
         if self.request.refresh_mode != "auto" or ctx.materialize is None or self._full() is None:
             return
-        self._judge_ahead(ctx, render)
-        self._ahead = (ctx, render)
+        if self._judge_ahead(ctx, render):
+            # A copy: a recursion's rules rebind the refresh's own context while it renders.
+            kept = dataclasses.replace(ctx, changed=set(ctx.changed), consolidated=set(ctx.consolidated))
+            self._ahead = (kept, render)
 
-    def _judge_ahead(self, ctx: Context, render: Callable[[Context], Optional[exp.Expr]]) -> None:
+    def _judge_ahead(self, ctx: Context, render: Callable[[Context], Optional[exp.Expr]]) -> bool:
         """The least the refresh can still read, over the bar: full now. Judged again before each
         further intermediate, with those computed so far in place (their rows known, their reads
         spent): the first one's rows can put the total over the bar, and each later one paid
         first would be paid for nothing (TPC-H Q20 at SF 10, refresh functions: 19.6 s, most of
-        it intermediates, before a 6.3 s rebuild)."""
+        it intermediates, before a 6.3 s rebuild). False when there is nothing to judge (no
+        intermediate left, or the SQL fails to render)."""
         least = self._least_reads(ctx, render)
         if least is None:
-            return
+            return False
         reason = self._reason(least)
         if reason is not None:
             self._record(least)
-            computed = len(self._served)
+            n = len(self._served)
             when = (
-                f"judged after {computed} of its intermediates were computed"
-                if computed
+                f"judged after {n} of its intermediates {'was' if n == 1 else 'were'} computed"
+                if n
                 else "judged before its intermediates were computed"
             )
             raise FullIsCheaper(f"{reason} ({when})", READ_COST)
+        return True
 
     def _least_reads(
         self, ctx: Context, render: Callable[[Context], Optional[exp.Expr]]
@@ -112,12 +122,12 @@ class ReadBudget:
         deterministic: its first intermediates are the ones computed, in the same order."""
         pending: list = []
         key_reads: list = []
-        calls = [0]
+        computed = iter(self._served)
 
         def counted(query: exp.Expr) -> exp.Expr:
-            calls[0] += 1
-            if calls[0] <= len(self._served):
-                return self._served[calls[0] - 1].copy()
+            served = next(computed, None)
+            if served is not None:
+                return served.copy()
             pending.append(query)
             # Served as BoundViews.materialize serves an empty intermediate.
             return exp.select("*").from_(exp.to_table(f"__dvm_ahead_{len(pending)}")).where(exp.false(), copy=False)
@@ -138,11 +148,10 @@ class ReadBudget:
             return None
         views, full_bytes = self.bindings.read_bytes(), self._full() or 0
         parts = [read_cost.estimate(q, views, full_bytes) for q in [*pending, merge]]
-        spent = self.spent if self._served else read_cost.ReadEstimate(0, 0, 0)
         return read_cost.ReadEstimate(
-            spent.differential_bytes + sum(p.differential_bytes for p in parts),
+            self.spent.differential_bytes + sum(p.differential_bytes for p in parts),
             full_bytes,
-            spent.references + sum(p.references for p in parts),
+            self.spent.references + sum(p.references for p in parts),
         )
 
     def _reason(self, estimate: read_cost.ReadEstimate) -> Optional[str]:

@@ -255,7 +255,7 @@ class Bindings(BoundViews):
         caller selects from it on the equality `column = changed_column`, which no other row
         meets). `more`: further (relation, column) changes whose keys count too (then only by
         their key lists, not ranges). None when that rules out nothing or cannot be decided."""
-        # Asked again with the same arguments (auto renders the delta SQL once ahead: ReadBudget),
+        # Asked again with the same arguments (auto renders the delta SQL ahead: ReadBudget),
         # the same view: bound once.
         asked = (relation, version, column, changed_relation, changed_column, tuple(more))
         if asked not in self._keyed:
