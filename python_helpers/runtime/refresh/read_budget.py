@@ -46,9 +46,9 @@ class ReadBudget:
         self.spent = read_cost.ReadEstimate(0, 0, 0)  # what the materialized intermediates read
         self._full_bytes: Optional[int] = None
         self._full_known = False
-        # Set by a check_ahead that let the refresh go on: the rendering it judged, judged again
-        # as intermediates are computed (the relations they were served as, in order).
-        self._ahead: Optional[tuple] = None
+        # Set by a check_ahead that let the refresh go on: its judgement, made again as
+        # intermediates are computed (the relations they were served as, in order).
+        self._judge_again: Optional[Callable[[], bool]] = None
         self._served: list = []
 
     def guard(self, materialize: Callable[[exp.Expr], exp.Expr]) -> Callable[[exp.Expr], exp.Expr]:
@@ -56,11 +56,11 @@ class ReadBudget:
             # Only after an intermediate that holds rows: an empty one is what the last
             # judgement took it to be, and it adds nothing new.
             if (
-                self._ahead is not None
+                self._judge_again is not None
                 and 0 < len(self._served) <= AHEAD_AGAIN_LIMIT
                 and not known_empty(self._served[-1])
             ):
-                self._judge_ahead(*self._ahead)
+                self._judge_again()
             estimate = self.check(query)
             if estimate is not None:
                 self.spent = estimate
@@ -89,7 +89,7 @@ class ReadBudget:
         if self._judge_ahead(ctx, render):
             # A copy: a recursion's rules rebind the refresh's own context while it renders.
             kept = dataclasses.replace(ctx, changed=set(ctx.changed), consolidated=set(ctx.consolidated))
-            self._ahead = (kept, render)
+            self._judge_again = lambda: self._judge_ahead(kept, render)
 
     def _judge_ahead(self, ctx: Context, render: Callable[[Context], Optional[exp.Expr]]) -> bool:
         """The least the refresh can still read, over the bar: full now. Judged again before each
