@@ -1,6 +1,8 @@
 """The read estimate that lets `auto` prefer a rebuild over a differential refresh that would
 read several times what the rebuild reads (python_helpers/runtime/refresh/read_cost.py)."""
 
+import re
+
 import pyarrow as pa
 from sqlglot import exp, parse_one
 
@@ -117,17 +119,18 @@ def test_an_intermediate_computed_first_is_judged_before_it_runs_and_counted_aft
     budget = read_budget.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), bindings, counters)
     ran = []
     materialize = budget.guard(lambda q: ran.append(q) or exp.select("*").from_("m0"))
-    # The delta (both snapshots: 120 MB, 1.2x a rebuild) is computed first: allowed, and paid.
-    served = materialize(parse_one("SELECT k, SUM(w) FROM v_new JOIN v_old USING (k) GROUP BY k"))
+    # A delta over one snapshot (60 MB, 0.6x a rebuild) is computed first: allowed, and paid.
+    served = materialize(parse_one("SELECT k, SUM(w) FROM v_new GROUP BY k"))
     assert len(ran) == 1
-    # The final query reads only the materialized delta and the stored result, yet the budget
-    # holds both: 150 MB, 1.5x; still under the 2x switch.
-    final = parse_one(f"SELECT * FROM ({served.sql()}) d JOIN store s ON s.k = d.k")
+    # The final query reads the materialized delta, the stored result and the old snapshot, and
+    # the budget holds all of it: 150 MB, 1.5x; under the final query's 2x.
+    final = parse_one(f"SELECT * FROM ({served.sql()}) d JOIN store s ON s.k = d.k JOIN v_old o ON o.k = d.k")
     estimate = budget.check(final)
     assert estimate is not None and (estimate.differential_bytes, estimate.references) == (150 * mb, 3)
     assert counters["read_ratio_pct"] == 150
-    # A second intermediate that would bring it over 2x is refused before it runs.
-    with pytest.raises(auto.FullIsCheaper, match=r"\(4 reads\), 2\.4x"):
+    # What is computed before the final query may read at most 1.5x a rebuild's bytes: a second
+    # intermediate reading both snapshots (180 MB with the first, 1.8x) is refused before it runs.
+    with pytest.raises(auto.FullIsCheaper, match=r"computes first would read .*\(3 reads\), 1\.8x.*over 1\.5x"):
         materialize(parse_one("SELECT * FROM v_new JOIN v_old USING (k)"))
     assert len(ran) == 1
     # Under refresh_mode='differential' nothing is refused; the rebuild's bytes are read once.
@@ -223,13 +226,14 @@ def test_the_least_reads_are_judged_again_once_an_intermediate_holds_rows():
 
     def delta_sql(final_meets_first: bool):
         def render(ctx: Context):
-            # The first intermediate reads both snapshots (120 MB); the second reads only the change.
-            first = ctx.materialize(parse_one("SELECT k, SUM(w) AS w FROM v_new JOIN v_old USING (k) GROUP BY k"))
+            # The first intermediate reads the new snapshot (60 MB); the second only the change.
+            first = ctx.materialize(parse_one("SELECT k, SUM(w) AS w FROM v_new GROUP BY k"))
             second = ctx.materialize(parse_one("SELECT k FROM chg"))
             final = f"SELECT * FROM ({second.sql()}) d2 JOIN store s ON s.k = d2.k"
-            if final_meets_first:  # both snapshots again, for the first intermediate's keys
+            if final_meets_first:  # both snapshots and the stored result, for the first one's keys
                 final += (
                     f" UNION ALL SELECT * FROM ({first.sql()}) d JOIN v_new a ON a.k = d.k JOIN v_old b ON b.k = d.k"
+                    " JOIN store t ON t.k = d.k"
                 )
             return parse_one(final)
 
@@ -245,22 +249,22 @@ def test_the_least_reads_are_judged_again_once_an_intermediate_holds_rows():
             materialize=lambda q: ran.append(q) or exp.select("*").from_(f"m{len(ran) - 1}"),
         )
         render = delta_sql(final_meets_first)
-        # Ahead, both intermediates empty: 120 MB, 1.2x; the refresh goes on.
+        # Ahead, both intermediates empty: 60 MB, 0.6x; the refresh goes on.
         budget.check_ahead(ctx, render)
         assert ran == []
         ctx.materialize = budget.guard(ctx.materialize)
         return ran, counters, lambda: budget.check(render(ctx))
 
     ran, counters, finish = refresh(final_meets_first=True)
-    # The first intermediate holds rows: the final query then reads both snapshots for its keys,
-    # 120 MB spent and 120 MB to come, 2.4x. The second is not computed.
-    with pytest.raises(auto.FullIsCheaper, match=r"2\.4x.*judged after 1 of its intermediates was computed"):
+    # The first intermediate holds rows: the final query then reads both snapshots and the
+    # stored result for its keys, 60 MB spent and 150 MB to come, 2.1x. The second is not computed.
+    with pytest.raises(auto.FullIsCheaper, match=r"2\.1x.*judged after 1 of its intermediates was computed"):
         finish()
-    assert len(ran) == 1 and counters["read_ratio_pct"] == 240
-    # Without those reads the total stays at 1.5x (the stored result's 30 MB): both run.
+    assert len(ran) == 1 and counters["read_ratio_pct"] == 210
+    # Without those reads the total stays at 0.9x (the stored result's 30 MB): both run.
     ran, counters, finish = refresh(final_meets_first=False)
     estimate = finish()
-    assert len(ran) == 2 and estimate is not None and counters["read_ratio_pct"] == 150
+    assert len(ran) == 2 and estimate is not None and counters["read_ratio_pct"] == 90
 
 
 def test_the_least_reads_are_not_judged_again_where_nothing_new_is_known():
@@ -300,3 +304,105 @@ def test_the_least_reads_are_not_judged_again_where_nothing_new_is_known():
     assert refresh(3, fails=True) == 1  # the failed one only
     limit = read_budget.AHEAD_AGAIN_LIMIT
     assert refresh(limit + 3) == 1 + limit
+
+
+# TPC-H's columns that Q20 reads, for planning it without Spark.
+_Q20_SCHEMAS = {
+    "tpch.supplier": {"s_suppkey": "bigint", "s_name": "string", "s_address": "string", "s_nationkey": "bigint"},
+    "tpch.nation": {"n_nationkey": "bigint", "n_name": "string"},
+    "tpch.partsupp": {"ps_partkey": "bigint", "ps_suppkey": "bigint", "ps_availqty": "int"},
+    "tpch.part": {"p_partkey": "bigint", "p_name": "string"},
+    "tpch.lineitem": {
+        "l_partkey": "bigint",
+        "l_suppkey": "bigint",
+        "l_quantity": "decimal(15,2)",
+        "l_shipdate": "date",
+    },
+}
+
+
+def test_an_aggregates_computed_keys_come_first_and_what_they_restrict_is_judged_before_it_runs():
+    """TPC-H Q20 with only lineitem changed: the correlated SUM per (partkey, suppkey) below the
+    `IN` is recomputed for the pairs its input's change names, and that input is computed (the
+    change semi-joined with the `forest` parts). Those keys are computed first: found empty, the
+    reads of lineitem at both versions drop out of the next intermediate (and Spark skips
+    them); holding rows, that intermediate would read twice the rebuild's lineitem, and as what
+    is computed before the final query may read at most 1.5x a rebuild's bytes, it is not run."""
+    import pytest
+
+    from python_helpers.dvm.differentiate import delta
+    from python_helpers.dvm.plan_query import query_tree
+    from python_helpers.dvm.sqlgen import Context, render
+    from python_helpers.runtime.refresh import auto, read_budget
+    from python_helpers.runtime.refresh.requests import RefreshRequest
+    from python_helpers.sql.parse import parse_query
+    from python_helpers.testing.tpch_queries import QUERIES
+
+    tree, _ = query_tree("q20", parse_query("q20", QUERIES["q20"].format(src="tpch")), _Q20_SCHEMAS)
+    mb = 1024 * 1024
+    sizes = {"new_lineitem": 70 * mb, "old_lineitem": 70 * mb, "new_part": 5 * mb, "new_partsupp": 10 * mb}
+    sizes.update(new_supplier=mb, new_nation=mb)
+
+    def refresh(keys_hold_rows: bool) -> tuple[list, dict]:
+        computed: list = []
+
+        def materialize(query):
+            computed.append(render(query))
+            served = exp.select("*").from_(f"mat_{len(computed)}")
+            # No changed pair of a `forest` part: the keys are empty, and so is what they restrict.
+            return served if keys_hold_rows else served.where(exp.false())
+
+        counters: dict = {}
+        budget = read_budget.ReadBudget(
+            RefreshRequest("q20", "s", "t", "select 1"), _Bindings(sizes, full=100 * mb), counters
+        )
+        ctx = Context(
+            changes=lambda r: exp.to_table(f"chg_{r.split('.')[1]}"),
+            snapshot=lambda r, v: exp.to_table(f"{v}_{r.split('.')[1]}"),
+            changed={"tpch.lineitem"},
+            small_delta=True,
+            materialize=budget.guard(materialize),
+        )
+        budget.check(delta(tree, ctx))
+        return computed, counters
+
+    computed, counters = refresh(keys_hold_rows=False)
+    keys, restricted = computed
+    # The keys read the change and the parts, not lineitem; the next intermediate reads lineitem
+    # at both versions for them, which an empty set of keys leaves out of the estimate.
+    assert "new_lineitem" not in keys and "chg_lineitem" in keys
+    assert {"new_lineitem", "old_lineitem", "mat_1"} <= set(re.findall(r"\b(?:new|old|mat)_\w+", restricted))
+    assert counters["read_ratio_pct"] < 100
+    with pytest.raises(auto.FullIsCheaper, match=r"computes first would read .* 1\.7x .*over 1\.5x"):
+        refresh(keys_hold_rows=True)
+
+
+def test_the_intermediates_bar_is_judged_ahead_too():
+    """What is computed before the final query, taken together before any of it runs, meets
+    FIRST_READ_RATIO_OVER there too: guard would refuse the last of them only after paying the
+    ones before."""
+    import pytest
+
+    from python_helpers.dvm.sqlgen import Context
+    from python_helpers.runtime.refresh import auto, read_budget
+    from python_helpers.runtime.refresh.requests import RefreshRequest
+
+    mb = 1024 * 1024
+    bindings = _Bindings({"v_new": 60 * mb, "v_old": 60 * mb}, full=100 * mb)
+
+    def render(ctx: Context):
+        first = ctx.materialize(parse_one("SELECT k, SUM(w) AS w FROM v_new GROUP BY k"))
+        second = ctx.materialize(parse_one("SELECT k FROM v_new JOIN v_old USING (k)"))
+        return parse_one(f"SELECT * FROM ({first.sql()}) a JOIN ({second.sql()}) b ON a.k = b.k")
+
+    ran: list = []
+    budget = read_budget.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), bindings, {})
+    ctx = Context(
+        changes=lambda r: exp.to_table("chg"),
+        snapshot=lambda r, v: exp.to_table(f"v_{v}"),
+        materialize=lambda q: ran.append(q) or exp.select("*").from_(f"m{len(ran) - 1}"),
+    )
+    # 180 MB computed first (1.8x), the final query nothing more: under 2x, over 1.5x.
+    with pytest.raises(auto.FullIsCheaper, match=r"computes first .*1\.8x.*judged before its intermediates"):
+        budget.check_ahead(ctx, render)
+    assert ran == []

@@ -47,13 +47,16 @@ class ReadEstimate:
         return self.differential_bytes / self.full_bytes if self.full_bytes else 0.0
 
     def full_reason(
-        self, threshold: float = FULL_WHEN_READ_RATIO_OVER, min_full_bytes: int = MIN_FULL_BYTES
+        self,
+        threshold: float = FULL_WHEN_READ_RATIO_OVER,
+        min_full_bytes: int = MIN_FULL_BYTES,
+        reader: str = "the differential refresh",
     ) -> Optional[str]:
         """Why a rebuild is cheaper, or None when the differential refresh should go on."""
         if not self.full_bytes or self.full_bytes < min_full_bytes or self.ratio <= threshold:
             return None
         return (
-            f"the differential refresh would read {_size(self.differential_bytes)} of snapshots "
+            f"{reader} would read {_size(self.differential_bytes)} of snapshots "
             f"({self.references} reads), {self.ratio:.1f}x the {_size(self.full_bytes)} a full refresh reads "
             f"and writes (auto switches over {threshold:g}x): a full refresh is cheaper"
         )
