@@ -37,8 +37,7 @@ class Context:
     engine_looks_up: bool = False
     # The engine's way to compute an intermediate once and read it back as a relation (None:
     # keep it inline). Used for what the SQL reads more than once: a recursion's delta, the
-    # changed keys of a key-restricted operator over a computed delta (a join's, an aggregate's),
-    # and of an aggregate or DISTINCT below the root over a computed input.
+    # changed keys of a key-restricted operator over a computed delta (a join's, an aggregate's).
     materialize: Optional[Callable[[exp.Expr], exp.Expr]] = None
     # The engine's way to read only the part of a snapshot that can match the change of another
     # relation on an equality: keyed_snapshot(relation, version, column, changed_relation,

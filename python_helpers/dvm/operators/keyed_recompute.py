@@ -46,32 +46,23 @@ def distinct_plain(node: Distinct, ctx: Context, version: str, child_sql) -> exp
     return select_from([col(c) for c in node.columns], sub(child_sql, ctx.alias("d"))).distinct(copy=False)
 
 
-def recompute_delta(node, ctx: Context, child_delta, plain_old, plain_new, computed: bool = False):
-    """Shared by Aggregate and Distinct; plain_old/new render the node at each version.
-    `computed`: the input's change is computed (joins, nested restrictions), not read from a
-    source's change."""
+def recompute_delta(node, ctx: Context, child_delta, plain_old, plain_new):
+    """Shared by Aggregate and Distinct; plain_old/new render the node at each version."""
     if child_delta is None:
         return None
     if isinstance(node, Aggregate):
         key_cols, key_exprs = node.key_names, node.keys
     else:
         key_cols, key_exprs = node.columns, [col(c) for c in node.columns]
-    keys: exp.Expr | None = None
-    if key_cols:
-        keys = select_from(
-            [alias(e.copy(), n) for e, n in zip(key_exprs, key_cols)], sub(child_delta.copy(), ctx.alias("dk"))
-        ).distinct(copy=False)
-        if computed and ctx.materialize is not None:
-            # Computed once, not at each version; and before the reads it restricts, so that an
-            # empty set is known (sqlgen.known_empty): Spark drops both versions' reads, and so
-            # does the read estimate, which otherwise counts them whole (TPC-H Q20: lineitem's
-            # changed rows of a `forest` part, mostly none, restrict lineitem read twice).
-            keys = ctx.materialize(keys)
     sides = []
     for sign, render in ((1, plain_new), (-1, plain_old)):
         out = render()
-        if keys is not None:
-            out = semi_join(ctx.alias("s"), out, key_cols, keys.copy(), ctx)
+        if key_cols:
+            d = ctx.alias("dk")
+            keys = select_from(
+                [alias(e.copy(), n) for e, n in zip(key_exprs, key_cols)], sub(child_delta.copy(), d)
+            ).distinct(copy=False)
+            out = semi_join(ctx.alias("s"), out, key_cols, keys, ctx)
         sides.append(
             select_from(
                 [col(c) for c in node.columns] + [alias(exp.Literal.number(sign), WEIGHT)], sub(out, ctx.alias("v"))
@@ -107,10 +98,7 @@ class _KeyedRecomputeOperator(UnaryOperator):
         child_delta = walk.delta(child)
         if _key_exprs(node) and restricted_reads.from_change(ctx, child, child_delta):
             return read_once_delta(node, ctx, child, child_delta, walk.plain(child, "new"))
-        computed = restricted_reads.scan_below(child, weighted=True) is None
-        return recompute_delta(
-            node, ctx, child_delta, lambda: walk.plain(node, "old"), lambda: walk.plain(node, "new"), computed
-        )
+        return recompute_delta(node, ctx, child_delta, lambda: walk.plain(node, "old"), lambda: walk.plain(node, "new"))
 
 
 class AggregateOperator(_KeyedRecomputeOperator):

@@ -81,7 +81,7 @@ class BoundViews:
         return self.views_by_key[f"s{self._index[relation]}_chg"].copy()
 
     def materialize(self, query: exp.Expr) -> exp.Expr:
-        """Compute an intermediate (mostly small) once, now, and serve it as a temp view: the SQL that
+        """Compute a (small) intermediate once, now, and serve it as a temp view: the SQL that
         reads it several times then does not recompute it (Spark would, for each reference)."""
         name = self.view_name(f"m{len(self.views)}")
         holds_rows = self.conn.view_of_query(name, render(query), materialize=True)

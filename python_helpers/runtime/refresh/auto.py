@@ -205,9 +205,9 @@ def learned_read_bar(history: list) -> Optional[tuple]:
     """(ratio, what was measured) from which this model's own refreshes say a differential one
     is slower than a rebuild, or None. Rule 4's 2x bar is a prior measured across queries, and
     one model can be slower than a rebuild under it (TPC-H Q20 at SF 10 under scattered updates,
-    estimated at 1.9x both times before its recompute keys were computed first: 4.0 M rows read
-    in 2.9 s one cycle, 132 M rows in 9.2 s against a 6.0 s rebuild the next, for a change of
-    the same size, which is all rule 1 compares). So
+    estimated at 1.9x both times: 4.0 M rows read in 2.9 s one cycle, 132 M rows in 9.2 s
+    against a 6.0 s rebuild the next, for a change of the same size, which is all rule 1
+    compares; its intermediate is now refused ahead at read_budget.FIRST_READ_RATIO_OVER). So
     the lowest estimate (at least LEARN_FROM_RATIO_PCT) of a timed differential refresh that
     took more than SLOWER_THAN_FULL the recent full refreshes (median) becomes the model's bar
     when it is below 2x: a refresh that would read as much goes full."""

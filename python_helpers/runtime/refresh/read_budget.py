@@ -34,8 +34,7 @@ class ReadBudget:
     """Rule 4 over everything the delta SQL reads, judged before each read is paid.
 
     Some intermediates are computed first and served as views (ctx.materialize: a small delta
-    named twice, the groups a MIN/MAX may rescan, a key-restricted operator's keys, the group
-    keys of an aggregate below the root over a computed input). Each is
+    named twice, the groups a MIN/MAX may rescan, a key-restricted operator's keys). Each is
     judged before it runs, with what the ones before it read; the final query's estimate adds
     them all (each read once; the final query reads their results, not the snapshots). A rule
     judged only on the final query would see none of their reads, after they were paid."""
