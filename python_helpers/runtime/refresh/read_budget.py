@@ -71,7 +71,7 @@ class ReadBudget:
                 and not known_empty(self._served[-1])
             ):
                 self._judge_again()
-            estimate = self.check(query, FIRST_READ_RATIO_OVER)
+            estimate = self.check(query, first=True)
             if estimate is not None:
                 self.spent = estimate
             served = materialize(query)
@@ -116,7 +116,7 @@ class ReadBudget:
         # guard would meet at the last of them, after paying the ones before).
         judged, reason = total, self._reason(total)
         if reason is None:
-            judged, reason = first, self._reason(first, FIRST_READ_RATIO_OVER)
+            judged, reason = first, self._reason(first, first=True)
         if reason is not None:
             self._record(judged)
             n = len(self._served)
@@ -174,14 +174,14 @@ class ReadBudget:
 
         return with_spent(parts), with_spent(parts[:-1])
 
-    def _reason(
-        self, estimate: read_cost.ReadEstimate, bar: float = read_cost.FULL_WHEN_READ_RATIO_OVER
-    ) -> Optional[str]:
-        """Why the estimate says full: over the bar (2x, or FIRST_READ_RATIO_OVER for what is
-        computed before the final query), or at least the estimate of one of this model's
+    def _reason(self, estimate: read_cost.ReadEstimate, first: bool = False) -> Optional[str]:
+        """Why the estimate says full: over the bar (2x; for what is computed before the final
+        query, `first`, FIRST_READ_RATIO_OVER), or at least the estimate of one of this model's
         differential refreshes that took longer than a rebuild (learned_read_bar)."""
-        first = bar < read_cost.FULL_WHEN_READ_RATIO_OVER
-        reader = "the intermediates the differential refresh computes first" if first else "the differential refresh"
+        bar = read_cost.FULL_WHEN_READ_RATIO_OVER
+        reader = "the differential refresh"
+        if first:
+            bar, reader = min(bar, FIRST_READ_RATIO_OVER), "the intermediates the differential refresh computes first"
         reason = estimate.full_reason(bar, read_cost.MIN_FULL_BYTES, reader)
         if reason is None and self.learned is not None:
             bar, measured = self.learned
@@ -205,13 +205,11 @@ class ReadBudget:
             self._full_known = True
         return self._full_bytes
 
-    def check(
-        self, query: exp.Expr, bar: float = read_cost.FULL_WHEN_READ_RATIO_OVER
-    ) -> Optional[read_cost.ReadEstimate]:
+    def check(self, query: exp.Expr, first: bool = False) -> Optional[read_cost.ReadEstimate]:
         """Raise FullIsCheaper (under `auto`) when `query`, with what was materialized before
-        it, reads more than `bar` times the bytes a rebuild reads and writes (read_cost.py),
-        judged from the Delta logs before the query runs. None when the engine cannot tell
-        without reading."""
+        it, reads more than the bar times the bytes a rebuild reads and writes (read_cost.py;
+        `first`: an intermediate, computed before the final query), judged from the Delta logs
+        before the query runs. None when the engine cannot tell without reading."""
         full_bytes = self._full()
         if full_bytes is None:
             return None  # the rule does not apply
@@ -222,7 +220,7 @@ class ReadBudget:
             own.references + self.spent.references,
         )
         self._record(estimate)
-        reason = self._reason(estimate, bar)
+        reason = self._reason(estimate, first)
         if reason is not None and self.request.refresh_mode == "auto":
             raise FullIsCheaper(reason, READ_COST)
         return estimate
