@@ -396,3 +396,42 @@ def test_the_intermediates_bar_is_judged_ahead_too():
     with pytest.raises(auto.FullIsCheaper, match=r"computes first .*1\.8x.*judged before its intermediates"):
         budget.check_ahead(ctx, render)
     assert ran == []
+
+
+def test_the_check_ahead_asks_for_no_keyed_read_where_the_least_without_them_is_over_the_bar():
+    """A keyed read costs the engine its change's key list and range (a Spark job each over a
+    change Spark reads). The check ahead first stands every keyed read in as reading nothing:
+    over the bar even so, the refresh goes full without asking for one."""
+    import pytest
+
+    from python_helpers.dvm.sqlgen import Context
+    from python_helpers.runtime.refresh import auto, read_budget
+    from python_helpers.runtime.refresh.requests import RefreshRequest
+
+    mb = 1024 * 1024
+    asked: list = []
+
+    def refresh(intermediate: str) -> None:
+        def render(ctx: Context):
+            keyed = ctx.keyed_snapshot("s.part", "new", "p_partkey", "s.lineitem", "l_partkey")
+            first = ctx.materialize(parse_one(intermediate))
+            return parse_one(f"SELECT * FROM ({first.sql()}) a JOIN {keyed.sql()} p ON a.k = p.k")
+
+        bindings = _Bindings({"v_new": 60 * mb, "v_old": 60 * mb, "v_part": 30 * mb}, full=100 * mb)
+        budget = read_budget.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), bindings, {})
+        ctx = Context(
+            changes=lambda r: exp.to_table("chg"),
+            snapshot=lambda r, v: exp.to_table(f"v_{v}"),
+            materialize=lambda q: exp.select("*").from_("m0"),
+            keyed_snapshot=lambda *args, **kwargs: asked.append(args) or exp.to_table("v_part"),
+        )
+        budget.check_ahead(ctx, render)
+
+    # Both snapshots twice (2.4x of intermediates): full with no keyed read asked for.
+    with pytest.raises(auto.FullIsCheaper, match=r"2\.4x .*judged before"):
+        refresh("SELECT * FROM v_new JOIN v_old USING (k) UNION ALL SELECT * FROM v_new JOIN v_old USING (k)")
+    assert asked == []
+    # One snapshot (0.6x, and 0.9x with the keyed read): the keyed read is asked for, once per
+    # rendering of the real pass, and the refresh goes on.
+    refresh("SELECT * FROM v_new")
+    assert len(asked) == 1
