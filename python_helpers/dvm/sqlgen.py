@@ -284,6 +284,21 @@ def keyed_rows(relation: exp.Expr) -> exp.Expr:
     return relation
 
 
+# In an intermediate's meta: rows of the final query itself (the MERGE rows' delta or groups),
+# computed once ahead of it only so that Spark does not compute them twice; judged as the final
+# query is (read_budget), not as what is computed before it.
+PART_OF_FINAL = "dvm_part_of_final"
+
+
+def part_of_final(query: exp.Expr) -> exp.Expr:
+    query.meta[PART_OF_FINAL] = True
+    return query
+
+
+def is_part_of_final(query: exp.Expr) -> bool:
+    return bool(query.meta.get(PART_OF_FINAL))
+
+
 def reads_keyed_rows(query: exp.Expr) -> bool:
     """Does `query` read a keyed read marked by keyed_rows (the mark survives copies)?"""
     return any(node.meta.get(KEYED_ROWS) for node in query.walk())

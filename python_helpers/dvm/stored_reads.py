@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import Context, alias, col, select_from, sub
+from python_helpers.dvm.sqlgen import Context, alias, col, part_of_final, select_from, sub
 
 ROW_ID = "__dvm_row_id"
 COUNT = "__dvm_count"
@@ -55,5 +55,5 @@ def delta_once(ctx: Context, rows: exp.Expr) -> exp.Expr:
     delta's consolidation nor its scans across the two: a 6 M-row fact's refresh scanned its
     lineitem and orders snapshots twice for 1,000 changed rows."""
     if ctx.small_delta and ctx.restrict_storage and ctx.materialize is not None:
-        return ctx.materialize(rows)
+        return ctx.materialize(part_of_final(rows))
     return rows

@@ -37,6 +37,7 @@ from python_helpers.dvm.sqlgen import (
     col,
     known_empty,
     null_safe_match,
+    part_of_final,
     plain_key_id,
     repeat_rows,
     row_id,
@@ -272,7 +273,7 @@ class AggregateResult(MaintainedResult):
         if flags_first:
             # Few groups: their new state is computed once, and the rescan (a scan of the whole
             # input) only runs when one of them needs it; mostly none does.
-            m = ctx.materialize(m)  # type: ignore[misc,assignment]
+            m = ctx.materialize(part_of_final(m))  # type: ignore[misc,assignment]
         rescanned = self._rescan(ctx, m, flags_first)
         if rescanned is None:
             pick: list[exp.Expr] = [col(c, mm) for c in state_names]

@@ -435,3 +435,23 @@ def test_the_check_ahead_asks_for_no_keyed_read_where_the_least_without_them_is_
     # rendering of the real pass, and the refresh goes on.
     refresh("SELECT * FROM v_new")
     assert len(asked) == 1
+
+
+def test_the_final_querys_own_rows_computed_ahead_are_judged_as_the_final_query():
+    """The MERGE rows' delta computed once ahead of the final query (stored_reads.delta_once)
+    holds most of a refresh's reads; it meets the final query's 2x, not the 1.5x of what is
+    computed before it."""
+    import pytest
+
+    from python_helpers.dvm.sqlgen import part_of_final
+    from python_helpers.runtime.refresh import auto, read_budget
+    from python_helpers.runtime.refresh.requests import RefreshRequest
+
+    mb = 1024 * 1024
+    bindings = _Bindings({"v_new": 90 * mb, "v_old": 90 * mb}, full=100 * mb)
+    both = "SELECT k, SUM(w) AS w FROM v_new JOIN v_old USING (k) GROUP BY k"  # 1.8x
+    budget = read_budget.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), bindings, {})
+    assert budget.guard(lambda q: q)(part_of_final(parse_one(both))) is not None
+    budget = read_budget.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), bindings, {})
+    with pytest.raises(auto.FullIsCheaper, match=r"computes first would read .* 1\.8x"):
+        budget.guard(lambda q: q)(parse_one(both))
