@@ -109,17 +109,14 @@ class ReadBudget:
         intermediates, computed, let it refresh differentially in 1.07 s against 1.10 s)."""
         if self.request.refresh_mode != "auto" or ctx.materialize is None or self._full() is None:
             return
-        passed = None
-        if ctx.keyed_snapshot is not None:
-            # First with every keyed read standing in as reading nothing: the engine lists a
-            # change's keys and their range for them, a Spark job each over a change Spark reads
-            # (TPC-H Q20 at SF 10 under the refresh functions: 3.2 s), which a refresh that goes
-            # full all the same does not need. Less than the least, so over the bar it is decided.
-            stand_in = _ReadsNothing()
-            passed = self._judge_ahead(dataclasses.replace(ctx, keyed_snapshot=stand_in), render)
-            if stand_in.made:
-                passed = None  # the rendering with them differs: judged again below
-        if passed is None:
+        # First with every keyed read standing in as reading nothing: the engine lists a change's
+        # keys and their range for them, a Spark job each over a change Spark reads (TPC-H Q20 at
+        # SF 10 under the refresh functions: 3.2 s), which a refresh that goes full all the same
+        # does not need. Less than the least, so over the bar it is decided; where it made a
+        # keyed read, judged again with the real ones.
+        stand_in = _ReadsNothing() if ctx.keyed_snapshot is not None else None
+        passed = self._judge_ahead(dataclasses.replace(ctx, keyed_snapshot=stand_in) if stand_in else ctx, render)
+        if stand_in is not None and stand_in.made:
             passed = self._judge_ahead(ctx, render)
         if passed:
             # A copy: a recursion's rules rebind the refresh's own context while it renders.
@@ -189,17 +186,10 @@ class ReadBudget:
             return None
         views, full_bytes = self.bindings.read_bytes(), self._full() or 0
         parts = [read_cost.estimate(q, views, full_bytes) for q in [*pending, merge]]
-
-        def with_spent(counted: list) -> read_cost.ReadEstimate:
-            return read_cost.ReadEstimate(
-                self.spent.differential_bytes + sum(p.differential_bytes for p in counted),
-                full_bytes,
-                self.spent.references + sum(p.references for p in counted),
-            )
-
+        spent = read_cost.ReadEstimate(0, full_bytes, 0).plus(self.spent)
         # What is computed before the final query: not the final query's own rows computed ahead.
         first = [part for part, q in zip(parts, pending) if not is_part_of_final(q)]
-        return with_spent(parts), with_spent(first)
+        return spent.plus(*parts), spent.plus(*first)
 
     def _reason(self, estimate: read_cost.ReadEstimate, first: bool = False) -> Optional[str]:
         """Why the estimate says full: over the bar (2x; for what is computed before the final
@@ -241,11 +231,7 @@ class ReadBudget:
         if full_bytes is None:
             return None  # the rule does not apply
         own = read_cost.estimate(query, self.bindings.read_bytes(), full_bytes)
-        estimate = read_cost.ReadEstimate(
-            own.differential_bytes + self.spent.differential_bytes,
-            own.full_bytes,
-            own.references + self.spent.references,
-        )
+        estimate = own.plus(self.spent)
         self._record(estimate)
         reason = self._reason(estimate, first)
         if reason is not None and self.request.refresh_mode == "auto":

@@ -42,6 +42,14 @@ class ReadEstimate:
     full_bytes: int  # every source's data files at the new version, once, and the result a rebuild writes
     references: int  # places the delta SQL reads a bound snapshot or the stored result
 
+    def plus(self, *others: "ReadEstimate") -> "ReadEstimate":
+        """These reads and the others', against this estimate's rebuild."""
+        return ReadEstimate(
+            self.differential_bytes + sum(o.differential_bytes for o in others),
+            self.full_bytes,
+            self.references + sum(o.references for o in others),
+        )
+
     @property
     def ratio(self) -> float:
         return self.differential_bytes / self.full_bytes if self.full_bytes else 0.0
