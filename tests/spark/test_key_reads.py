@@ -2,15 +2,19 @@
 bindings.rows_for_keys, runtime/delta/embedded/key_reads.py), checked against the oracle over
 inserts, updates, deletes, duplicates and NULL keys (about 45 s here for the three shapes). Keys
 copied from a change the dbt process holds are listed from it (key_lineage.py); each shape
-takes that path at least once.
+takes that path at least once. And a join's other input read with Arrow for the keys of a
+change scattered over most of its files (bindings.keyed_snapshot), two shapes (about 30 s).
 
 The test sources are small, and a source Spark would broadcast itself is read by Spark: the
 tests take every source as large (Bindings.large_source), as the demo's orders are."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from python_helpers.dvm.sqlgen import render
 from python_helpers.runtime.delta.embedded import bindings, key_lineage
 from tests.support.shapes import INITIAL, SHAPES_BY_NAME, SMOKE_BATCHES
 
@@ -52,3 +56,35 @@ def test_a_source_read_for_computed_keys_in_arrow_matches_the_oracle(env, monkey
         stream.check()
     assert reads > 0, f"{name}: no source was read for its keys in Arrow"
     assert any(h is not None for h in held), f"{name}: every key listing cost a Spark job"
+
+
+# A join's delta reads the other input only where it can meet the change's keys; the test
+# sources are one file each, so statistics rule out none and the rows are read with Arrow.
+JOIN_SHAPES = ["join_agg", "left_join"]
+ARROW_VIEW = re.compile(r"_(old|new)_a\d+")
+
+
+@pytest.mark.parametrize("name", JOIN_SHAPES)
+def test_a_join_input_read_with_arrow_for_scattered_change_keys_matches_the_oracle(env, monkeypatch, name):
+    monkeypatch.setattr(bindings.Bindings, "large_source", lambda self, relation: True)
+    served = []  # per keyed read: was it read with Arrow?
+    keyed = bindings.Bindings._keyed_snapshot
+
+    def spied(self, *args):
+        found = keyed(self, *args)
+        if found is not None:
+            served.append(bool(ARROW_VIEW.search(render(found))))
+        return found
+
+    monkeypatch.setattr(bindings.Bindings, "_keyed_snapshot", spied)
+    for t in ("t1", "t2", "t3"):
+        env.source(t, INITIAL[t])
+    stream = env.stream(f"arrow_keyed_{name}", SHAPES_BY_NAME[name].sql, refresh_mode="differential")
+    stream.refresh(expect="full")
+    filtered = 0
+    for batch in SMOKE_BATCHES:
+        env.apply(batch, only_existing=True)
+        filtered += stream.refresh(expect="differential").counters["reads_filtered_by_keys"]
+        stream.check()
+    assert any(served), f"{name}: no keyed read was served with Arrow"
+    assert filtered > 0, f"{name}: the refreshes counted no read filtered by keys"

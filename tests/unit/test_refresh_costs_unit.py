@@ -263,7 +263,7 @@ def test_a_source_is_large_by_the_session_s_broadcast_threshold_read_once():
 def test_key_filter_lists_distinct_non_null_integer_and_date_keys():
     import datetime
 
-    from python_helpers.runtime.delta.embedded.bindings import key_filter
+    from python_helpers.runtime.delta.embedded.change_keys import key_filter
 
     schema = pa.schema([("k", pa.int64()), ("d", pa.date32()), ("x", pa.float64()), ("s", pa.string())])
     assert render(key_filter("k", pa.array([3, -5, None, 3], pa.int32()), schema)) == "`k` IN (-5, 3)"
@@ -275,16 +275,16 @@ def test_key_filter_lists_distinct_non_null_integer_and_date_keys():
 
 def test_key_filter_declines_types_whose_equality_is_not_exact_and_long_lists(monkeypatch):
     from python_helpers.runtime.delta import bound_views
-    from python_helpers.runtime.delta.embedded import bindings as binding
+    from python_helpers.runtime.delta.embedded import change_keys
 
     schema = pa.schema([("k", pa.int64()), ("d", pa.date32()), ("x", pa.float64()), ("s", pa.string())])
-    assert binding.key_filter("x", pa.array([1.0]), schema) is None  # -0.0 and NaN compare apart
-    assert binding.key_filter("s", pa.array(["a"]), schema) is None  # collations
-    assert binding.key_filter("k", pa.array(["1"]), schema) is None  # a string key against an integer
-    assert binding.key_filter("missing", pa.array([1]), schema) is None
+    assert change_keys.key_filter("x", pa.array([1.0]), schema) is None  # -0.0 and NaN compare apart
+    assert change_keys.key_filter("s", pa.array(["a"]), schema) is None  # collations
+    assert change_keys.key_filter("k", pa.array(["1"]), schema) is None  # a string key against an integer
+    assert change_keys.key_filter("missing", pa.array([1]), schema) is None
     monkeypatch.setattr(bound_views, "PAGE_FILTER_KEYS", 2)
-    assert binding.key_filter("k", pa.array([1, 2, None, 2]), schema) is not None
-    assert binding.key_filter("k", pa.array([1, 2, 3]), schema) is None
+    assert change_keys.key_filter("k", pa.array([1, 2, None, 2]), schema) is not None
+    assert change_keys.key_filter("k", pa.array([1, 2, 3]), schema) is None
 
 
 def test_a_publishing_lock_held_too_long_fails_with_the_lock_file_named(tmp_path):

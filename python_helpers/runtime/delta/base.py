@@ -72,12 +72,13 @@ class Merged:
 class Bindings(Protocol):
     """The relations one refresh's SQL reads, bound for this engine (names unique to the refresh,
     dropped by close). Counters for the result: change_counts, files_read, files_skipped,
-    page_filtered, key_reads."""
+    page_filtered, filtered_here, key_reads."""
 
     change_counts: dict
     files_read: int
     files_skipped: int
     page_filtered: int
+    filtered_here: int
     key_reads: int
 
     def count_changes(self) -> dict:

@@ -62,7 +62,8 @@ class BoundViews:
         self.change_counts: dict = {}  # relation -> change rows
         self.files_read = 0
         self.files_skipped = 0
-        self.page_filtered = 0  # key-restricted reads that also filter rows by the keys
+        self.page_filtered = 0  # key-restricted reads that also filter rows by the keys (in Spark)
+        self.filtered_here = 0  # key-restricted reads whose rows the engine filtered itself (embedded: Arrow)
         self.key_reads = 0  # sources read for computed keys by the engine itself (embedded: with Arrow)
         self._index = {r: i for i, r in enumerate(sorted(pinned))}
         self._keys: dict = {}  # (relation, column) -> distinct values of the column in its change

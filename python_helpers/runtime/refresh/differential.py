@@ -95,7 +95,7 @@ def run_differential(attempt: Attempt) -> int:
             change_rows=dict(bindings.change_counts),
             files_read=bindings.files_read,
             files_skipped=bindings.files_skipped,
-            reads_filtered_by_keys=bindings.page_filtered,
+            reads_filtered_by_keys=bindings.page_filtered + bindings.filtered_here,
             reads_for_computed_keys=bindings.key_reads,
         )
         try:

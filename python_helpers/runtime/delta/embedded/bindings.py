@@ -11,14 +11,15 @@ import os
 import re
 from typing import Optional
 
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import Context, keyed_rows, render, sub
 from python_helpers.errors import ChangesUnavailable
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections.base import Connection
-from python_helpers.runtime.delta.bound_views import DATE, INTEGRAL, PAGE_FILTER_KEYS, BoundViews, key_in
-from python_helpers.runtime.delta.embedded import change_feed, key_lineage, key_reads
+from python_helpers.runtime.delta.bound_views import PAGE_FILTER_KEYS, BoundViews
+from python_helpers.runtime.delta.embedded import change_feed, change_keys, key_lineage, key_reads
 from python_helpers.runtime.delta.embedded import log as delta_log
 from python_helpers.runtime.delta.embedded import tables as delta_tables
 from python_helpers.runtime.refresh import scan_settings
@@ -29,10 +30,11 @@ SMALL_DELTA_ROWS = 200_000
 # Distinct join keys of a change beyond which file statistics are not consulted (each key is
 # looked up in every file's [min, max]; with this many keys most files would stay anyway).
 MAX_KEYS = 100_000
-# A change with more keys than that (or too large to fetch them) is summed up as at most this
-# many [min, max] ranges of its keys, one per slice of its key span: new and expiring business
-# keys form a few runs, and the files between them are still skipped.
-KEY_RANGES = 1024
+# Up to this many keys a keyed read that statistics leave most files to is read with Arrow in
+# the dbt process (keyed_snapshot): few keys meet few row groups, so it reads little more than
+# the key column; with many scattered keys nearly every row group holds one, and the dbt
+# process would read what Spark reads, on fewer cores (TPC-H's 1,000 scattered orders).
+ARROW_KEYED_MAX_KEYS = 64
 # A source of fewer bytes than the session's spark.sql.autoBroadcastJoinThreshold is broadcast
 # by Spark itself, so a join's delta gains nothing from first narrowing it to a change's keys.
 BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
@@ -271,7 +273,7 @@ class Bindings(BoundViews):
             return None  # (a recursion's working table is no source)
         keys = self._change_keys(changed_relation, changed_column)
         if more:
-            keys = _union([keys, *(self._change_keys(r, c) for r, c in more)])
+            keys = change_keys.union([keys, *(self._change_keys(r, c) for r, c in more)])
             if keys is None:
                 return None
         ranges = None if keys is not None else self._change_ranges(changed_relation, changed_column)
@@ -287,11 +289,26 @@ class Bindings(BoundViews):
         else:
             files = delta_tables.files_meeting_ranges(table, src.path, column, ranges or [])
         every = delta_tables.file_paths(table, src.path)
-        row_filter = key_filter(column, keys, delta_tables.arrow_schema(table)) if keys is not None else None
+        schema = delta_tables.arrow_schema(table)
+        row_filter = change_keys.key_filter(column, keys, schema) if keys is not None else None
         narrowed = files is not None and len(files) < len(every)
         if not narrowed and row_filter is None:
             return None
         kept = files if files is not None and narrowed else every
+        if (
+            row_filter is not None
+            and len(keys) <= ARROW_KEYED_MAX_KEYS
+            and len(kept) * 2 > len(every)
+            and self._arrow_readable(relation, [column])
+        ):
+            # A few keys scattered over most files (a column the data is not laid out by): Spark
+            # would scan those files whole, Parquet's statistics skipping nothing; Arrow's
+            # filtered scan in the dbt process reads the key column, then only the row groups
+            # that meet a key (the demo's region_stats: orders of a few moved customers).
+            read = self._arrow_read(relation, version, table, kept, every, {column: pc.drop_null(keys)})
+            if read is not None:
+                self.filtered_here += 1
+                return keyed_rows(read)
         self.files_read += len(kept)
         self.files_skipped += len(every) - len(kept)
         name = self.view_name(f"s{self._index[relation]}_{version}_k{len(self.views)}")
@@ -311,10 +328,7 @@ class Bindings(BoundViews):
         where that is not done: a remote or partitioned table, a source Spark broadcasts anyway,
         no integer or date key column, too many keys or rows. Asked again with the same keys,
         the same view."""
-        src = self.pinned.get(relation)
-        if src is None or paths.is_uri(src.path) or src.state.partition_columns or not self.large_source(relation):
-            return None
-        if not key_reads.filterable(src.state.arrow_schema, [s for s, _ in pairs]):
+        if not self._arrow_readable(relation, [s for s, _ in pairs]):
             return None
         number = self._version_number(relation, version)
         if number is None:
@@ -332,7 +346,6 @@ class Bindings(BoundViews):
             return None
         src = self.pinned[relation]
         table = self._table_at(relation, version, number)
-        schema = delta_tables.schema_at(src.state, table)
         values = {source: found[k] for source, k in pairs}
         every = delta_tables.file_paths(table, src.path)
         kept = set(every)
@@ -340,7 +353,24 @@ class Bindings(BoundViews):
             if not column_keys.null_count:  # (statistics rule out files of NULLs, which a NULL key meets)
                 meeting = delta_tables.files_meeting_keys(table, src.path, source, column_keys)
                 kept &= set(every if meeting is None else meeting)
-        files = [f for f in every if f in kept]
+        read = self._arrow_read(relation, version, table, [f for f in every if f in kept], every, values)
+        self.key_reads += read is not None
+        return read
+
+    def _arrow_readable(self, relation: str, columns: list) -> bool:
+        """Can the dbt process read `relation`'s rows for keys of one of `columns` (key_reads.py)?
+        Not a remote or partitioned table, nor a source Spark broadcasts anyway, and only on an
+        integer or date column."""
+        src = self.pinned.get(relation)
+        if src is None or paths.is_uri(src.path) or src.state.partition_columns or not self.large_source(relation):
+            return False
+        return key_reads.filterable(src.state.arrow_schema, columns)
+
+    def _arrow_read(self, relation: str, version: str, table, files: list, every: list, values: dict):
+        """The rows of `files` (of `every` file of `table`) meeting `values` ({source column: key
+        values}), read with Arrow and served as a small view; None past key_reads.MAX_ROWS."""
+        src = self.pinned[relation]
+        schema = delta_tables.schema_at(src.state, table)
         columns = self.columns.get(relation) or list(schema.names)
         rows = key_reads.read([paths.local(f) for f in files], schema, list(columns), values)
         if rows is None:
@@ -351,7 +381,6 @@ class Bindings(BoundViews):
         self.files_read += len(files)
         self.files_skipped += len(every) - len(files)
         self.view_bytes[name] = delta_tables.bytes_of_files(delta_tables.add_actions(table), every, files)
-        self.key_reads += 1
         return exp.to_table(name)
 
     def _listed(self, keys: exp.Expr, keys_sql: str, key_columns: tuple) -> Optional[dict]:
@@ -415,7 +444,7 @@ class Bindings(BoundViews):
         if view is not None and column in self.change_columns.get(relation, []) and column in schema.names:
             kind = schema.field(column).type
             if pa.types.is_integer(kind) or pa.types.is_date(kind):
-                found = self.conn.arrow(render(key_ranges_query(view, column, pa.types.is_date(kind))))
+                found = self.conn.arrow(render(change_keys.ranges_query(view, column, pa.types.is_date(kind))))
                 ranges = list(zip(found.column(0).to_pylist(), found.column(1).to_pylist()))
         self._ranges[(relation, column)] = ranges
         return ranges
@@ -431,69 +460,3 @@ def byte_size(text: str) -> Optional[int]:
     if found is None:
         return None
     return int(found.group(1)) * _BYTE_UNITS[found.group(2)]
-
-
-def key_filter(column: str, keys, schema) -> Optional[exp.Expr]:
-    """`column IN (keys)` (bound_views.key_in) for the distinct non-null integer or date `keys`
-    (an Arrow array) of an integer or date `column` of `schema` (Arrow). Strings are left out:
-    Arrow does not say a column's collation, under which `IN` and the join compare alike."""
-    import pyarrow.compute as pc
-
-    if column not in schema.names:
-        return None
-    values = list(set(pc.drop_null(keys).to_pylist()))
-    return key_in(column, values, _key_kind(schema.field(column).type), _key_kind(keys.type))
-
-
-def _key_kind(arrow_type) -> Optional[str]:
-    import pyarrow as pa
-
-    if pa.types.is_integer(arrow_type):
-        return INTEGRAL
-    return DATE if pa.types.is_date32(arrow_type) else None
-
-
-def key_ranges_query(change: exp.Table, column: str, is_date: bool) -> exp.Select:
-    """At most KEY_RANGES rows (lo, hi) covering the non-null values of `column` in `change`:
-    the key span cut into equal slices, each slice's own min and max (empty slices give no row,
-    so runs of keys far apart stay apart)."""
-
-    def key(table: str = "") -> exp.Expr:
-        return exp.column(exp.to_identifier(column, quoted=True), table=table or None)
-
-    def number(table: str = "") -> exp.Expr:
-        if is_date:
-            return exp.Anonymous(this="unix_date", expressions=[key(table)])
-        return exp.Cast(this=key(table), to=exp.DataType.build("double"))
-
-    bounds = exp.select(exp.alias_(exp.Min(this=number()), "lo"), exp.alias_(exp.Max(this=number()), "hi")).from_(
-        change.copy()
-    )
-    lo, hi = exp.column("lo", table="b"), exp.column("hi", table="b")
-    span = exp.Paren(this=exp.Add(this=exp.Sub(this=hi, expression=lo.copy()), expression=exp.Literal.number(1)))
-    offset = exp.Paren(this=exp.Sub(this=number("c"), expression=lo.copy()))
-    slice_of = exp.Floor(
-        this=exp.Div(this=exp.Mul(this=offset, expression=exp.Literal.number(KEY_RANGES)), expression=span)
-    )
-    return (
-        exp.select(exp.alias_(exp.Min(this=key("c")), "lo"), exp.alias_(exp.Max(this=key("c")), "hi"))
-        .from_(exp.alias_(change.copy(), "c", table=True))
-        .join(exp.alias_(exp.Subquery(this=bounds), "b", table=True), join_type="cross")
-        .where(exp.Not(this=exp.Is(this=key("c"), expression=exp.Null())))
-        .group_by(slice_of)
-    )
-
-
-def _union(keys: list):
-    """The distinct values of several changes' key arrays, in the first one's type; None when one
-    is unknown (too many keys) or does not convert to that type."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if any(k is None for k in keys):
-        return None
-    arrays = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
-    try:
-        return pc.unique(pa.chunked_array([a.cast(arrays[0].type) for a in arrays], type=arrays[0].type))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
