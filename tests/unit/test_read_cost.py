@@ -386,7 +386,8 @@ def test_the_intermediates_bar_is_judged_ahead_too():
         return parse_one(f"SELECT * FROM ({first.sql()}) a JOIN ({second.sql()}) b ON a.k = b.k")
 
     ran: list = []
-    budget = read_budget.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), bindings, {})
+    counters: dict = {}
+    budget = read_budget.ReadBudget(RefreshRequest("m", "s", "t", "select 1"), bindings, counters)
     ctx = Context(
         changes=lambda r: exp.to_table("chg"),
         snapshot=lambda r, v: exp.to_table(f"v_{v}"),
@@ -396,6 +397,8 @@ def test_the_intermediates_bar_is_judged_ahead_too():
     with pytest.raises(auto.FullIsCheaper, match=r"computes first .*1\.8x.*judged before its intermediates"):
         budget.check_ahead(ctx, render)
     assert ran == []
+    # The bar beside the ratio, for the history: a later refresh's reason names both.
+    assert (counters["read_ratio_pct"], counters["read_bar_pct"]) == (180, 150)
 
 
 def test_the_check_ahead_asks_for_no_keyed_read_where_the_least_without_them_is_over_the_bar():

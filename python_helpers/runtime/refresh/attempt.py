@@ -103,6 +103,7 @@ class Attempt:
                     read_ratio_pct=self.counters.get("read_ratio_pct")
                     if mode == "differential" or self.full_rule == READ_COST
                     else None,
+                    read_bar_pct=self.counters.get("read_bar_pct") if self.full_rule == READ_COST else None,
                 ),
             ),
         }

@@ -29,10 +29,12 @@ def entry(
     invocation_id: Optional[str] = None,
     rule: Optional[str] = None,
     read_ratio_pct: Optional[int] = None,
+    read_bar_pct: Optional[int] = None,
 ) -> dict:
     """This refresh's entry, as its commit records it (`seconds` completed by the next refresh).
     `rule`: which of auto's rules sent it to full (auto.py); `read_ratio_pct`: the read
-    estimate's ratio, of a differential refresh or of one that estimate sent to full."""
+    estimate's ratio, of a differential refresh or of one that estimate sent to full;
+    `read_bar_pct`: the bar that estimate was over (2x, 1.5x for intermediates, or learned)."""
     out = {
         "mode": mode,
         "reason": (reason or "")[:200] or None,
@@ -47,6 +49,8 @@ def entry(
         out["rule"] = rule
     if read_ratio_pct is not None:
         out["read_ratio_pct"] = int(read_ratio_pct)
+    if read_bar_pct is not None:
+        out["read_bar_pct"] = int(read_bar_pct)
     return out
 
 

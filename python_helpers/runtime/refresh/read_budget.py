@@ -203,6 +203,9 @@ class ReadBudget:
         if reason is None and self.learned is not None:
             bar, measured = self.learned
             reason = estimate.learned_reason(bar, measured, read_cost.MIN_FULL_BYTES)
+        if reason is not None:
+            # The bar it was held to, beside its ratio (the history's later reasons name both).
+            self.counters["read_bar_pct"] = int(round(bar * 100))
         return reason
 
     def _record(self, estimate: read_cost.ReadEstimate) -> None:
