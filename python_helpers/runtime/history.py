@@ -40,6 +40,9 @@ SCHEMA = pa.schema(
         pa.field("seconds", pa.float64()),  # from the refresh's start to its commit
         pa.field("mode", pa.string()),  # full | differential | failed
         pa.field("reason", pa.string()),  # why full (none for a differential refresh); a failure's error
+        pa.field("rule", pa.string()),  # which of auto's rules sent it to full (runtime/refresh/auto.py)
+        pa.field("read_ratio_pct", pa.int64()),  # the read estimate against a rebuild's bytes, in percent
+        pa.field("read_bar_pct", pa.int64()),  # the bar that estimate was over, when it sent it to full
         pa.field("change_rows", pa.int64()),  # counted from the sources' Delta logs
         pa.field("source_versions_from", pa.string()),  # JSON {source: version}
         pa.field("source_versions_to", pa.string()),
@@ -72,6 +75,9 @@ def refresh_rows(schema: str, name: str, commits: list) -> list:
                 "seconds": own.get("seconds"),
                 "mode": meta.get("mode"),
                 "reason": own.get("reason"),
+                "rule": own.get("rule"),
+                "read_ratio_pct": own.get("read_ratio_pct"),
+                "read_bar_pct": own.get("read_bar_pct"),
                 "change_rows": own.get("change_rows"),
                 "source_versions_from": json.dumps({r: previous.get(r) for r in to}) if previous else None,
                 "source_versions_to": json.dumps(to),

@@ -232,11 +232,21 @@ def test_refresh_history_is_a_table_with_a_row_per_refresh_and_the_reason_of_eac
     assert last["dbt_invocation_id"] == invocation, last  # the dbt run that refreshed it
     fallbacks = [r for r in by["larger_orders"] if r["mode"] == "full"]
     assert len(fallbacks) >= 2 and all("not differentiable" in r["reason"] for r in fallbacks), fallbacks
-    # The two questions docs/dbt-usage.md answers with it run as written there.
+    # auto's rule beside its reason: a window over all customers is computed whole at both versions.
+    ranked = [(r["reason"], r["rule"]) for r in by["spend_rank"] if r["mode"] == "full"]
+    window = [rule for reason, rule in ranked if "window function without PARTITION BY" in (reason or "")]
+    assert window and set(window) == {"whole_input"}, ranked
+    assert all(rule is None for reason, rule in ranked if reason == "first build"), ranked
+    # The three questions docs/dbt-usage.md answers with it run as written there.
     spark.sql(
         "SELECT stream_table, reason, count(*) FROM analytics.stream_table_refresh_history WHERE mode = 'full' "
         "AND committed_at > current_timestamp() - INTERVAL 7 DAYS GROUP BY stream_table, reason"
     ).collect()
+    rules = spark.sql(
+        "SELECT stream_table, rule, count(*) AS refreshes, max(read_ratio_pct) AS highest_read_estimate_pct "
+        "FROM analytics.stream_table_refresh_history WHERE rule IS NOT NULL GROUP BY stream_table, rule"
+    ).collect()
+    assert ("spend_rank", "whole_input") in {(r["stream_table"], r["rule"]) for r in rules}, rules
     p95 = spark.sql(
         "SELECT stream_table, percentile(seconds, 0.95) AS p95 FROM analytics.stream_table_refresh_history "
         "GROUP BY stream_table"

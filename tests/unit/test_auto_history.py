@@ -76,7 +76,7 @@ def test_history_rows_one_per_refresh_commit_with_its_versions_and_length():
     from python_helpers.runtime.history import refresh_rows
 
     build = costs.entry("full", 1_000, None, "first build", {"plan": 0.2})
-    refresh = costs.entry("differential", 10_000, 42, None, {"plan": 0.1, "changes": 0.3})
+    refresh = costs.entry("differential", 10_000, 42, None, {"plan": 0.1, "changes": 0.3}, read_ratio_pct=35)
     commits = metadata.refresh_commits(
         [
             (
@@ -106,6 +106,7 @@ def test_history_rows_one_per_refresh_commit_with_its_versions_and_length():
     assert rows[0]["reason"] == "first build" and rows[0]["seconds"] == 2.0 and rows[0]["source_versions_from"] is None
     assert rows[1]["mode"] == "differential" and rows[1]["seconds"] == 2.5 and rows[1]["change_rows"] == 42
     assert rows[1]["source_versions_from"] == '{"s.t": 3}' and rows[1]["source_versions_to"] == '{"s.t": 7}'
+    assert (rows[1]["read_ratio_pct"], rows[1]["rule"], rows[0]["read_ratio_pct"]) == (35, None, None)
     # A commit made before the history existed still has its row, without a length.
     old = refresh_rows(
         "s", "t", metadata.refresh_commits([(0, 3_000, "WRITE", metadata.encode({"mode": "full", "offsets": {}}))])
@@ -278,6 +279,10 @@ def test_the_read_estimate_learns_nothing_across_a_differential_refresh_or_a_due
 def test_the_history_entry_records_the_rule_and_the_change_counted_before_a_fallback():
     entry = costs.entry("full", 0, 42, "why", {}, rule=auto.READ_COST, read_ratio_pct=310)
     assert entry["rule"] == "read_cost" and entry["read_ratio_pct"] == 310 and entry["change_rows"] == 42
+    from python_helpers.runtime.history import refresh_rows
+
+    (row,) = refresh_rows("s", "t", [{"mode": "full", "history": [{**entry, "read_bar_pct": 200}]}])
+    assert (row["rule"], row["read_ratio_pct"], row["read_bar_pct"]) == ("read_cost", 310, 200)
     assert "rule" not in costs.entry("full", 0, None, "first build", {})
 
 
