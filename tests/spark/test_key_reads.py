@@ -45,15 +45,7 @@ def test_a_source_read_for_computed_keys_in_arrow_matches_the_oracle(env, monkey
         return held[-1]
 
     monkeypatch.setattr(key_lineage, "held_values", spied)
-    for t in ("t1", "t2", "t3"):
-        env.source(t, INITIAL[t])
-    stream = env.stream(f"keys_{name}", SHAPES[name], refresh_mode="differential")
-    stream.refresh(expect="full")
-    reads = 0
-    for batch in SMOKE_BATCHES:
-        env.apply(batch, only_existing=True)
-        reads += stream.refresh(expect="differential").counters["reads_for_computed_keys"]
-        stream.check()
+    reads = _refreshed_against_the_oracle(env, f"keys_{name}", SHAPES[name], "reads_for_computed_keys")
     assert reads > 0, f"{name}: no source was read for its keys in Arrow"
     assert any(h is not None for h in held), f"{name}: every key listing cost a Spark job"
 
@@ -77,14 +69,22 @@ def test_a_join_input_read_with_arrow_for_scattered_change_keys_matches_the_orac
         return found
 
     monkeypatch.setattr(bindings.Bindings, "_keyed_snapshot", spied)
-    for t in ("t1", "t2", "t3"):
-        env.source(t, INITIAL[t])
-    stream = env.stream(f"arrow_keyed_{name}", SHAPES_BY_NAME[name].sql, refresh_mode="differential")
-    stream.refresh(expect="full")
-    filtered = 0
-    for batch in SMOKE_BATCHES:
-        env.apply(batch, only_existing=True)
-        filtered += stream.refresh(expect="differential").counters["reads_filtered_by_keys"]
-        stream.check()
+    sql = SHAPES_BY_NAME[name].sql
+    filtered = _refreshed_against_the_oracle(env, f"arrow_keyed_{name}", sql, "reads_filtered_by_keys")
     assert any(served), f"{name}: no keyed read was served with Arrow"
     assert filtered > 0, f"{name}: the refreshes counted no read filtered by keys"
+
+
+def _refreshed_against_the_oracle(env, stream_name: str, sql: str, counter: str) -> int:
+    """Build the stream table, refresh it after each smoke batch and check it against the
+    recompute each time; the sum of `counter` over the refreshes."""
+    for t in ("t1", "t2", "t3"):
+        env.source(t, INITIAL[t])
+    stream = env.stream(stream_name, sql, refresh_mode="differential")
+    stream.refresh(expect="full")
+    total = 0
+    for batch in SMOKE_BATCHES:
+        env.apply(batch, only_existing=True)
+        total += stream.refresh(expect="differential").counters[counter]
+        stream.check()
+    return total
