@@ -100,7 +100,8 @@ def schema_history(conn: Connection, schema: str, engine: str = "auto") -> list:
 
 def _table(conn: Connection, schema: str, what: str) -> bool:
     """Make sure `<schema>.stream_table_refresh_history` is ours with today's columns; False
-    when it did not exist (or was made again: no rows to keep)."""
+    when it did not exist (made again with today's columns, it keeps its failed refreshes'
+    rows: True)."""
     catalog = Catalog(conn)
     exists, role = catalog.role(schema, TABLE)
     if exists and role != ROLE:
@@ -109,18 +110,40 @@ def _table(conn: Connection, schema: str, what: str) -> bool:
             f"{schema}.{TABLE} is a catalog object dbt-spark-stream did not create",
             f"drop or rename {schema}.{TABLE}: the refresh history is written under that name",
         )
-    if exists and [c.name for c in conn.output_columns(f"SELECT * FROM {quote(schema, TABLE)}")] != SCHEMA.names:
-        # Ours, written by an older version with other columns: its rows are derived from the
-        # logs, so it is made again with today's columns.
-        conn.execute(f"DROP TABLE {quote(schema, TABLE)}")
-        exists = False
-    if not exists:
+    failed = None
+    if exists:
+        names = [c.name for c in conn.output_columns(f"SELECT * FROM {quote(schema, TABLE)}")]
+        if names != SCHEMA.names:
+            # Ours, written by an older version with other columns: made again with today's.
+            # Its rows are derived from the logs, but for the failed refreshes': kept.
+            kept = [n for n in names if n in SCHEMA.names]
+            failed = _failed_rows(conn, schema, kept) if {"mode", "started_at"} <= set(kept) else []
+            conn.execute(f"DROP TABLE {quote(schema, TABLE)}")
+    if not exists or failed is not None:
         columns = ", ".join(f"{quote(name)} {type_}" for name, type_ in spark_type_strings(SCHEMA).items())
         conn.execute(
             f"CREATE TABLE IF NOT EXISTS {quote(schema, TABLE)} ({columns}) USING parquet "
             f"TBLPROPERTIES ('{ROLE_PROPERTY}' = '{ROLE}')"
         )
+    if failed:
+        _write(conn, schema, failed, "INTO")
     return exists
+
+
+def _failed_rows(conn: Connection, schema: str, columns: Optional[list] = None) -> list:
+    """The failed refreshes' rows of the last FAILED_KEEP_DAYS days in the table, in today's
+    columns (`columns`: those the table has, when it was written with others; NULL for the rest)."""
+    picked = ", ".join(quote(c) for c in columns) if columns is not None else "*"
+    found = conn.arrow(
+        f"SELECT {picked} FROM {quote(schema, TABLE)} WHERE mode = '{FAILED}' "
+        f"AND started_at >= current_timestamp() - INTERVAL {FAILED_KEEP_DAYS} DAYS"
+    )
+    rows = []
+    for row in found.to_pylist():
+        full = {name: None for name in SCHEMA.names}
+        full.update(row)
+        rows.append(full)
+    return pa.Table.from_pylist(rows, schema=SCHEMA).to_pylist() if rows else []
 
 
 def _write(conn: Connection, schema: str, rows: list, how: str) -> None:
@@ -140,11 +163,7 @@ def write_history(spark, schema: str, engine: str = "auto") -> list:
     conn = as_connection(spark)
     rows = schema_history(conn, schema, engine)
     if _table(conn, schema, f"stream_table_refresh_history({schema})"):
-        failed = conn.arrow(
-            f"SELECT * FROM {quote(schema, TABLE)} WHERE mode = '{FAILED}' "
-            f"AND started_at >= current_timestamp() - INTERVAL {FAILED_KEEP_DAYS} DAYS"
-        )
-        rows.extend(failed.cast(SCHEMA).to_pylist())
+        rows.extend(_failed_rows(conn, schema))
     _write(conn, schema, rows, "OVERWRITE")
     return rows
 

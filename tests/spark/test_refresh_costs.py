@@ -454,6 +454,24 @@ def test_a_failed_refresh_is_recorded_and_a_history_it_cannot_write_changes_noth
     _record_failure(spark, request, RuntimeError("boom"), int(time.time() * 1000))  # does not raise
     assert [tuple(r) for r in spark.sql(f"SELECT * FROM {other}.stream_table_refresh_history").collect()] == [(1,)]
 
+    # Ours, written by an older version without today's columns: made again, its failed rows kept.
+    from python_helpers.runtime.catalog.views import ROLE_PROPERTY
+    from python_helpers.runtime.history import ROLE
+
+    older = env.target + "_older"
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {older}")
+    spark.sql(
+        f"CREATE TABLE {older}.stream_table_refresh_history (stream_table STRING, mode STRING, reason STRING, "
+        f"started_at TIMESTAMP) USING parquet TBLPROPERTIES ('{ROLE_PROPERTY}' = '{ROLE}')"
+    )
+    spark.sql(
+        f"INSERT INTO {older}.stream_table_refresh_history VALUES ('m', 'failed', 'earlier', current_timestamp())"
+    )
+    request = RefreshRequest(model="model.p.m", schema=older, identifier="m", sql="SELECT 1 AS x")
+    _record_failure(spark, request, RuntimeError("again"), int(time.time() * 1000))
+    kept = spark.sql(f"SELECT reason, rule, mode FROM {older}.stream_table_refresh_history ORDER BY reason").collect()
+    assert [tuple(r) for r in kept] == [("RuntimeError: again", None, "failed"), ("earlier", None, "failed")], kept
+
 
 @pytest.mark.parametrize("shape", ["project_bag", "agg_minmax", "join2", "distinct"])
 def test_a_small_change_joins_only_the_stored_rows_it_can_match(env, monkeypatch, shape):

@@ -264,7 +264,7 @@ def test_a_full_refresh_sent_by_the_read_estimate_is_not_estimated_again_for_a_c
 def test_a_full_refresh_sent_by_the_intermediates_bar_names_that_bar_later():
     entry = costs.entry("full", 0, 6_000, "why", {}, rule=auto.READ_COST, read_ratio_pct=180, read_bar_pct=150)
     reason = auto.estimate_reason([_e("full", 6.0), {**entry, "seconds": 6.0}], 5_900)
-    assert reason is not None and "(1.8x a rebuild's bytes, over a 1.5x bar)" in reason
+    assert reason is not None and "(1.8x a rebuild's bytes; its bar 1.5x)" in reason
 
 
 def test_the_read_estimate_learns_nothing_across_a_differential_refresh_or_a_due_probe():

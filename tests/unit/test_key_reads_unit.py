@@ -108,3 +108,14 @@ def test_a_null_key_meets_the_null_rows(tmp_path, null_key):
     read = key_reads.read(files, SCHEMA, ["id"], {"k": keys})
     assert sorted(read.column("id").to_pylist()) == ([0, 1] if null_key else [1])
     assert pc.all(pc.is_valid(read.column("id"))).as_py()
+
+
+@pytest.mark.parametrize("null_key", [False, True])
+def test_a_file_without_the_key_column_meets_only_a_null_key(tmp_path, null_key):
+    # A file written before the key column was added holds NULL there: no row of it meets a
+    # non-null key, and every row meets a NULL one.
+    old = pa.table({"id": pa.array([0, 1], pa.int64())})
+    files = [_write(tmp_path, "old.parquet", old), _write(tmp_path, "new.parquet", _rows([2, 3], [7, 9]))]
+    keys = pa.array([7, None] if null_key else [7], pa.int32())
+    read = key_reads.read(files, SCHEMA, ["id"], {"k": keys})
+    assert sorted(read.column("id").to_pylist()) == ([0, 1, 2] if null_key else [2])

@@ -140,6 +140,8 @@ def test_an_intermediate_computed_first_is_judged_before_it_runs_and_counted_aft
     over = parse_one("SELECT * FROM v_new JOIN v_old USING (k) JOIN v_new n2 USING (k) JOIN v_old o2 USING (k)")
     assert forced.guard(lambda q: q)(over) is over  # 240 MB, 2.4x: run all the same
     assert bindings.full_asked == 2
+    # ...and no bar is recorded as if it had sent the refresh to full.
+    assert "read_bar_pct" not in forced.counters and counters["read_bar_pct"] == 150
 
 
 def test_the_whole_delta_sql_is_judged_before_any_intermediate_is_computed_where_they_cannot_matter():

@@ -177,7 +177,7 @@ def estimate_reason(history: list, change_rows: int) -> Optional[str]:
         if e.get("rule") == READ_COST:
             ratio, bar = e.get("read_ratio_pct"), e.get("read_bar_pct")
             how = f" ({ratio / 100:.1f}x a rebuild's bytes" if isinstance(ratio, int) else ""
-            how += (f", over a {bar / 100:g}x bar)" if isinstance(bar, int) else ")") if how else ""
+            how += (f"; its bar {bar / 100:g}x)" if isinstance(bar, int) else ")") if how else ""
             return (
                 f"the read estimate sent a refresh of {int(rows):,} change rows to full{how}: "
                 f"a full refresh is cheaper for {change_rows:,} change rows (not estimated again until a "

@@ -101,7 +101,8 @@ class ReadBudget:
         Here the SQL is rendered with every intermediate left in place and taken as empty
         (`render(ctx)` with a context whose materialize computes nothing and serves an empty
         relation, counting the query's reads where it would be computed; a source read for keys
-        in the dbt process counts nothing, and nothing is read). The reads that meet an empty
+        in the dbt process counts nothing, and nothing is read but, in the second pass below,
+        the embedded engine's Arrow reads of a few keys' rows, kept for the refresh). The reads that meet an empty
         intermediate drop out, as they do once it is computed, so this is at most what the
         refresh's own estimate will count: over the bar even so, it goes full now. Otherwise
         the intermediates' rows decide, and they are computed and judged as they come (taken to
@@ -203,8 +204,9 @@ class ReadBudget:
         if reason is None and self.learned is not None:
             bar, measured = self.learned
             reason = estimate.learned_reason(bar, measured, read_cost.MIN_FULL_BYTES)
-        if reason is not None:
-            # The bar it was held to, beside its ratio (the history's later reasons name both).
+        if reason is not None and self.request.refresh_mode == "auto":
+            # The bar it was held to, beside its ratio, where it sends the refresh to full (the
+            # history's later reasons name both).
             self.counters["read_bar_pct"] = int(round(bar * 100))
         return reason
 

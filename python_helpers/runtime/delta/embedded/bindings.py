@@ -11,6 +11,7 @@ import os
 import re
 from typing import Optional
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
@@ -297,7 +298,7 @@ class Bindings(BoundViews):
         kept = files if files is not None and narrowed else every
         if (
             row_filter is not None
-            and len(keys) <= ARROW_KEYED_MAX_KEYS
+            and 0 < len(pc.drop_null(keys)) <= ARROW_KEYED_MAX_KEYS
             and len(kept) * 2 > len(every)
             and self._arrow_readable(relation, [column])
         ):
@@ -372,7 +373,10 @@ class Bindings(BoundViews):
         src = self.pinned[relation]
         schema = delta_tables.schema_at(src.state, table)
         columns = self.columns.get(relation) or list(schema.names)
-        rows = key_reads.read([paths.local(f) for f in files], schema, list(columns), values)
+        try:
+            rows = key_reads.read([paths.local(f) for f in files], schema, list(columns), values)
+        except pa.ArrowException:
+            return None  # (a value Arrow cannot take in the column's type: Spark reads the source)
         if rows is None:
             return None
         name = self.view_name(f"s{self._index[relation]}_{version}_a{len(self.views)}")
@@ -434,8 +438,6 @@ class Bindings(BoundViews):
         """[min, max] ranges covering every non-null value of `column` in `relation`'s change as
         Spark holds it (one small job), for a change whose distinct keys were not fetched; None
         for a change not in Spark or a column that is not an integer or a date."""
-        import pyarrow as pa
-
         if (relation, column) in self._ranges:
             return self._ranges[(relation, column)]
         ranges = None

@@ -121,10 +121,14 @@ def _read_file(path: str, target: pa.Schema, keys: dict, budget: _Budget) -> Opt
 
     if budget.spent:
         return None
-    data = pq.ParquetFile(path)
+    # INT96 timestamps (Spark's default) read at Spark's precision: at nanoseconds a far date
+    # such as 9999-12-31 overflows.
+    data = pq.ParquetFile(path, coerce_int96_timestamp_unit="us")
     physical = data.schema_arrow
     wanted_values = wanted(physical, keys)
-    if not wanted_values:  # (a file without the key columns: every row is NULL there)
+    if not any(c in physical.names for c in keys) and not any(v.null_count for v in keys.values()):
+        return target.empty_table()  # (a file without the key columns: NULL there, which no key meets)
+    if not wanted_values:  # (NULL there, which a NULL key meets; or keys of another kind: all rows)
         if not budget.take(data.metadata.num_rows):
             return None
         return _as_target(data.read(columns=_present(physical, target)), target)
