@@ -138,12 +138,7 @@ def _failed_rows(conn: Connection, schema: str, columns: Optional[list] = None) 
         f"SELECT {picked} FROM {quote(schema, TABLE)} WHERE mode = '{FAILED}' "
         f"AND started_at >= current_timestamp() - INTERVAL {FAILED_KEEP_DAYS} DAYS"
     )
-    rows = []
-    for row in found.to_pylist():
-        full = {name: None for name in SCHEMA.names}
-        full.update(row)
-        rows.append(full)
-    return pa.Table.from_pylist(rows, schema=SCHEMA).to_pylist() if rows else []
+    return pa.Table.from_pylist(found.to_pylist(), schema=SCHEMA).to_pylist()  # (absent columns: NULL)
 
 
 def _write(conn: Connection, schema: str, rows: list, how: str) -> None:

@@ -296,9 +296,10 @@ class Bindings(BoundViews):
         if not narrowed and row_filter is None:
             return None
         kept = files if files is not None and narrowed else every
+        listed = pc.drop_null(keys) if row_filter is not None else None
         if (
-            row_filter is not None
-            and 0 < len(pc.drop_null(keys)) <= ARROW_KEYED_MAX_KEYS
+            listed is not None
+            and 0 < len(listed) <= ARROW_KEYED_MAX_KEYS
             and len(kept) * 2 > len(every)
             and self._arrow_readable(relation, [column])
         ):
@@ -306,7 +307,7 @@ class Bindings(BoundViews):
             # would scan those files whole, Parquet's statistics skipping nothing; Arrow's
             # filtered scan in the dbt process reads the key column, then only the row groups
             # that meet a key (the demo's region_stats: orders of a few moved customers).
-            read = self._arrow_read(relation, version, table, kept, every, {column: pc.drop_null(keys)})
+            read = self._arrow_read(relation, version, table, kept, every, {column: listed})
             if read is not None:
                 self.filtered_here += 1
                 return keyed_rows(read)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from python_helpers.runtime.delta.bound_views import DATE, INTEGRAL, key_in
@@ -19,8 +21,6 @@ def key_filter(column: str, keys, schema) -> Optional[exp.Expr]:
     """`column IN (keys)` (bound_views.key_in) for the distinct non-null integer or date `keys`
     (an Arrow array) of an integer or date `column` of `schema` (Arrow). Strings are left out:
     Arrow does not say a column's collation, under which `IN` and the join compare alike."""
-    import pyarrow.compute as pc
-
     if column not in schema.names:
         return None
     values = list(set(pc.drop_null(keys).to_pylist()))
@@ -28,8 +28,6 @@ def key_filter(column: str, keys, schema) -> Optional[exp.Expr]:
 
 
 def _key_kind(arrow_type) -> Optional[str]:
-    import pyarrow as pa
-
     if pa.types.is_integer(arrow_type):
         return INTEGRAL
     return DATE if pa.types.is_date32(arrow_type) else None
@@ -69,9 +67,6 @@ def ranges_query(change: exp.Table, column: str, is_date: bool) -> exp.Select:
 def union(keys: list):
     """The distinct values of several changes' key arrays, in the first one's type; None when one
     is unknown (too many keys) or does not convert to that type."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     if any(k is None for k in keys):
         return None
     arrays = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
