@@ -287,6 +287,15 @@ def test_key_filter_declines_types_whose_equality_is_not_exact_and_long_lists(mo
     assert change_keys.key_filter("k", pa.array([1, 2, 3]), schema) is None
 
 
+def test_a_keyed_read_goes_to_arrow_only_for_a_few_keys_over_most_files():
+    from python_helpers.runtime.delta.embedded.change_keys import ARROW_KEYED_MAX_KEYS, read_with_arrow
+
+    assert read_with_arrow(1, 3, 3) and read_with_arrow(ARROW_KEYED_MAX_KEYS, 6, 10)
+    assert not read_with_arrow(ARROW_KEYED_MAX_KEYS + 1, 10, 10)  # many keys meet every row group
+    assert not read_with_arrow(5, 5, 10)  # statistics ruled out half the files: Spark reads the rest
+    assert not read_with_arrow(0, 10, 10)  # every key NULL: the join meets nothing
+
+
 def test_a_publishing_lock_held_too_long_fails_with_the_lock_file_named(tmp_path):
     """A hung process holding a view's publishing lock: the waiter gives up with a message naming
     the file, instead of waiting forever (a dead holder's lock the OS releases at once)."""

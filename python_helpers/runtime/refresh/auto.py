@@ -176,7 +176,9 @@ def estimate_reason(history: list, change_rows: int) -> Optional[str]:
             return None  # measured at this size since: the timings judge it
         if e.get("rule") == READ_COST:
             ratio, bar = e.get("read_ratio_pct"), e.get("read_bar_pct")
-            how = f" ({ratio / 100:.1f}x a rebuild's bytes" if isinstance(ratio, int) else ""
+            # Both in hundredths, as stored: a learned bar (1.87x) fires at its value, and a
+            # ratio rounded to tenths ("1.9x; its bar 1.87x") would read as over it or under.
+            how = f" ({ratio / 100:g}x a rebuild's bytes" if isinstance(ratio, int) else ""
             how += (f"; its bar {bar / 100:g}x)" if isinstance(bar, int) else ")") if how else ""
             return (
                 f"the read estimate sent a refresh of {int(rows):,} change rows to full{how}: "

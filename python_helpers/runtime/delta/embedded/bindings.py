@@ -31,11 +31,6 @@ SMALL_DELTA_ROWS = 200_000
 # Distinct join keys of a change beyond which file statistics are not consulted (each key is
 # looked up in every file's [min, max]; with this many keys most files would stay anyway).
 MAX_KEYS = 100_000
-# Up to this many keys a keyed read that statistics leave most files to is read with Arrow in
-# the dbt process (keyed_snapshot): few keys meet few row groups, so it reads little more than
-# the key column; with many scattered keys nearly every row group holds one, and the dbt
-# process would read what Spark reads, on fewer cores (TPC-H's 1,000 scattered orders).
-ARROW_KEYED_MAX_KEYS = 64
 # A source of fewer bytes than the session's spark.sql.autoBroadcastJoinThreshold is broadcast
 # by Spark itself, so a join's delta gains nothing from first narrowing it to a change's keys.
 BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
@@ -299,8 +294,7 @@ class Bindings(BoundViews):
         listed = pc.drop_null(keys) if row_filter is not None else None
         if (
             listed is not None
-            and 0 < len(listed) <= ARROW_KEYED_MAX_KEYS
-            and len(kept) * 2 > len(every)
+            and change_keys.read_with_arrow(len(listed), len(kept), len(every))
             and self._arrow_readable(relation, [column])
         ):
             # A few keys scattered over most files (a column the data is not laid out by): Spark

@@ -15,6 +15,19 @@ from python_helpers.runtime.delta.bound_views import DATE, INTEGRAL, key_in
 # at most this many [min, max] ranges of its keys, one per slice of its key span: new and
 # expiring business keys form a few runs, and the files between them are still skipped.
 KEY_RANGES = 1024
+# Up to this many keys a keyed read that statistics leave most files to is read with Arrow in
+# the dbt process (bindings' keyed snapshot): few keys meet few row groups, so it reads little
+# more than the key column; with many scattered keys nearly every row group holds one, and the
+# dbt process would read what Spark reads, on fewer cores (TPC-H's 1,000 scattered orders).
+ARROW_KEYED_MAX_KEYS = 64
+
+
+def read_with_arrow(keys: int, kept_files: int, every_file: int) -> bool:
+    """Read a keyed input's rows for `keys` distinct non-null keys with Arrow rather than Spark,
+    where the files' min/max statistics keep `kept_files` of `every_file`? Only for a few keys
+    scattered over more than half the files: where statistics rule out most files, Spark reads
+    the few left and Parquet skips their pages."""
+    return 0 < keys <= ARROW_KEYED_MAX_KEYS and kept_files * 2 > every_file
 
 
 def key_filter(column: str, keys, schema) -> Optional[exp.Expr]:
