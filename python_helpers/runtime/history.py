@@ -1,8 +1,9 @@
 """The refresh history of a schema's stream tables, as a table users can query.
 
 Each refresh records itself in its own commit (runtime/refresh/costs.py: mode, reason, change
-rows, phase times, start; the offsets it consumed), so the history is the stored results' Delta
-logs: as long-lived as they are (Delta's log retention), and never a write that could fail a
+rows, phase times, start, files and bytes read; the offsets it consumed; the rows and files it
+wrote, in the writer's operation metrics or its own metadata), so the history is the stored
+results' Delta logs: as long-lived as they are (Delta's log retention), and never a write that could fail a
 refresh. `dbt run-operation stream_table_refresh_history` reads those logs and replaces the rows
 of `<schema>.stream_table_refresh_history`, a parquet table any Spark reads, one row per refresh
 commit. A refresh that failed committed nothing: the adapter adds its row to the table when
@@ -20,6 +21,7 @@ import pyarrow as pa
 
 from python_helpers.runtime.catalog.views import ROLE_PROPERTY, Catalog, NameTaken, quote
 from python_helpers.runtime.connections.base import Connection, as_connection
+from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.delta.choose import delta_engine
 from python_helpers.runtime.refresh import costs
 from python_helpers.runtime.spark_types import spark_type_strings
@@ -44,6 +46,14 @@ SCHEMA = pa.schema(
         pa.field("read_ratio_pct", pa.int64()),  # the read estimate against a rebuild's bytes, in percent
         pa.field("read_bar_pct", pa.int64()),  # the bar that estimate was over, when it sent it to full
         pa.field("change_rows", pa.int64()),  # counted from the sources' Delta logs
+        # What the commit did to the stored rows and files (metadata.commit_counts): from the
+        # writer's operation metrics, or from the counts a commit of the dbt process carries.
+        *[pa.field(count, pa.int64()) for count in metadata_format.COUNTS],
+        # The join inputs' data files read and ruled out by statistics, and the estimated bytes
+        # the delta query read (differential refreshes of the embedded engine; costs.entry).
+        pa.field("files_read", pa.int64()),
+        pa.field("files_skipped", pa.int64()),
+        pa.field("read_bytes", pa.int64()),
         pa.field("source_versions_from", pa.string()),  # JSON {source: version}
         pa.field("source_versions_to", pa.string()),
         pa.field("phases", pa.string()),  # JSON {phase: seconds} before the commit
@@ -79,6 +89,10 @@ def refresh_rows(schema: str, name: str, commits: list) -> list:
                 "read_ratio_pct": own.get("read_ratio_pct"),
                 "read_bar_pct": own.get("read_bar_pct"),
                 "change_rows": own.get("change_rows"),
+                **{count: (meta.get(metadata_format.WRITTEN) or {}).get(count) for count in metadata_format.COUNTS},
+                "files_read": own.get("files_read"),
+                "files_skipped": own.get("files_skipped"),
+                "read_bytes": own.get("read_bytes"),
                 "source_versions_from": json.dumps({r: previous.get(r) for r in to}) if previous else None,
                 "source_versions_to": json.dumps(to),
                 "phases": json.dumps(own["phases"]) if own.get("phases") else None,

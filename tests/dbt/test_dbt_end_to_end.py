@@ -230,6 +230,11 @@ def test_refresh_history_is_a_table_with_a_row_per_refresh_and_the_reason_of_eac
     assert json.loads(last["source_versions_from"]) == json.loads(totals[-2]["source_versions_to"]), totals[-2:]
     assert last["started_at"] < last["committed_at"] and "plan" in json.loads(last["phases"]), last
     assert last["dbt_invocation_id"] == invocation, last  # the dbt run that refreshed it
+    # What each commit wrote: the build's whole result; the refresh's MERGE, by its own metrics.
+    assert totals[0]["rows_written"] > 0 and totals[0]["files_added"] > 0, totals[0]
+    assert last["rows_inserted"] + last["rows_updated"] + last["rows_deleted"] > 0, last
+    differential = [r for r in rows if r["mode"] == "differential"]
+    assert all(r["files_read"] is not None and r["rows_deleted"] is not None for r in differential), differential
     fallbacks = [r for r in by["larger_orders"] if r["mode"] == "full"]
     assert len(fallbacks) >= 2 and all("not differentiable" in r["reason"] for r in fallbacks), fallbacks
     # auto's rule beside its reason: a window over all customers is computed whole at both versions.

@@ -83,6 +83,22 @@ def test_shapes_through_refresh_cycles_equal_their_recompute(delta_env, monkeypa
         if r.operation == "WRITE" and "__dvm_row_id" in (r.operationParameters or {}).get("predicate", "")
     ]
     assert replaced and "MERGE" not in operations, [(r.operation, r.operationParameters) for r in commits]
+    # The history table counts each commit's rows from Delta's operation metrics: a replacement
+    # of keys deletes their old rows and writes the new ones (a commit that only drops whole
+    # files reports files alone).
+    from python_helpers.runtime.delta.metadata import COUNTS
+    from python_helpers.runtime.history import write_history
+
+    rows = sorted((r for r in write_history(spark, target, "spark") if r["stream_table"] == name), key=_version)
+    print("\nhistory counts:", [{k: v for k, v in r.items() if k.startswith(("rows_", "files_"))} for r in rows])
+    assert [r["mode"] for r in rows] == ["full"] + ["differential"] * 3, rows
+    assert rows[0]["rows_written"] > 0 and rows[0]["files_added"] > 0, rows[0]
+    assert all(any(r[c] is not None for c in COUNTS) for r in rows[1:]), rows
+    assert any(r["rows_deleted"] and r["rows_written"] for r in rows[1:]), rows
+
+
+def _version(row: dict) -> int:
+    return row["storage_version"]
 
 
 def test_sources_with_deletion_vectors_and_column_mapping(delta_env):

@@ -76,7 +76,13 @@ def test_history_rows_one_per_refresh_commit_with_its_versions_and_length():
     from python_helpers.runtime.history import refresh_rows
 
     build = costs.entry("full", 1_000, None, "first build", {"plan": 0.2})
-    refresh = costs.entry("differential", 10_000, 42, None, {"plan": 0.1, "changes": 0.3}, read_ratio_pct=35)
+    reads = {"files_read": 3, "files_skipped": 9, "read_bytes": 4_096, "change_rows": {"s.t": 42}}
+    refresh = costs.entry(
+        "differential", 10_000, 42, None, {"plan": 0.1, "changes": 0.3}, read_ratio_pct=35, reads=reads
+    )
+    # delta-rs' MERGE metrics (the build's commit: counts the dbt process wrote in its metadata)
+    merged = {"num_target_rows_inserted": 2, "num_target_rows_updated": "5", "num_target_rows_deleted": 1}
+    merged.update(num_output_rows=1_008, num_target_files_added=1, num_target_files_removed=1, execution_time_ms=9)
     commits = metadata.refresh_commits(
         [
             (
@@ -91,13 +97,23 @@ def test_history_rows_one_per_refresh_commit_with_its_versions_and_length():
                         "history": [build, refresh],
                     }
                 ),
+                merged,
             ),
-            (1, 5_000, "OPTIMIZE", None),
+            (1, 5_000, "OPTIMIZE", None, {"numFiles": 1}),
             (
                 0,
                 3_000,
                 "WRITE",
-                metadata.encode({"mode": "full", "model": "m", "offsets": {"s.t": {"version": 3}}, "history": [build]}),
+                metadata.encode(
+                    {
+                        "mode": "full",
+                        "model": "m",
+                        "offsets": {"s.t": {"version": 3}},
+                        "history": [build],
+                        metadata.WRITTEN: {"rows_written": 1_000, "files_added": 2},
+                    }
+                ),
+                None,
             ),
         ]
     )
@@ -107,6 +123,11 @@ def test_history_rows_one_per_refresh_commit_with_its_versions_and_length():
     assert rows[1]["mode"] == "differential" and rows[1]["seconds"] == 2.5 and rows[1]["change_rows"] == 42
     assert rows[1]["source_versions_from"] == '{"s.t": 3}' and rows[1]["source_versions_to"] == '{"s.t": 7}'
     assert (rows[1]["read_ratio_pct"], rows[1]["rule"], rows[0]["read_ratio_pct"]) == (35, None, None)
+    counts = ("rows_inserted", "rows_updated", "rows_deleted", "rows_written", "files_added", "files_removed")
+    assert [rows[1][c] for c in counts] == [2, 5, 1, 1_008, 1, 1]
+    assert [rows[0][c] for c in counts] == [None, None, None, 1_000, 2, None]
+    assert (rows[1]["files_read"], rows[1]["files_skipped"], rows[1]["read_bytes"]) == (3, 9, 4_096)
+    assert (rows[0]["files_read"], rows[0]["read_bytes"]) == (None, None)
     # A commit made before the history existed still has its row, without a length.
     old = refresh_rows(
         "s", "t", metadata.refresh_commits([(0, 3_000, "WRITE", metadata.encode({"mode": "full", "offsets": {}}))])
@@ -265,6 +286,32 @@ def test_a_full_refresh_sent_by_the_intermediates_bar_names_that_bar_later():
     entry = costs.entry("full", 0, 6_000, "why", {}, rule=auto.READ_COST, read_ratio_pct=180, read_bar_pct=150)
     reason = auto.estimate_reason([_e("full", 6.0), {**entry, "seconds": 6.0}], 5_900)
     assert reason is not None and "(1.8x a rebuild's bytes; its bar 1.5x)" in reason
+
+
+def test_commit_counts_read_either_writers_metrics_and_our_own_counts():
+    from python_helpers.runtime.delta.metadata import commit_counts
+
+    spark_merge = {"numTargetRowsInserted": "3", "numTargetRowsUpdated": "0", "numTargetRowsDeleted": "2"}
+    spark_merge.update(numOutputRows="40", numTargetFilesAdded="1", numTargetFilesRemoved="1", numSourceRows="5")
+    assert commit_counts(spark_merge) == {
+        "rows_inserted": 3,
+        "rows_updated": 0,
+        "rows_deleted": 2,
+        "rows_written": 40,
+        "files_added": 1,
+        "files_removed": 1,
+    }
+    # Spark's CREATE OR REPLACE of a full refresh; an append's metrics beside our own counts.
+    assert commit_counts({"numOutputRows": "7", "numFiles": "2"}) == {"rows_written": 7, "files_added": 2}
+    appended = commit_counts({"num_added_rows": 4, "num_added_files": 1}, {"rows_inserted": 4})
+    assert appended == {"rows_written": 4, "files_added": 1, "rows_inserted": 4}
+    assert commit_counts(None, None) == {} and commit_counts({"numOutputRows": None, "x": "y"}) == {}
+
+
+def test_a_learned_bar_and_the_ratio_that_reached_it_are_named_at_the_same_precision():
+    entry = costs.entry("full", 0, 6_000, "why", {}, rule=auto.READ_COST, read_ratio_pct=187, read_bar_pct=187)
+    reason = auto.estimate_reason([_e("full", 6.0), {**entry, "seconds": 6.0}], 5_900)
+    assert reason is not None and "(1.87x a rebuild's bytes; its bar 1.87x)" in reason
 
 
 def test_the_read_estimate_learns_nothing_across_a_differential_refresh_or_a_due_probe():

@@ -69,15 +69,53 @@ def newest_refresh(commits: Iterable[tuple], read_version: int) -> Optional[dict
 
 
 def refresh_commits(commits: Iterable[tuple]) -> list:
-    """From commits as (version, timestamp ms, operation, refresh metadata or None), in any
-    order: every refresh commit's metadata, oldest first, with `storage_version` and
-    `committed_at_ms` (the refresh history, runtime/history.py)."""
+    """From commits as (version, timestamp ms, operation, refresh metadata or None[, the commit's
+    operation metrics]), in any order: every refresh commit's metadata, oldest first, with
+    `storage_version`, `committed_at_ms` and `written` (commit_counts; the refresh history,
+    runtime/history.py)."""
     out = []
-    for version, timestamp, _operation, raw in commits:
+    for version, timestamp, _operation, raw, *more in commits:
         if not raw:
             continue
         meta = json.loads(raw)
         meta["storage_version"] = int(version)
         meta["committed_at_ms"] = timestamp
+        meta[WRITTEN] = commit_counts(more[0] if more else None, meta.get(WRITTEN))
         out.append(meta)
     return sorted(out, key=lambda m: m["storage_version"])
+
+
+# What a refresh commit did to the stored rows and files. A commit the writer counts itself
+# (a MERGE, Spark's writes) says so in its operation metrics; one the dbt process assembles from
+# files the executors wrote (delta-rs' create_write_transaction records no metrics) carries the
+# counts in its own metadata under WRITTEN, with these names.
+WRITTEN = "written"
+COUNTS = ("rows_inserted", "rows_updated", "rows_deleted", "rows_written", "files_added", "files_removed")
+# Each count's name among the operation metrics of delta-rs (snake case) and of Delta in Spark
+# (camel case). rows_written counts every row written to new files: a full refresh's result, or
+# a MERGE's changed rows with the unchanged rows of the files it rewrote (copy-on-write).
+_METRICS = {
+    "rows_inserted": ("num_target_rows_inserted", "numTargetRowsInserted"),
+    "rows_updated": ("num_target_rows_updated", "numTargetRowsUpdated"),
+    "rows_deleted": ("num_target_rows_deleted", "numTargetRowsDeleted", "numDeletedRows"),
+    "rows_written": ("num_output_rows", "num_added_rows", "numOutputRows"),
+    "files_added": ("num_target_files_added", "num_added_files", "numTargetFilesAdded", "numFiles", "numAddedFiles"),
+    "files_removed": ("num_target_files_removed", "num_removed_files", "numTargetFilesRemoved", "numRemovedFiles"),
+}
+
+
+def commit_counts(metrics: Optional[dict], written: Optional[dict] = None) -> dict:
+    """{count: whole number} of COUNTS that the commit's operation `metrics` ({name: value},
+    values as numbers or text) or our own `written` counts give; the others left out."""
+    out: dict = {}
+    for count, names in _METRICS.items():
+        for name in names:
+            value = (metrics or {}).get(name)
+            if value is not None and str(value).lstrip("-").isdigit():
+                out[count] = int(value)
+                break
+    for count in COUNTS:
+        value = (written or {}).get(count)
+        if isinstance(value, int):
+            out[count] = value
+    return out

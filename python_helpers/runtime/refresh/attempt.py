@@ -104,6 +104,7 @@ class Attempt:
                     if mode == "differential" or self.full_rule == READ_COST
                     else None,
                     read_bar_pct=self.counters.get("read_bar_pct") if self.full_rule == READ_COST else None,
+                    reads=self.counters if mode == "differential" else None,
                 ),
             ),
         }

@@ -1,7 +1,8 @@
 """What past refreshes of a stream table cost: a short history in its own commit metadata.
 
 Each refresh commit carries the last HISTORY_KEEP refreshes, newest last, as entries
-{mode, reason, rule, change_rows, started_ms, seconds, phases, read_ratio_pct}. A refresh cannot know its own length
+{mode, reason, rule, change_rows, started_ms, seconds, phases, read_ratio_pct, files_read,
+files_skipped, read_bytes}. A refresh cannot know its own length
 when it commits (the commit is most of the work), so its entry goes in with `seconds` unset,
 and the next refresh completes it from the commit's timestamp: seconds = commit time − start.
 The start is the dbt process's clock and the commit time the writer's (the dbt process for the
@@ -17,6 +18,7 @@ import statistics
 from typing import Optional
 
 HISTORY_KEEP = 12
+READS = ("files_read", "files_skipped", "read_bytes")  # the counters an entry keeps (entry's `reads`)
 _LONGEST_SECONDS = 7 * 24 * 3600.0  # longer than a week: a clock went wrong, the length is unknown
 
 
@@ -30,11 +32,14 @@ def entry(
     rule: Optional[str] = None,
     read_ratio_pct: Optional[int] = None,
     read_bar_pct: Optional[int] = None,
+    reads: Optional[dict] = None,
 ) -> dict:
     """This refresh's entry, as its commit records it (`seconds` completed by the next refresh).
     `rule`: which of auto's rules sent it to full (auto.py); `read_ratio_pct`: the read
     estimate's ratio, of a differential refresh or of one that estimate sent to full;
-    `read_bar_pct`: the bar that estimate was over (2x, 1.5x for intermediates, or learned)."""
+    `read_bar_pct`: the bar that estimate was over (2x, 1.5x for intermediates, or learned);
+    `reads`: what a differential refresh read ({files_read, files_skipped, read_bytes}: the
+    refresh's counters, known before its commit)."""
     out = {
         "mode": mode,
         "reason": (reason or "")[:200] or None,
@@ -51,6 +56,10 @@ def entry(
         out["read_ratio_pct"] = int(read_ratio_pct)
     if read_bar_pct is not None:
         out["read_bar_pct"] = int(read_bar_pct)
+    for name in READS:
+        value = (reads or {}).get(name)
+        if isinstance(value, int):
+            out[name] = value
     return out
 
 

@@ -90,14 +90,15 @@ def run_differential(attempt: Attempt) -> int:
                 raise
             if merge is not None:
                 budget.check(merge)
-            metadata = attempt.metadata("differential", result)  # after the estimate: its history entry holds it
-        attempt.counters.update(
-            change_rows=dict(bindings.change_counts),
-            files_read=bindings.files_read,
-            files_skipped=bindings.files_skipped,
-            reads_filtered_by_keys=bindings.page_filtered + bindings.filtered_here,
-            reads_for_computed_keys=bindings.key_reads,
-        )
+            attempt.counters.update(
+                change_rows=dict(bindings.change_counts),
+                files_read=bindings.files_read,
+                files_skipped=bindings.files_skipped,
+                reads_filtered_by_keys=bindings.page_filtered + bindings.filtered_here,
+                reads_for_computed_keys=bindings.key_reads,
+            )
+            # After the estimate and the reads are counted: its history entry holds them.
+            metadata = attempt.metadata("differential", result)
         try:
             with bindings.scan_settings():
                 merged = delta.merge(

@@ -207,6 +207,7 @@ def merge(
                     raise RuntimeError(f"a stored file Spark read is not in the log at version {read_version}: {file}")
                 touched[rel] = True
                 matched[what] = matched.get(what, 0) + int(n)
+            updated, deleted = matched.get(UPSERT, 0), matched.get(DELETE, 0)
             if touched:
                 tables.bind_files(conn, touched_view, state, table, [live_paths[r] for r in touched])
             directory = f"{DIRECTORY_PREFIX}{uuid.uuid4().hex[:16]}"
@@ -231,12 +232,20 @@ def merge(
                 check_view_fits(metadata.get("model", "?"), target, adds)
                 now = int(time.time() * 1000)
                 removes = [RemoveAction(rel, True, now, sizes.get(rel), {}) for rel in touched]
-                storage.commit_rewrite(target, removes, adds, metadata, read_version)
+                counts = storage.written(
+                    metadata,
+                    rows_inserted=upserts - updated,
+                    rows_updated=updated,
+                    rows_deleted=deleted,
+                    rows_written=sum(f.num_rows for f in footers),
+                    files_added=len(adds),
+                    files_removed=len(removes),
+                )
+                storage.commit_rewrite(target, removes, adds, counts, read_version)
             except BaseException:
                 files.remove(where)  # named by no commit (a rival's commit stands, or none was made)
                 raise
             steps.reached("committed")
-            updated, deleted = matched.get(UPSERT, 0), matched.get(DELETE, 0)
             return Merged(total, upserts - updated, updated, deleted, len(touched), by_executors=True)
     finally:
         for name in (merge_rows, stored_ids, touched_view):

@@ -170,9 +170,12 @@ def write_full(
         except BaseException:
             files.remove(where)  # named by no commit
             raise
+        rows = sum(meta.num_rows for meta in footers)
         try:
-            storage.commit_files(target, schema, adds, metadata, read_version)
+            storage.commit_files(
+                target, schema, adds, storage.written(metadata, rows_written=rows, files_added=len(adds)), read_version
+            )
         except ConcurrentCommit:
             files.remove(where)  # the rival's commit stands; these files are named by none
             raise
-    return sum(meta.num_rows for meta in footers)
+    return rows

@@ -66,7 +66,13 @@ def refresh_commits(path: str) -> list:
     if table is None:
         return []
     return metadata_format.refresh_commits(
-        (c.get("version", -1), c.get("timestamp"), c.get("operation"), c.get(metadata_format.METADATA_KEY))
+        (
+            c.get("version", -1),
+            c.get("timestamp"),
+            c.get("operation"),
+            c.get(metadata_format.METADATA_KEY),
+            c.get("operationMetrics"),
+        )
         for c in table.history()
     )
 
@@ -150,7 +156,8 @@ def merge_rows(path: str, rows: pa.Table, columns: list, match: list, metadata: 
     inserts = pc.equal(rows.column(ACTION), INSERT)
     if pc.all(inserts).as_py():
         # Only inserts (a bag's added rows): an append, which reads no stored file.
-        _append(table, rows.select(columns), metadata, read_version)
+        counts = written(metadata, rows_inserted=rows.num_rows, rows_updated=0, rows_deleted=0)
+        _append(table, rows.select(columns), counts, read_version)
         return {"num_target_rows_inserted": rows.num_rows}
     quoted = {c: _quoted(c) for c in columns + list(match) + [ACTION]}
     updates = {quoted[c]: f"s.{quoted[c]}" for c in columns}
@@ -203,11 +210,18 @@ def _like_target(rows: pa.Table, table: DeltaTable) -> pa.Table:
     return rows.take(pa.array(range(rows.num_rows), type=pa.int64()))
 
 
+def written(metadata: dict, **counts: int) -> dict:
+    """`metadata` with what the commit does to the stored rows (metadata.WRITTEN), for a commit
+    whose writer records no such metrics (an append's are of rows, not of the change)."""
+    return {**metadata, metadata_format.WRITTEN: counts}
+
+
 def commit_offsets_only(path: str, metadata: dict, read_version: int) -> None:
     """Advance the offsets when the change touched no stored row: an empty commit that still
     conflicts with any other refresh commit since `read_version` (its application transaction)."""
     table = DeltaTable(paths.for_delta_rs(path), version=read_version)
-    _append(table, arrow_schema(table).empty_table(), metadata, read_version)
+    counts = written(metadata, rows_inserted=0, rows_updated=0, rows_deleted=0)
+    _append(table, arrow_schema(table).empty_table(), counts, read_version)
 
 
 def _append(table: DeltaTable, rows: pa.Table, metadata: dict, read_version: int) -> None:

@@ -235,7 +235,13 @@ class SparkDelta:
         if self._detail(target, fresh=True) is None:
             return []
         return metadata_format.refresh_commits(
-            (int(c["version"]), identity.millis(c.get("timestamp")), c.get("operation"), _ours(c.get("userMetadata")))
+            (
+                int(c["version"]),
+                identity.millis(c.get("timestamp")),
+                c.get("operation"),
+                _ours(c.get("userMetadata")),
+                c.get("operationMetrics"),
+            )
             for c in self._history(target, None)
         )
 
