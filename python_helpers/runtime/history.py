@@ -49,8 +49,9 @@ SCHEMA = pa.schema(
         # What the commit did to the stored rows and files (metadata.commit_counts): from the
         # writer's operation metrics, or from the counts a commit of the dbt process carries.
         *[pa.field(count, pa.int64()) for count in metadata_format.COUNTS],
-        # The join inputs' data files read and ruled out by statistics, and the estimated bytes
-        # the delta query read (differential refreshes of the embedded engine; costs.entry).
+        # The join inputs' data files read and ruled out by statistics (0 under the spark
+        # engine, where Delta skips files itself), and the bytes the delta query read as the read
+        # estimate counts them (the embedded engine's); differential refreshes only (costs.entry).
         pa.field("files_read", pa.int64()),
         pa.field("files_skipped", pa.int64()),
         pa.field("read_bytes", pa.int64()),

@@ -209,7 +209,8 @@ def test_refresh_history_is_a_table_with_a_row_per_refresh_and_the_reason_of_eac
     the first build, the differential refreshes, and larger_orders' fallbacks with their reason."""
     shop_data.mutate(61)
     project.run()
-    invocation = run_results.load(project.path)["metadata"]["invocation_id"]
+    ran = run_results.load(project.path)
+    invocation = ran["metadata"]["invocation_id"]
     result = project.dbt("run-operation", "stream_table_refresh_history")
     assert result.success, result.exception
     rows = [
@@ -232,9 +233,21 @@ def test_refresh_history_is_a_table_with_a_row_per_refresh_and_the_reason_of_eac
     assert last["dbt_invocation_id"] == invocation, last  # the dbt run that refreshed it
     # What each commit wrote: the build's whole result; the refresh's MERGE, by its own metrics.
     assert totals[0]["rows_written"] > 0 and totals[0]["files_added"] > 0, totals[0]
-    assert last["rows_inserted"] + last["rows_updated"] + last["rows_deleted"] > 0, last
+    assert totals[0]["files_read"] is None and totals[0]["read_bytes"] is None, totals[0]  # a full refresh's
+    changed = [last[c] for c in ("rows_inserted", "rows_updated", "rows_deleted")]
+    assert None not in changed and sum(changed) > 0, last
     differential = [r for r in rows if r["mode"] == "differential"]
     assert all(r["files_read"] is not None and r["rows_deleted"] is not None for r in differential), differential
+    # The history holds the counters this run's adapter_response reported, for each model it
+    # refreshed differentially.
+    reported = {n: r["counters"] for n, r in run_results.refreshes(ran).items() if r["mode"] == "differential"}
+    assert reported, ran
+    for name, counters in reported.items():
+        newest = by[name][-1]
+        held = {c: newest[c] for c in ("files_read", "files_skipped", "read_bytes")}
+        # (a refresh whose change met no stored row reports no MERGE counts; its history says 0)
+        held.update({c: newest[c] for c in ("rows_inserted", "rows_deleted") if c in counters})
+        assert held == {c: counters.get(c) for c in held}, (name, held, counters)
     fallbacks = [r for r in by["larger_orders"] if r["mode"] == "full"]
     assert len(fallbacks) >= 2 and all("not differentiable" in r["reason"] for r in fallbacks), fallbacks
     # auto's rule beside its reason: a window over all customers is computed whole at both versions.

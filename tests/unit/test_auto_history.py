@@ -80,7 +80,8 @@ def test_history_rows_one_per_refresh_commit_with_its_versions_and_length():
     refresh = costs.entry(
         "differential", 10_000, 42, None, {"plan": 0.1, "changes": 0.3}, read_ratio_pct=35, reads=reads
     )
-    # delta-rs' MERGE metrics (the build's commit: counts the dbt process wrote in its metadata)
+    # The refresh's commit: delta-rs' MERGE metrics. The build's (below): the counts the dbt
+    # process put in the metadata of a commit it assembled.
     merged = {"num_target_rows_inserted": 2, "num_target_rows_updated": "5", "num_target_rows_deleted": 1}
     merged.update(num_output_rows=1_008, num_target_files_added=1, num_target_files_removed=1, execution_time_ms=9)
     commits = metadata.refresh_commits(
@@ -306,6 +307,9 @@ def test_commit_counts_read_either_writers_metrics_and_our_own_counts():
     appended = commit_counts({"num_added_rows": 4, "num_added_files": 1}, {"rows_inserted": 4})
     assert appended == {"rows_written": 4, "files_added": 1, "rows_inserted": 4}
     assert commit_counts(None, None) == {} and commit_counts({"numOutputRows": None, "x": "y"}) == {}
+    # Our own counts win over an append's metrics; metrics that are no mapping count for nothing.
+    assert commit_counts({"num_added_rows": 4}, {"rows_written": 3}) == {"rows_written": 3}
+    assert commit_counts("{}", None) == {}  # type: ignore[arg-type]
 
 
 def test_a_learned_bar_and_the_ratio_that_reached_it_are_named_at_the_same_precision():

@@ -104,18 +104,28 @@ _METRICS = {
 }
 
 
+def with_written(metadata: dict, **counts: int) -> dict:
+    """`metadata` with what its commit does to the stored rows and files (WRITTEN, named as in
+    COUNTS), for a commit whose writer does not count them: one the dbt process assembles from
+    files the executors wrote, or one that moves the offsets alone (an append's metrics are of
+    rows, not of the change)."""
+    return {**metadata, WRITTEN: counts}
+
+
 def commit_counts(metrics: Optional[dict], written: Optional[dict] = None) -> dict:
     """{count: whole number} of COUNTS that the commit's operation `metrics` ({name: value},
-    values as numbers or text) or our own `written` counts give; the others left out."""
+    values as numbers or text) or our own `written` counts give (ours where both do); the
+    others left out."""
     out: dict = {}
+    metrics = metrics if isinstance(metrics, dict) else {}
     for count, names in _METRICS.items():
         for name in names:
-            value = (metrics or {}).get(name)
+            value = metrics.get(name)
             if value is not None and str(value).lstrip("-").isdigit():
                 out[count] = int(value)
                 break
     for count in COUNTS:
-        value = (written or {}).get(count)
+        value = written.get(count) if isinstance(written, dict) else None
         if isinstance(value, int):
             out[count] = value
     return out

@@ -39,6 +39,7 @@ from python_helpers.dvm.sqlgen import alias, col, render, sub
 from python_helpers.dvm.stored_reads import matches
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections import files
+from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.delta.base import Merged
 from python_helpers.runtime.delta.embedded import change_feed, storage, tables
 from python_helpers.runtime.delta.embedded.executor_writes import add_actions, check_timestamps, check_view_fits
@@ -232,7 +233,7 @@ def merge(
                 check_view_fits(metadata.get("model", "?"), target, adds)
                 now = int(time.time() * 1000)
                 removes = [RemoveAction(rel, True, now, sizes.get(rel), {}) for rel in touched]
-                counts = storage.written(
+                counts = metadata_format.with_written(
                     metadata,
                     rows_inserted=upserts - updated,
                     rows_updated=updated,

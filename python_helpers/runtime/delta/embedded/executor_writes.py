@@ -26,6 +26,7 @@ from deltalake.transaction import AddAction
 
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections import files
+from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.delta.base import ConcurrentCommit
 from python_helpers.runtime.delta.embedded import storage
 from python_helpers.runtime.refresh import scan_settings, steps
@@ -172,9 +173,8 @@ def write_full(
             raise
         rows = sum(meta.num_rows for meta in footers)
         try:
-            storage.commit_files(
-                target, schema, adds, storage.written(metadata, rows_written=rows, files_added=len(adds)), read_version
-            )
+            counts = metadata_format.with_written(metadata, rows_written=rows, files_added=len(adds))
+            storage.commit_files(target, schema, adds, counts, read_version)
         except ConcurrentCommit:
             files.remove(where)  # the rival's commit stands; these files are named by none
             raise

@@ -118,8 +118,12 @@ def commit_files(path: str, schema: pa.Schema, adds: list, metadata: dict, read_
                 raise _concurrent(err) from None
             raise
     else:
+        replaced = DeltaTable(location, version=read_version)
+        counts = metadata.get(metadata_format.WRITTEN)
+        if isinstance(counts, dict):
+            metadata = metadata_format.with_written(metadata, **counts, files_removed=len(replaced.file_uris()))
         try:
-            DeltaTable(location, version=read_version).create_write_transaction(
+            replaced.create_write_transaction(
                 adds,
                 mode="overwrite",
                 schema=Schema.from_arrow(schema),
@@ -156,7 +160,7 @@ def merge_rows(path: str, rows: pa.Table, columns: list, match: list, metadata: 
     inserts = pc.equal(rows.column(ACTION), INSERT)
     if pc.all(inserts).as_py():
         # Only inserts (a bag's added rows): an append, which reads no stored file.
-        counts = written(metadata, rows_inserted=rows.num_rows, rows_updated=0, rows_deleted=0)
+        counts = metadata_format.with_written(metadata, rows_inserted=rows.num_rows, rows_updated=0, rows_deleted=0)
         _append(table, rows.select(columns), counts, read_version)
         return {"num_target_rows_inserted": rows.num_rows}
     quoted = {c: _quoted(c) for c in columns + list(match) + [ACTION]}
@@ -210,17 +214,11 @@ def _like_target(rows: pa.Table, table: DeltaTable) -> pa.Table:
     return rows.take(pa.array(range(rows.num_rows), type=pa.int64()))
 
 
-def written(metadata: dict, **counts: int) -> dict:
-    """`metadata` with what the commit does to the stored rows (metadata.WRITTEN), for a commit
-    whose writer records no such metrics (an append's are of rows, not of the change)."""
-    return {**metadata, metadata_format.WRITTEN: counts}
-
-
 def commit_offsets_only(path: str, metadata: dict, read_version: int) -> None:
     """Advance the offsets when the change touched no stored row: an empty commit that still
     conflicts with any other refresh commit since `read_version` (its application transaction)."""
     table = DeltaTable(paths.for_delta_rs(path), version=read_version)
-    counts = written(metadata, rows_inserted=0, rows_updated=0, rows_deleted=0)
+    counts = metadata_format.with_written(metadata, rows_inserted=0, rows_updated=0, rows_deleted=0)
     _append(table, arrow_schema(table).empty_table(), counts, read_version)
 
 

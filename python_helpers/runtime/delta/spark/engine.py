@@ -344,8 +344,9 @@ class SparkDelta:
     ) -> Merged:
         assert not resolve, "the spark engine's bags keep row ids: their MERGE rows come whole"
         with phases("merge"):
+            unchanged = metadata_format.with_written(metadata, rows_inserted=0, rows_updated=0, rows_deleted=0)
             if sql is None:
-                self._commit(target, delta_sql.empty_append(target), metadata, read_version)
+                self._commit(target, delta_sql.empty_append(target), unchanged, read_version)
                 return Merged(0)
             if change_rows is None or change_rows > SMALL_CHANGE_ROWS:
                 # Its merge rows would rarely have few enough keys to pay for computing them
@@ -381,7 +382,7 @@ class SparkDelta:
                     statement = delta_sql.replace_keys(target, rows_view, keys, stored, key)
                 else:
                     statement = delta_sql.merge(target, f"SELECT * FROM {quote(rows_view)}", columns, match)
-                self._commit(target, statement, metadata, read_version, by_keys=by_keys)
+                self._commit(target, statement, unchanged if not keyed else metadata, read_version, by_keys=by_keys)
             finally:
                 self.conn.drop_view(rows_view)
         if not keyed:
