@@ -3,8 +3,8 @@
 Each refresh records itself in its own commit (runtime/refresh/costs.py: mode, reason, change
 rows, phase times, start, files and bytes read; the offsets it consumed; the rows and files it
 wrote, in the writer's operation metrics or its own metadata), so the history is the stored
-results' Delta logs: as long-lived as they are (Delta's log retention), and never a write that could fail a
-refresh. `dbt run-operation stream_table_refresh_history` reads those logs and replaces the rows
+results' Delta logs: as long-lived as they are (Delta's log retention), and never a write that
+could fail a refresh. `dbt run-operation stream_table_refresh_history` reads those logs and replaces the rows
 of `<schema>.stream_table_refresh_history`, a parquet table any Spark reads, one row per refresh
 commit. A refresh that failed committed nothing: the adapter adds its row to the table when
 it fails (mode `failed`, the error as the reason), and rewriting the table keeps those rows.

@@ -112,6 +112,12 @@ def with_written(metadata: dict, **counts: int) -> dict:
     return {**metadata, WRITTEN: counts}
 
 
+def with_inserts_only(metadata: dict, rows: int = 0) -> dict:
+    """`metadata` for a commit that only inserts `rows` stored rows (0: it moves the offsets
+    alone), which an append's metrics count as rows written, not as the change's."""
+    return with_written(metadata, rows_inserted=rows, rows_updated=0, rows_deleted=0)
+
+
 def commit_counts(metrics: Optional[dict], written: Optional[dict] = None) -> dict:
     """{count: whole number} of COUNTS that the commit's operation `metrics` ({name: value},
     values as numbers or text) or our own `written` counts give (ours where both do); the

@@ -160,8 +160,7 @@ def merge_rows(path: str, rows: pa.Table, columns: list, match: list, metadata: 
     inserts = pc.equal(rows.column(ACTION), INSERT)
     if pc.all(inserts).as_py():
         # Only inserts (a bag's added rows): an append, which reads no stored file.
-        counts = metadata_format.with_written(metadata, rows_inserted=rows.num_rows, rows_updated=0, rows_deleted=0)
-        _append(table, rows.select(columns), counts, read_version)
+        _append(table, rows.select(columns), metadata_format.with_inserts_only(metadata, rows.num_rows), read_version)
         return {"num_target_rows_inserted": rows.num_rows}
     quoted = {c: _quoted(c) for c in columns + list(match) + [ACTION]}
     updates = {quoted[c]: f"s.{quoted[c]}" for c in columns}
@@ -218,8 +217,7 @@ def commit_offsets_only(path: str, metadata: dict, read_version: int) -> None:
     """Advance the offsets when the change touched no stored row: an empty commit that still
     conflicts with any other refresh commit since `read_version` (its application transaction)."""
     table = DeltaTable(paths.for_delta_rs(path), version=read_version)
-    counts = metadata_format.with_written(metadata, rows_inserted=0, rows_updated=0, rows_deleted=0)
-    _append(table, arrow_schema(table).empty_table(), counts, read_version)
+    _append(table, arrow_schema(table).empty_table(), metadata_format.with_inserts_only(metadata), read_version)
 
 
 def _append(table: DeltaTable, rows: pa.Table, metadata: dict, read_version: int) -> None:

@@ -344,7 +344,7 @@ class SparkDelta:
     ) -> Merged:
         assert not resolve, "the spark engine's bags keep row ids: their MERGE rows come whole"
         with phases("merge"):
-            unchanged = metadata_format.with_written(metadata, rows_inserted=0, rows_updated=0, rows_deleted=0)
+            unchanged = metadata_format.with_inserts_only(metadata)
             if sql is None:
                 self._commit(target, delta_sql.empty_append(target), unchanged, read_version)
                 return Merged(0)
