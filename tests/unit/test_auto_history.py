@@ -415,6 +415,9 @@ def test_the_read_bar_learns_from_a_differential_refresh_that_read_a_lot_and_was
 
     assert ReadEstimate(1896, 1000, 2).learned_reason(1.9, "measured", min_full_bytes=0) is not None
     assert ReadEstimate(1894, 1000, 2).learned_reason(1.9, "measured", min_full_bytes=0) is None
+    # Every reason prints the ratio in hundredths, as the bar is kept: the firing one as the later ones.
+    assert "1.87x the" in ReadEstimate(1872, 1000, 2).learned_reason(1.87, "measured", min_full_bytes=0)
+    assert "read 1.87x and took" in auto.learned_read_bar([_e("full", 2.0), _read(6.0, 10, 187)])[1]
 
 
 def test_the_read_budget_goes_full_at_the_learned_bar_under_auto_from_history_only():

@@ -178,8 +178,8 @@ def estimate_reason(history: list, change_rows: int) -> Optional[str]:
             ratio, bar = e.get("read_ratio_pct"), e.get("read_bar_pct")
             # Both in hundredths, as stored: a learned bar (1.87x) fires at its value, and a
             # ratio rounded to tenths ("1.9x; its bar 1.87x") would read as over it or under.
-            how = f" ({ratio / 100:g}x a rebuild's bytes" if isinstance(ratio, int) else ""
-            how += (f"; its bar {bar / 100:g}x)" if isinstance(bar, int) else ")") if how else ""
+            how = f" ({read_cost.ratio_text(ratio / 100)} a rebuild's bytes" if isinstance(ratio, int) else ""
+            how += (f"; its bar {read_cost.ratio_text(bar / 100)})" if isinstance(bar, int) else ")") if how else ""
             return (
                 f"the read estimate sent a refresh of {int(rows):,} change rows to full{how}: "
                 f"a full refresh is cheaper for {change_rows:,} change rows (not estimated again until a "
@@ -236,7 +236,7 @@ def learned_read_bar(history: list) -> Optional[tuple]:
     if ratio > read_cost.FULL_WHEN_READ_RATIO_OVER:
         return None
     took = float(least["seconds"])
-    measured = f"a differential refresh of this model read {ratio:.1f}x and took {took:.1f} s"
+    measured = f"a differential refresh of this model read {read_cost.ratio_text(ratio)} and took {took:.1f} s"
     return ratio, f"{measured}, a full refresh {full_s:.1f} s"
 
 

@@ -65,7 +65,7 @@ class ReadEstimate:
             return None
         return (
             f"{reader} would read {_size(self.differential_bytes)} of snapshots "
-            f"({self.references} reads), {self.ratio:.1f}x the {_size(self.full_bytes)} a full refresh reads "
+            f"({self.references} reads), {ratio_text(self.ratio)} the {_size(self.full_bytes)} a full refresh reads "
             f"and writes (auto switches over {threshold:g}x): a full refresh is cheaper"
         )
 
@@ -77,9 +77,14 @@ class ReadEstimate:
             return None
         return (
             f"the differential refresh would read {_size(self.differential_bytes)} of snapshots "
-            f"({self.references} reads), {self.ratio:.1f}x the {_size(self.full_bytes)} a full refresh reads "
+            f"({self.references} reads), {ratio_text(self.ratio)} the {_size(self.full_bytes)} a full refresh reads "
             f"and writes; {measured}: a full refresh is faster"
         )
+
+
+def ratio_text(ratio: float) -> str:
+    """A read ratio as every reason prints it: in hundredths, as the history keeps it ("1.87x")."""
+    return f"{round(ratio, 2):g}x"
 
 
 def estimate(query: exp.Expr, view_bytes: dict, full_bytes: int) -> ReadEstimate:
