@@ -55,6 +55,8 @@ SCHEMA = pa.schema(
         pa.field("files_read", pa.int64()),
         pa.field("files_skipped", pa.int64()),
         pa.field("read_bytes", pa.int64()),
+        # Statements the refresh sent Spark up to its commit (connections/trace.py).
+        pa.field("spark_statements", pa.int64()),
         pa.field("source_versions_from", pa.string()),  # JSON {source: version}
         pa.field("source_versions_to", pa.string()),
         pa.field("phases", pa.string()),  # JSON {phase: seconds} before the commit
@@ -94,6 +96,7 @@ def refresh_rows(schema: str, name: str, commits: list) -> list:
                 "files_read": own.get("files_read"),
                 "files_skipped": own.get("files_skipped"),
                 "read_bytes": own.get("read_bytes"),
+                "spark_statements": own.get("spark_statements"),
                 "source_versions_from": json.dumps({r: previous.get(r) for r in to}) if previous else None,
                 "source_versions_to": json.dumps(to),
                 "phases": json.dumps(own["phases"]) if own.get("phases") else None,

@@ -234,6 +234,7 @@ def test_refresh_history_is_a_table_with_a_row_per_refresh_and_the_reason_of_eac
     # What each commit wrote: the build's whole result; the refresh's MERGE, by its own metrics.
     assert totals[0]["rows_written"] > 0 and totals[0]["files_added"] > 0, totals[0]
     assert totals[0]["files_read"] is None and totals[0]["read_bytes"] is None, totals[0]  # a full refresh's
+    assert totals[0]["spark_statements"] > 0, totals[0]  # a full refresh's statements are kept too
     changed = [last[c] for c in ("rows_inserted", "rows_updated", "rows_deleted")]
     assert None not in changed and sum(changed) > 0, last
     differential = [r for r in rows if r["mode"] == "differential"]
@@ -248,6 +249,8 @@ def test_refresh_history_is_a_table_with_a_row_per_refresh_and_the_reason_of_eac
         # (a refresh whose change met no stored row reports no MERGE counts; its history says 0)
         held.update({c: newest[c] for c in ("rows_inserted", "rows_deleted") if c in counters})
         assert held == {c: counters.get(c) for c in held}, (name, held, counters)
+        # Statements sent: the history's up to the commit, adapter_response's with the publishing after it.
+        assert 0 < newest["spark_statements"] <= counters["spark_statements"], (name, newest, counters)
     fallbacks = [r for r in by["larger_orders"] if r["mode"] == "full"]
     assert len(fallbacks) >= 2 and all("not differentiable" in r["reason"] for r in fallbacks), fallbacks
     # auto's rule beside its reason: a window over all customers is computed whole at both versions.

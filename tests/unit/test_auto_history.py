@@ -75,10 +75,10 @@ def test_history_rows_one_per_refresh_commit_with_its_versions_and_length():
     from python_helpers.runtime.delta import metadata
     from python_helpers.runtime.history import refresh_rows
 
-    build = costs.entry("full", 1_000, None, "first build", {"plan": 0.2})
+    build = costs.entry("full", 1_000, None, "first build", {"plan": 0.2}, statements=9)
     reads = {"files_read": 3, "files_skipped": 9, "read_bytes": 4_096, "change_rows": {"s.t": 42}}
     refresh = costs.entry(
-        "differential", 10_000, 42, None, {"plan": 0.1, "changes": 0.3}, read_ratio_pct=35, reads=reads
+        "differential", 10_000, 42, None, {"plan": 0.1, "changes": 0.3}, read_ratio_pct=35, reads=reads, statements=14
     )
     # The refresh's commit: delta-rs' MERGE metrics. The build's (below): the counts the dbt
     # process put in the metadata of a commit it assembled.
@@ -129,11 +129,13 @@ def test_history_rows_one_per_refresh_commit_with_its_versions_and_length():
     assert [rows[0][c] for c in counts] == [None, None, None, 1_000, 2, None]
     assert (rows[1]["files_read"], rows[1]["files_skipped"], rows[1]["read_bytes"]) == (3, 9, 4_096)
     assert (rows[0]["files_read"], rows[0]["read_bytes"]) == (None, None)
+    assert (rows[0]["spark_statements"], rows[1]["spark_statements"]) == (9, 14)
     # A commit made before the history existed still has its row, without a length.
     old = refresh_rows(
         "s", "t", metadata.refresh_commits([(0, 3_000, "WRITE", metadata.encode({"mode": "full", "offsets": {}}))])
     )
     assert old[0]["mode"] == "full" and old[0]["seconds"] is None and old[0]["started_at"] is None
+    assert old[0]["spark_statements"] is None
 
 
 def _tree(sql: str):

@@ -1,5 +1,6 @@
-"""DBT_SPARK_STREAM_TRACE (runtime/connections/trace.py): each call to Spark timed in a file, the
-call's answer or error unchanged, nothing written when it is off."""
+"""runtime/connections/trace.py: the statements a refresh sends counted always (its history's
+`spark_statements`); with DBT_SPARK_STREAM_TRACE each call to Spark timed in a file, the call's
+answer or error unchanged, nothing written when it is off."""
 
 from __future__ import annotations
 
@@ -43,9 +44,21 @@ def test_each_call_is_written_with_its_model_method_and_statement(tmp_path, monk
         ("model.p.facts", "execute", "DROP VIEW v"),
     ]
     assert all(c["seconds"] >= 0 for c in lines)
+    assert trace.statements_sent(conn) == 2  # the failed statement was sent too
 
 
-def test_off_by_default(monkeypatch):
+def test_off_by_default_statements_still_counted(tmp_path, monkeypatch):
     monkeypatch.delenv(trace.TRACE, raising=False)
-    spark = _Spark()
-    assert trace.traced(spark, "m") is spark  # type: ignore[arg-type]
+    monkeypatch.chdir(tmp_path)
+    conn = trace.traced(_Spark(), "m")  # type: ignore[arg-type]
+    assert trace.statements_sent(conn) == 0
+    conn.rows("SELECT 1")
+    private = conn.private()
+    private.rows("SELECT 2")  # a private connection (a refresh's thread) counts into the same tally
+    with pytest.raises(RuntimeError):
+        private.execute("DROP VIEW v")
+    conn.release()  # not a statement
+    assert conn.kind == "session"
+    assert trace.statements_sent(conn) == trace.statements_sent(private) == 3
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    assert trace.statements_sent(_Spark()) == 0  # type: ignore[arg-type]  # a connection never counted

@@ -1,10 +1,14 @@
-"""Every call a refresh makes to Spark, timed: where a refresh's fixed cost goes.
+"""Every call a refresh makes to Spark, counted, and timed on request: where a refresh's fixed
+cost goes.
 
-Off by default. DBT_SPARK_STREAM_TRACE=<file> appends one JSON line per call (the model, the
-connection method, its seconds, the statement's first characters: 400, or as many as
-DBT_SPARK_STREAM_TRACE_CHARS says) to that file; the benchmarks turn it on to count statements
-per refresh and to name the slowest ones. Through `dbt run` it is the only way to see the
-statements of a fresh process, whose first Delta reads pay the JVM's warm-up.
+Counted always: the statements a refresh has Spark analyse (STATEMENTS), for its history row
+and adapter_response (`spark_statements`).
+
+Timed off by default: DBT_SPARK_STREAM_TRACE=<file> appends one JSON line per call (the model,
+the connection method, its seconds, the statement's first characters: 400, or as many as
+DBT_SPARK_STREAM_TRACE_CHARS says) to that file; the benchmarks turn it on to name the slowest
+calls. Through `dbt run` it is the only way to see the statements of a fresh process, whose
+first Delta reads pay the JVM's warm-up.
 """
 
 from __future__ import annotations
@@ -44,28 +48,51 @@ TIMED = frozenset(
         "remove_tag",
     }
 )
+# The calls that have Spark analyse a statement every time (a round trip over Spark Connect or
+# Thrift): SQL run, a result read, a query's columns, a view over files or a query. Not counted:
+# reads of settings (some held by the connection), catalog lookups, and views of Arrow rows and
+# their drops, which over Spark Connect travel inside the statements that read them.
+STATEMENTS = frozenset({"execute", "rows", "records", "arrow", "output_columns", "view_of_files", "view_of_query"})
 TEXT_CHARS = int(os.environ.get("DBT_SPARK_STREAM_TRACE_CHARS", "400"))
 
 _lock = threading.Lock()
 
 
-class TracedConnection:
-    """A connection whose calls to Spark are written to the trace file."""
+class Tally:
+    """Statements sent, shared by a connection and its private ones (a refresh's threads)."""
 
-    def __init__(self, inner: Connection, model: str, path: str):
+    def __init__(self) -> None:
+        self.statements = 0
+        self._lock = threading.Lock()
+
+    def add(self) -> None:
+        with self._lock:
+            self.statements += 1
+
+
+class TracedConnection:
+    """A connection whose statements are counted, and whose calls to Spark are written to the
+    trace file when there is one."""
+
+    def __init__(self, inner: Connection, model: str, path: Optional[str], tally: Optional[Tally] = None):
         self._inner, self._model, self._path = inner, model, path
+        self.tally = tally or Tally()
 
     def private(self) -> Connection:
-        return traced_by(self._inner.private(), self._model, self._path)
+        return cast(Connection, TracedConnection(self._inner.private(), self._model, self._path, self.tally))
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._inner, name)
-        if name not in TIMED or not callable(value):
+        if not callable(value) or (name not in STATEMENTS and (self._path is None or name not in TIMED)):
             return value
         return self._timed(name, value)
 
     def _timed(self, name: str, call: Callable) -> Callable:
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if name in STATEMENTS:
+                self.tally.add()
+            if self._path is None:
+                return call(*args, **kwargs)
             started = time.perf_counter()
             try:
                 return call(*args, **kwargs)
@@ -75,6 +102,7 @@ class TracedConnection:
         return timed
 
     def _write(self, method: str, args: tuple, seconds: float) -> None:
+        assert self._path is not None
         text = " | ".join(a for a in args if isinstance(a, str))  # a view's name, then its query
         line = {
             "model": self._model,
@@ -90,11 +118,14 @@ class TracedConnection:
             pass
 
 
-def traced_by(conn: Connection, model: str, path: str) -> Connection:
-    return cast(Connection, TracedConnection(conn, model, path))
-
-
 def traced(conn: Connection, model: str) -> Connection:
-    """`conn`, traced when DBT_SPARK_STREAM_TRACE names a file."""
-    path: Optional[str] = os.environ.get(TRACE)
-    return traced_by(conn, model, path) if path else conn
+    """`conn` with its statements counted (statements_sent), and traced when
+    DBT_SPARK_STREAM_TRACE names a file."""
+    return cast(Connection, TracedConnection(conn, model, os.environ.get(TRACE) or None))
+
+
+def statements_sent(conn: Connection) -> int:
+    """The statements sent so far through `conn` (made by `traced`) and its private connections;
+    0 for a connection that was not."""
+    tally = getattr(conn, "tally", None)
+    return tally.statements if isinstance(tally, Tally) else 0

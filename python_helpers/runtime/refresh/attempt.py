@@ -16,6 +16,7 @@ from sqlglot import exp
 
 from python_helpers.dvm.sqlgen import Context, render
 from python_helpers.dvm.stored_result import MaintainedResult, StoredResult, plan_stored_result
+from python_helpers.runtime.connections import trace
 from python_helpers.runtime.connections.base import Connection
 from python_helpers.runtime.delta import metadata as metadata_format
 from python_helpers.runtime.delta.base import DeltaEngine
@@ -47,6 +48,7 @@ class Attempt:
     # Spark's analysis of the query as this attempt's differential refresh made it ({names,
     # arg_types}), for the full refresh `auto` falls back to on the same sources.
     analysis: Optional[dict] = None
+    statements_from: int = 0  # statements the connection had sent before this attempt (trace.py)
 
     @property
     def model(self) -> str:
@@ -56,6 +58,10 @@ class Attempt:
     def conn(self) -> Connection:
         """Spark, through the connection's binding (runtime/connections/)."""
         return self.delta.conn
+
+    def statements_sent(self) -> int:
+        """Statements this attempt has sent to Spark so far (connections/trace.py)."""
+        return trace.statements_sent(self.conn) - self.statements_from
 
     def metadata(self, mode: str, result: Optional[StoredResult]) -> dict:
         """What the storage commit records beside the rows (offsets first of all)."""
@@ -105,6 +111,7 @@ class Attempt:
                     else None,
                     read_bar_pct=self.counters.get("read_bar_pct") if self.full_rule == READ_COST else None,
                     reads=self.counters if mode == "differential" else None,
+                    statements=self.statements_sent(),
                 ),
             ),
         }

@@ -33,13 +33,15 @@ def entry(
     read_ratio_pct: Optional[int] = None,
     read_bar_pct: Optional[int] = None,
     reads: Optional[dict] = None,
+    statements: Optional[int] = None,
 ) -> dict:
     """This refresh's entry, as its commit records it (`seconds` completed by the next refresh).
     `rule`: which of auto's rules sent it to full (auto.py); `read_ratio_pct`: the read
     estimate's ratio, of a differential refresh or of one that estimate sent to full;
     `read_bar_pct`: the bar that estimate was over (2x, 1.5x for intermediates, or learned);
     `reads`: what a differential refresh read ({files_read, files_skipped, read_bytes}: the
-    refresh's counters, known before its commit)."""
+    refresh's counters, known before its commit); `statements`: the statements it sent Spark
+    up to its commit (connections/trace.py; publishing after the commit adds a few)."""
     out = {
         "mode": mode,
         "reason": (reason or "")[:200] or None,
@@ -60,6 +62,8 @@ def entry(
         value = (reads or {}).get(name)
         if isinstance(value, int):
             out[name] = value
+    if isinstance(statements, int):
+        out["spark_statements"] = statements
     return out
 
 

@@ -29,6 +29,7 @@ from python_helpers.errors import (
     InvalidConfig,
     StreamTableError,
 )
+from python_helpers.runtime.connections import trace
 from python_helpers.runtime.connections.base import Connection, as_connection
 from python_helpers.runtime.connections.metrics import SparkMeter
 from python_helpers.runtime.connections.server_checks import require_persistent_catalog
@@ -93,6 +94,7 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
     phases = Phases()
     model = request.model
     meter = SparkMeter(delta.conn)
+    statements_from = trace.statements_sent(delta.conn)  # this attempt's, after a retry too
 
     with phases("plan"):
         # The stored metadata first: it tells the engine what the last refresh knew of each
@@ -110,11 +112,23 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
     steps.reached("planned")
 
     attempt = Attempt(
-        delta, request, plan, target, meta, print_fp, session, schema_now, phases, log, started_ms=started_ms
+        delta,
+        request,
+        plan,
+        target,
+        meta,
+        print_fp,
+        session,
+        schema_now,
+        phases,
+        log,
+        started_ms=started_ms,
+        statements_from=statements_from,
     )
 
     def result(mode: str, rows: int, reason: Optional[str] = None, skipped: bool = False) -> RefreshResult:
         attempt.counters.update(meter.finish())
+        attempt.counters["spark_statements"] = attempt.statements_sent()  # publishing included
         return RefreshResult(
             model,
             mode,
