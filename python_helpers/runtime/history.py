@@ -55,7 +55,7 @@ SCHEMA = pa.schema(
         pa.field("files_read", pa.int64()),
         pa.field("files_skipped", pa.int64()),
         pa.field("read_bytes", pa.int64()),
-        # Statements the refresh sent Spark up to its commit (connections/trace.py).
+        # Statements the refresh had Spark analyse before its write (connections/trace.py).
         pa.field("spark_statements", pa.int64()),
         pa.field("source_versions_from", pa.string()),  # JSON {source: version}
         pa.field("source_versions_to", pa.string()),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from python_helpers.runtime.refresh import auto, costs, read_budget
+from python_helpers.runtime.refresh import auto, costs, read_budget, read_cost
 from python_helpers.runtime.refresh.auto import FullIsCheaper
 from python_helpers.runtime.refresh.requests import RefreshRequest
 
@@ -417,7 +417,13 @@ def test_the_read_bar_learns_from_a_differential_refresh_that_read_a_lot_and_was
 
     assert ReadEstimate(1896, 1000, 2).learned_reason(1.9, "measured", min_full_bytes=0) is not None
     assert ReadEstimate(1894, 1000, 2).learned_reason(1.9, "measured", min_full_bytes=0) is None
-    # Every reason prints the ratio in hundredths, as the bar is kept: the firing one as the later ones.
+    # Every reason prints the ratio in whole percent, as it is compared and kept: the firing one as
+    # the later ones, and a half percent as the comparison rounds it (1.075 fires a 1.08 bar: 1.08x).
+    assert "1.08x the" in ReadEstimate(1075, 1000, 2).learned_reason(1.08, "measured", min_full_bytes=0)
+    assert read_cost.ratio_text(1.875) == "1.88x" and read_cost.ratio_text(2.0) == "2x"
+    # The 2x prior too: 2.004x is 200% and does not trip it.
+    assert ReadEstimate(2004, 1000, 2).full_reason(2.0, min_full_bytes=0) is None
+    assert "2.01x the" in ReadEstimate(2006, 1000, 2).full_reason(2.0, min_full_bytes=0)
     assert "1.87x the" in ReadEstimate(1872, 1000, 2).learned_reason(1.87, "measured", min_full_bytes=0)
     assert "read 1.87x and took" in auto.learned_read_bar([_e("full", 2.0), _read(6.0, 10, 187)])[1]
 

@@ -22,6 +22,15 @@ class _Spark:
     def execute(self, sql: str) -> None:
         raise RuntimeError("no such table")
 
+    def conf(self, key: str) -> str:
+        return "v"
+
+    def view_of_arrow(self, name: str, rows) -> None:
+        pass
+
+    def drop_view(self, name: str) -> None:
+        pass
+
     def private(self) -> "_Spark":
         return _Spark()
 
@@ -57,7 +66,11 @@ def test_off_by_default_statements_still_counted(tmp_path, monkeypatch):
     private.rows("SELECT 2")  # a private connection (a refresh's thread) counts into the same tally
     with pytest.raises(RuntimeError):
         private.execute("DROP VIEW v")
-    conn.release()  # not a statement
+    conn.release()  # not a call to Spark
+    # Calls to Spark that are not statements Spark analyses: a setting, a view of rows, a drop.
+    assert conn.conf("k") == "v"
+    conn.view_of_arrow("v", None)
+    conn.drop_view("v")
     assert conn.kind == "session"
     assert trace.statements_sent(conn) == trace.statements_sent(private) == 3
     assert list(tmp_path.iterdir()) == []  # nothing written

@@ -1,8 +1,10 @@
-"""Every call a refresh makes to Spark, counted, and timed on request: where a refresh's fixed
-cost goes.
+"""A refresh's statements counted, and every call it makes to Spark timed on request: where a
+refresh's fixed cost goes.
 
 Counted always: the statements a refresh has Spark analyse (STATEMENTS), for its history row
-and adapter_response (`spark_statements`).
+and adapter_response (`spark_statements`). A count, not a measure of round trips: over Thrift
+some calls left out are statements too (a view of rows, a setting, a drop), and one view over
+several directories is several.
 
 Timed off by default: DBT_SPARK_STREAM_TRACE=<file> appends one JSON line per call (the model,
 the connection method, its seconds, the statement's first characters: 400, or as many as
@@ -48,10 +50,11 @@ TIMED = frozenset(
         "remove_tag",
     }
 )
-# The calls that have Spark analyse a statement every time (a round trip over Spark Connect or
-# Thrift): SQL run, a result read, a query's columns, a view over files or a query. Not counted:
-# reads of settings (some held by the connection), catalog lookups, and views of Arrow rows and
-# their drops, which over Spark Connect travel inside the statements that read them.
+# The calls that have Spark analyse a statement every time: SQL run, a result read, a query's
+# columns, a view over files or over a query. Not counted: settings read or set (some held by
+# the connection), catalog lookups, function lookups, job tags, views of rows sent from the dbt
+# process (over Spark Connect they travel inside the statements that read them) and every
+# view's drop.
 STATEMENTS = frozenset({"execute", "rows", "records", "arrow", "output_columns", "view_of_files", "view_of_query"})
 TEXT_CHARS = int(os.environ.get("DBT_SPARK_STREAM_TRACE_CHARS", "400"))
 

@@ -60,7 +60,7 @@ class Attempt:
         return self.delta.conn
 
     def statements_sent(self) -> int:
-        """Statements this attempt has sent to Spark so far (connections/trace.py)."""
+        """Statements this attempt has had Spark analyse so far (connections/trace.py)."""
         return trace.statements_sent(self.conn) - self.statements_from
 
     def metadata(self, mode: str, result: Optional[StoredResult]) -> dict:

@@ -40,8 +40,9 @@ def entry(
     estimate's ratio, of a differential refresh or of one that estimate sent to full;
     `read_bar_pct`: the bar that estimate was over (2x, 1.5x for intermediates, or learned);
     `reads`: what a differential refresh read ({files_read, files_skipped, read_bytes}: the
-    refresh's counters, known before its commit); `statements`: the statements it sent Spark
-    up to its commit (connections/trace.py; publishing after the commit adds a few)."""
+    refresh's counters, known before its commit); `statements`: the statements it had Spark
+    analyse before its write (connections/trace.py): the commit's metadata is made before the
+    statement that computes and writes the result, which adapter_response counts with the rest."""
     out = {
         "mode": mode,
         "reason": (reason or "")[:200] or None,

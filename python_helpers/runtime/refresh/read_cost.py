@@ -61,7 +61,8 @@ class ReadEstimate:
         reader: str = "the differential refresh",
     ) -> Optional[str]:
         """Why a rebuild is cheaper, or None when the differential refresh should go on."""
-        if not self.full_bytes or self.full_bytes < min_full_bytes or self.ratio <= threshold:
+        # Compared in whole percent, as it is printed and kept (ratio_text, the history's read_ratio_pct).
+        if not self.full_bytes or self.full_bytes < min_full_bytes or round(self.ratio * 100) <= round(threshold * 100):
             return None
         return (
             f"{reader} would read {_size(self.differential_bytes)} of snapshots "
@@ -84,7 +85,7 @@ class ReadEstimate:
 
 def ratio_text(ratio: float) -> str:
     """A read ratio as every reason prints it: in hundredths, as the history keeps it ("1.87x")."""
-    return f"{round(ratio, 2):g}x"
+    return f"{round(ratio * 100) / 100:g}x"  # in whole percent, as the estimate is compared and kept
 
 
 def estimate(query: exp.Expr, view_bytes: dict, full_bytes: int) -> ReadEstimate:

@@ -128,7 +128,9 @@ def _refresh_once(delta: DeltaEngine, request: RefreshRequest, log: Log) -> Refr
 
     def result(mode: str, rows: int, reason: Optional[str] = None, skipped: bool = False) -> RefreshResult:
         attempt.counters.update(meter.finish())
-        attempt.counters["spark_statements"] = attempt.statements_sent()  # publishing included
+        # The whole refresh's, every attempt and what follows the commit included (a fresh
+        # count per run_refresh: connections/trace.py).
+        attempt.counters["spark_statements"] = trace.statements_sent(delta.conn)
         return RefreshResult(
             model,
             mode,
