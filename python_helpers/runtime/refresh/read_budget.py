@@ -207,7 +207,7 @@ class ReadBudget:
         if reason is not None and self.request.refresh_mode == "auto":
             # The bar it was held to, beside its ratio, where it sends the refresh to full (the
             # history's later reasons name both).
-            self.counters["read_bar_pct"] = int(round(bar * 100))
+            self.counters["read_bar_pct"] = read_cost.percent(bar)
         return reason
 
     def _record(self, estimate: read_cost.ReadEstimate) -> None:
@@ -215,7 +215,7 @@ class ReadBudget:
         self.counters.update(
             read_bytes=estimate.differential_bytes,
             full_read_bytes=estimate.full_bytes,
-            read_ratio_pct=int(round(estimate.ratio * 100)),
+            read_ratio_pct=read_cost.percent(estimate.ratio),
         )
 
     def _full(self) -> Optional[int]:

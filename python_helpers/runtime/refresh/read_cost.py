@@ -62,7 +62,7 @@ class ReadEstimate:
     ) -> Optional[str]:
         """Why a rebuild is cheaper, or None when the differential refresh should go on."""
         # Compared in whole percent, as it is printed and kept (ratio_text, the history's read_ratio_pct).
-        if not self.full_bytes or self.full_bytes < min_full_bytes or round(self.ratio * 100) <= round(threshold * 100):
+        if not self.full_bytes or self.full_bytes < min_full_bytes or percent(self.ratio) <= percent(threshold):
             return None
         return (
             f"{reader} would read {_size(self.differential_bytes)} of snapshots "
@@ -74,7 +74,7 @@ class ReadEstimate:
         """Why a rebuild is faster by a bar the model's own history set (auto.learned_read_bar):
         this refresh would read at least what `measured` read."""
         # Compared in whole percent, as the history keeps it: the estimate it learned from trips it.
-        if not self.full_bytes or self.full_bytes < min_full_bytes or round(self.ratio * 100) < round(bar * 100):
+        if not self.full_bytes or self.full_bytes < min_full_bytes or percent(self.ratio) < percent(bar):
             return None
         return (
             f"the differential refresh would read {_size(self.differential_bytes)} of snapshots "
@@ -83,9 +83,15 @@ class ReadEstimate:
         )
 
 
+def percent(ratio: float) -> int:
+    """A read ratio in whole percent: how every bar compares it, the history keeps it and the
+    reasons print it (ratio_text)."""
+    return int(round(ratio * 100))
+
+
 def ratio_text(ratio: float) -> str:
-    """A read ratio as every reason prints it: in hundredths, as the history keeps it ("1.87x")."""
-    return f"{round(ratio * 100) / 100:g}x"  # in whole percent, as the estimate is compared and kept
+    """A read ratio as every reason prints it: in hundredths, as it is compared ("1.87x")."""
+    return f"{percent(ratio) / 100:g}x"
 
 
 def estimate(query: exp.Expr, view_bytes: dict, full_bytes: int) -> ReadEstimate:

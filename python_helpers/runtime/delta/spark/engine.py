@@ -344,7 +344,7 @@ class SparkDelta:
     ) -> Merged:
         assert not resolve, "the spark engine's bags keep row ids: their MERGE rows come whole"
         with phases("merge"):
-            unchanged = metadata_format.with_inserts_only(metadata)
+            unchanged = metadata_format.with_inserts_only(metadata)  # an empty commit: the offsets alone
             if sql is None:
                 self._commit(target, delta_sql.empty_append(target), unchanged, read_version)
                 return Merged(0)
@@ -375,14 +375,15 @@ class SparkDelta:
                     and all(delta_sql.listable(k) for k, _ in keyed)
                     and sorted(stored) == sorted(columns)
                 )
+                committed = metadata  # the statement's own metrics count what it did
                 if not keyed:
-                    statement = delta_sql.empty_append(target)
+                    statement, committed = delta_sql.empty_append(target), unchanged
                 elif by_keys:
                     keys = [k for k, _ in keyed]
                     statement = delta_sql.replace_keys(target, rows_view, keys, stored, key)
                 else:
                     statement = delta_sql.merge(target, f"SELECT * FROM {quote(rows_view)}", columns, match)
-                self._commit(target, statement, unchanged if not keyed else metadata, read_version, by_keys=by_keys)
+                self._commit(target, statement, committed, read_version, by_keys=by_keys)
             finally:
                 self.conn.drop_view(rows_view)
         if not keyed:
