@@ -33,3 +33,47 @@ def test_dbt_cache_lines_without_the_original_text_give_the_first_line():
 
 def test_view_text_inside_another_value_is_not_a_view_text():
     assert view_text_of("Comment: see View Text: SELECT 1\nType: MANAGED\n") is None
+
+
+class _NoCatalog:
+    """A connection whose catalog must not be asked."""
+
+    key = "no-catalog"
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the catalog was asked ({name})")
+
+
+class _UsersTable:
+    """A connection whose catalog holds a user's table under every name."""
+
+    key = "users-table"
+
+    def __init__(self):
+        self.asked = 0
+
+    def rows(self, sql):
+        self.asked += 1
+        return [("bench", "q06", False, "Type: MANAGED\nTable Properties: [owner=a]\n")]
+
+    def table_type(self, name):
+        return "MANAGED"
+
+
+def test_a_name_dbts_cache_shows_as_ours_is_not_looked_up_again():
+    from python_helpers.runtime.catalog.views import Catalog
+
+    Catalog(_NoCatalog()).check_name("bench", "q06", "q06", information=SHOWN)
+
+
+def test_a_name_dbts_cache_shows_as_someone_elses_is_looked_up_and_refused():
+    import pytest
+
+    from python_helpers.runtime.catalog.views import Catalog, NameTaken
+
+    conn = _UsersTable()
+    users = "Type: MANAGED\nTable Properties: [owner=a]\n"
+    for information in (users, None):
+        with pytest.raises(NameTaken, match="did not create"):
+            Catalog(conn).check_name("bench", "q06", "q06", information=information)
+    assert conn.asked == 2

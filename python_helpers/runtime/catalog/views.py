@@ -328,10 +328,19 @@ class Catalog:
             _VERIFIED.pop((self.conn.key, schema.lower(), name.lower()), None)
             return True
 
-    def check_name(self, schema: str, name: str, model: str, take_over: bool = False) -> None:
+    def check_name(
+        self, schema: str, name: str, model: str, take_over: bool = False, information: Optional[str] = None
+    ) -> None:
         """Refuse, before anything is written, a name that belongs to an object of someone else's
-        (publish_view would refuse it after the storage commit)."""
+        (publish_view would refuse it after the storage commit).
+
+        `information`: the object as dbt's relation cache described it at the start of the run.
+        When that shows this project's role property, the name is ours and the catalog is not
+        asked again (a round trip per full refresh); an object put there since is still refused
+        where the view is published, after the commit, and the next run publishes again."""
         if known(self.conn, schema, name):
+            return
+        if information and Described.of(information).role is not None:
             return
         exists, owner = self.role(schema, name)
         if not exists or owner is not None:

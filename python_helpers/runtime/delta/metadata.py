@@ -69,18 +69,18 @@ def newest_refresh(commits: Iterable[tuple], read_version: int) -> Optional[dict
 
 
 def refresh_commits(commits: Iterable[tuple]) -> list:
-    """From commits as (version, timestamp ms, operation, refresh metadata or None[, the commit's
-    operation metrics]), in any order: every refresh commit's metadata, oldest first, with
+    """From commits as (version, timestamp ms, operation, refresh metadata or None, the commit's
+    operation metrics or None), in any order: every refresh commit's metadata, oldest first, with
     `storage_version`, `committed_at_ms` and `written` (commit_counts; the refresh history,
     runtime/history.py)."""
     out = []
-    for version, timestamp, _operation, raw, *more in commits:
+    for version, timestamp, _operation, raw, metrics in commits:
         if not raw:
             continue
         meta = json.loads(raw)
         meta["storage_version"] = int(version)
         meta["committed_at_ms"] = timestamp
-        meta[WRITTEN] = commit_counts(more[0] if more else None, meta.get(WRITTEN))
+        meta[WRITTEN] = commit_counts(metrics, meta.get(WRITTEN))
         out.append(meta)
     return sorted(out, key=lambda m: m["storage_version"])
 

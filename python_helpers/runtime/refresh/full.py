@@ -31,7 +31,13 @@ def run_full(attempt: Attempt) -> int:
     bindings = attempt.delta.bindings(plan.pinned, {}, plan.columns if plan.tree is not None else {}, request.model)
     try:
         with phases("analyze"):
-            Catalog(conn).check_name(request.schema, request.identifier, request.model, request.take_over_relation)
+            Catalog(conn).check_name(
+                request.schema,
+                request.identifier,
+                request.model,
+                request.take_over_relation,
+                information=request.catalog_information,
+            )
             reused = reused_analysis(attempt)
             names = list(reused.output_names) if reused else output_names(conn, request.model, plan, bindings)
             if request.contract:  # before anything is computed or written
