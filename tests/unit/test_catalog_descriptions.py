@@ -77,3 +77,62 @@ def test_a_name_dbts_cache_shows_as_someone_elses_is_looked_up_and_refused():
         with pytest.raises(NameTaken, match="did not create"):
             Catalog(conn).check_name("bench", "q06", "q06", information=information)
     assert conn.asked == 2
+
+
+class _EmptyCatalog:
+    """A connection whose catalog holds nothing; counts lookups and records DDL."""
+
+    key = "empty"
+
+    def __init__(self):
+        self.asked = 0
+        self.ddl: list = []
+
+    def rows(self, sql):
+        self.asked += 1
+        return []
+
+    def execute(self, sql):
+        self.ddl.append(sql.split(" AS ")[0])
+
+
+def test_a_first_build_looks_its_name_up_once_before_the_write_and_creates_the_view():
+    from sqlglot import exp
+
+    from python_helpers.runtime.catalog.views import STREAM_TABLE, Catalog, forget
+
+    conn = _EmptyCatalog()
+    Catalog(conn).check_name("bench", "fresh", "fresh")
+    assert Catalog(conn).publish_view("bench", "fresh", exp.select("1"), STREAM_TABLE, "fresh")
+    assert conn.asked == 1
+    assert conn.ddl[-1].startswith("CREATE VIEW `bench`.`fresh` TBLPROPERTIES")
+    forget(conn)
+
+
+class _ViewMadeMeanwhile(_EmptyCatalog):
+    """Empty when first asked; our view is there by the time the view is created."""
+
+    key = "made-meanwhile"
+
+    def rows(self, sql):
+        self.asked += 1
+        if self.asked == 1:
+            return []
+        return [("bench", "fresh", False, SHOWN)]
+
+    def execute(self, sql):
+        if sql.startswith("CREATE VIEW"):
+            raise RuntimeError("TABLE_OR_VIEW_ALREADY_EXISTS")
+        super().execute(sql)
+
+
+def test_a_view_made_after_the_lookup_is_looked_up_again_and_altered():
+    from sqlglot import exp
+
+    from python_helpers.runtime.catalog.views import STREAM_TABLE, Catalog, forget
+
+    conn = _ViewMadeMeanwhile()
+    Catalog(conn).check_name("bench", "fresh", "fresh")
+    assert Catalog(conn).publish_view("bench", "fresh", exp.select("1"), STREAM_TABLE, "fresh")
+    assert conn.asked == 2 and conn.ddl[-1] == "ALTER VIEW `bench`.`fresh`"
+    forget(conn)

@@ -41,6 +41,10 @@ _PUBLISHED: dict = {}
 # name) -> that generation: a later refresh in the process expecting the same generation (dbt's
 # next model reading the same source) asks the catalog nothing.
 _VERIFIED: dict = {}
+# What check_name found for a stream table's name before the write, per (session, schema, name)
+# -> Described or None: the publish after the write uses it once instead of asking again (a
+# first build's view), and DDL that fails on it looks the name up again.
+_CHECKED: dict = {}
 # Names a `SHOW TABLE EXTENDED ... LIKE` pattern matches literally (its pattern is a regular
 # expression with `*` and `|`).
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -274,6 +278,8 @@ class Catalog:
                     _PUBLISHED.pop(key, None)
             check_view_text(model, f"{schema}.{name}", text)
             seen_key = (schema.lower(), name.lower())
+            if seen_key not in self.seen and key in _CHECKED:
+                self.seen[seen_key] = _CHECKED.pop(key)
             if seen_key in self.seen:
                 found = self.seen.pop(seen_key)
                 try:
@@ -342,7 +348,10 @@ class Catalog:
             return
         if information and Described.of(information).role is not None:
             return
-        exists, owner = self.role(schema, name)
+        found = self.describe(schema, [name]).get(name)
+        with _DDL_LOCK:
+            _CHECKED[(self.conn.key, schema.lower(), name.lower())] = found
+        exists, owner = (False, None) if found is None else (True, found.role)
         if not exists or owner is not None:
             return
         kind = self.table_type(schema, name)
@@ -410,7 +419,7 @@ def forget(conn: Connection) -> None:
     """Forget what this process believes it published, or read, in the engine's session (a view
     was found missing or behind)."""
     with _DDL_LOCK:
-        for seen in (_PUBLISHED, _VERIFIED):
+        for seen in (_PUBLISHED, _VERIFIED, _CHECKED):
             for key in [k for k in seen if k[0] == conn.key]:
                 del seen[key]
 
