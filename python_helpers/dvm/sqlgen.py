@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -191,18 +192,28 @@ def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expr:
     return exp.MD5(this=_json_of(columns, table))
 
 
-# Key column types whose text form is exact and cheap to build (digits, or a length-prefixed
-# string): a group key of only these is identified without JSON (plain_key_id).
-_PLAIN_KEY_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "string"})
+# Key column types whose text form is exact, cheap to build and independent of session settings:
+# an integer's or a boolean's text, a length-prefixed string, a date as its day number, a
+# timestamp as its microseconds since the epoch (an instant: no time zone), a decimal as its
+# digits at its declared scale (plain_key_id).
+_PLAIN_KEY_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "boolean", "string", "date", "timestamp"})
+_DECIMAL_TYPE = re.compile(r"decimal\(\d+,\d+\)")
+
+
+def _plain(spark_type: Optional[str]) -> bool:
+    return spark_type is not None and (spark_type in _PLAIN_KEY_TYPES or bool(_DECIMAL_TYPE.fullmatch(spark_type)))
 
 
 def plain_key_id(columns: list[str], table: Optional[str], types: Optional[list]) -> Optional[exp.Expr]:
-    """A group key of integer and string columns (`types`: their Spark types) as its values' text
-    joined by `|`: an integer's digits, a string as `<length>:<text>`, NULL as `n`. It reads
-    back one way only, so two keys never share it. None for a key of other types (or none).
-    Spark's `to_json` is not compiled into its generated code: 1.2-1.7 s of the 6 M-row fact's
-    build. Which form a stored result has is part of its plan's digest."""
-    if not columns or types is None or len(types) != len(columns) or any(t not in _PLAIN_KEY_TYPES for t in types):
+    """A group key of the types above (`types`: their Spark types) as its values' text joined by
+    `|`, NULL as `n`; none of the texts holds `|` or starts with `n` except a string's, which is
+    `<length>:<text>`. It reads back one way only, so two keys never share it. None for a key of
+    other types (or none): the md5 of its JSON form identifies those (row_id). Spark's `to_json`
+    is not compiled into its generated code and md5 costs as much again: 1.2-1.7 s of the 6 M-row
+    fact's build. Which form a stored result has is part of its plan's digest, and so is a
+    decimal's declared type (its text depends on the scale): a stored result whose key changes
+    form or type is rebuilt once."""
+    if not columns or types is None or len(types) != len(columns) or not all(_plain(t) for t in types):
         return None
     parts: list[exp.Expr] = []
     for i, (c, t) in enumerate(zip(columns, types)):
@@ -218,6 +229,12 @@ def _plain_key_part(value: exp.Expr, spark_type: str) -> exp.Expr:
         length = exp.Cast(this=exp.Length(this=value.copy()), to=exp.DataType.build("string"))
         text = exp.Anonymous(this="concat", expressions=[length, exp.Literal.string(":"), value.copy()])
         return exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=null, false=text)
+    if spark_type == "date":
+        value = exp.Anonymous(this="unix_date", expressions=[value.copy()])
+    elif spark_type == "timestamp":
+        value = exp.Anonymous(this="unix_micros", expressions=[value.copy()])
+    elif spark_type.startswith("decimal"):
+        value = exp.Cast(this=value.copy(), to=exp.DataType.build(spark_type, dialect="spark"))
     return exp.Coalesce(this=exp.Cast(this=value.copy(), to=exp.DataType.build("string")), expressions=[null])
 
 

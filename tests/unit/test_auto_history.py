@@ -132,7 +132,9 @@ def test_history_rows_one_per_refresh_commit_with_its_versions_and_length():
     assert (rows[0]["spark_statements"], rows[1]["spark_statements"]) == (9, 14)
     # A commit made before the history existed still has its row, without a length.
     old = refresh_rows(
-        "s", "t", metadata.refresh_commits([(0, 3_000, "WRITE", metadata.encode({"mode": "full", "offsets": {}}), None)])
+        "s",
+        "t",
+        metadata.refresh_commits([(0, 3_000, "WRITE", metadata.encode({"mode": "full", "offsets": {}}), None)]),
     )
     assert old[0]["mode"] == "full" and old[0]["seconds"] is None and old[0]["started_at"] is None
     assert old[0]["spark_statements"] is None
