@@ -39,8 +39,8 @@ class KeyedBagResult(BagResult):
     anything is written.
 
     With `row_ids` (the spark engine's: DeltaEngine.keeps_row_ids), a key that is not one column
-    of LISTABLE_KEY_TYPES has its text (or its digest, for a key of other than integer and
-    string columns) stored beside them as `__dvm_row_id`, and rows are met by it. Which one a
+    of LISTABLE_KEY_TYPES has its text (or its digest, for a key of other than the plain types
+    of sqlgen.plain_key_id) stored beside them as `__dvm_row_id`, and rows are met by it. Which one a
     result has follows the key's Spark types (typed_args), so it is known once they are."""
 
     def __init__(

@@ -194,10 +194,12 @@ def row_id(columns: list[str], table: Optional[str] = None) -> exp.Expr:
 
 # Key column types whose text form is exact, cheap to build and independent of session settings:
 # an integer's or a boolean's text, a length-prefixed string, a date as its day number, a
-# timestamp as its microseconds since the epoch (an instant: no time zone), a decimal as its
-# digits at its declared scale (plain_key_id).
+# timestamp as its microseconds since the epoch (an instant: no time zone), a decimal of scale 6
+# or less as its digits at that scale (plain_key_id). Spark prints a decimal of a larger scale
+# in scientific notation when ANSI mode is off and small values (`0E-18`), plainly when it is
+# on: those keep the digest.
 _PLAIN_KEY_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "boolean", "string", "date", "timestamp"})
-_DECIMAL_TYPE = re.compile(r"decimal\(\d+,\d+\)")
+_DECIMAL_TYPE = re.compile(r"decimal\(\d+,[0-6]\)")
 
 
 def _plain(spark_type: Optional[str]) -> bool:
@@ -234,7 +236,21 @@ def _plain_key_part(value: exp.Expr, spark_type: str) -> exp.Expr:
     elif spark_type == "timestamp":
         value = exp.Anonymous(this="unix_micros", expressions=[value.copy()])
     elif spark_type.startswith("decimal"):
-        value = exp.Cast(this=value.copy(), to=exp.DataType.build(spark_type, dialect="spark"))
+        # Cast to the declared type, so the type is in the SQL the plan digest hashes (the text
+        # depends on the scale). The value always fits (both sides are analysed alike, and a
+        # source's type change rebuilds); were it not to, the id stops the query instead of
+        # taking NULL's `n`.
+        declared = exp.Cast(this=value.copy(), to=exp.DataType.build(spark_type, dialect="spark"))
+        text = exp.Coalesce(
+            this=exp.Cast(this=declared, to=exp.DataType.build("string")),
+            expressions=[
+                exp.Anonymous(
+                    this="raise_error",
+                    expressions=[exp.Literal.string(f"a key value does not fit its declared type {spark_type}")],
+                )
+            ],
+        )
+        return exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=null, false=text)
     return exp.Coalesce(this=exp.Cast(this=value.copy(), to=exp.DataType.build("string")), expressions=[null])
 
 

@@ -207,7 +207,7 @@ class AggregateResult(MaintainedResult):
         return args + [(f"{KEY_TYPE}{i}", k) for i, k in enumerate(self.agg.keys)]
 
     def _id(self, table: Optional[str] = None) -> exp.Expr:
-        """A group's row id: its key's text where the key is integers and strings
+        """A group's row id: its key's text where the key is of plain types
         (sqlgen.plain_key_id), else the md5 of its JSON form (sqlgen.row_id)."""
         return plain_key_id(self.key_store, table, self.key_types(len(self.key_store))) or row_id(self.key_store, table)
 

@@ -90,25 +90,30 @@ def test_plain_key_ids_read_back_as_their_keys(spark):
 # Keys of the other plain types: NULLs beside values whose text could look alike, scales kept,
 # dates outside years 1-9999, instants a microsecond apart.
 TYPED_KEYS = """values
- (cast(1.50 as decimal(10,2)), date'2024-01-01', timestamp'2024-01-01 10:00:00.000001 UTC', true),
- (cast(1.5 as decimal(10,2)) + 0.01, date'2024-01-01', timestamp'2024-01-01 10:00:00.000002 UTC', true),
- (cast(-1.50 as decimal(10,2)), date_add(date'0001-01-01', -1), timestamp'2024-01-01 10:00:00.000001 UTC', false),
- (cast(null as decimal(10,2)), cast(null as date), cast(null as timestamp), cast(null as boolean)),
- (cast(0 as decimal(10,2)), date'1970-01-01', timestamp'1970-01-01 00:00:00 UTC', false),
- (cast(0 as decimal(10,2)), date_add(date'9999-12-31', 1), timestamp'1969-12-31 23:59:59.999999 UTC', false)
+ (cast(1.50 as decimal(20,6)), date'2024-01-01', timestamp'2024-01-01 10:00:00.000001 UTC', true),
+ (cast(1.5 as decimal(20,6)) + 0.000001, date'2024-01-01', timestamp'2024-01-01 10:00:00.000002 UTC', true),
+ (cast(-1.50 as decimal(20,6)), date_add(date'0001-01-01', -1), timestamp'2024-01-01 10:00:00.000001 UTC', false),
+ (cast(null as decimal(20,6)), cast(null as date), cast(null as timestamp), cast(null as boolean)),
+ (cast(0 as decimal(20,6)), date'1970-01-01', timestamp'1970-01-01 00:00:00 UTC', false),
+ (cast(0.000001 as decimal(20,6)), date_add(date'9999-12-31', 1), timestamp'1969-12-31 23:59:59.999999 UTC', false)
  as t(a, b, c, d)"""
 
 
 def test_plain_key_ids_of_decimals_dates_timestamps_and_booleans_are_distinct_and_settings_free(spark):
-    types = ["decimal(10,2)", "date", "timestamp", "boolean"]
+    types = ["decimal(20,6)", "date", "timestamp", "boolean"]
     query = f"select {render(plain_key_id(['a', 'b', 'c', 'd'], None, types))} as h from {TYPED_KEYS}"
-    settings = ("spark.sql.session.timeZone", "spark.sql.legacy.timeParserPolicy")
+    settings = ("spark.sql.session.timeZone", "spark.sql.legacy.timeParserPolicy", "spark.sql.ansi.enabled")
     before = {k: spark.conf.get(k, None) for k in settings}
     seen = []
     try:
-        for tz, policy in (("UTC", "CORRECTED"), ("America/New_York", "LEGACY"), ("Asia/Kolkata", "EXCEPTION")):
+        for tz, policy, ansi in (
+            ("UTC", "CORRECTED", "true"),
+            ("America/New_York", "LEGACY", "false"),
+            ("Asia/Kolkata", "EXCEPTION", "false"),
+        ):
             spark.conf.set("spark.sql.session.timeZone", tz)
             spark.conf.set("spark.sql.legacy.timeParserPolicy", policy)
+            spark.conf.set("spark.sql.ansi.enabled", ansi)
             seen.append([r.h for r in spark.sql(query).collect()])
     finally:
         for k, v in before.items():
@@ -116,5 +121,7 @@ def test_plain_key_ids_of_decimals_dates_timestamps_and_booleans_are_distinct_an
     ids = seen[0]
     assert len(set(ids)) == len(ids) == 6
     assert seen[1] == ids and seen[2] == ids
-    assert ids[0] == "1.50|19723|1704103200000001|true" and ids[3] == "n|n|n|n"
-    assert ids[4] == "0.00|0|0|false"
+    assert ids[0] == "1.500000|19723|1704103200000001|true" and ids[3] == "n|n|n|n"
+    assert ids[4] == "0.000000|0|0|false" and ids[5].startswith("0.000001|2932897|")
+    # A scale above 6 prints as `0E-18` or plainly by ANSI mode: such a key keeps the digest.
+    assert plain_key_id(["a"], None, ["decimal(38,18)"]) is None

@@ -71,10 +71,13 @@ QUERIES = {
         SELECT to_date(ts) AS day, flag, COUNT(*) AS n, SUM(big) AS sb, MAX(ts) AS last_ts,
                MIN(ntz) AS first_ntz, MAX(s) AS ms, SUM(small) AS ss
         FROM {src}.typed GROUP BY to_date(ts), flag""",
-    # A key of a wide decimal, an instant and a boolean (each row identified by its plain text,
-    # sqlgen.plain_key_id), NULLs among them.
+    # Keys of a decimal of scale 6, an instant and a boolean (each row identified by its plain
+    # text, sqlgen.plain_key_id), NULLs among them; and of a scale-18 decimal (its digest).
     "types_group_keys": """
-        SELECT big, ts, flag, COUNT(*) AS n, SUM(small) AS ss FROM {src}.typed GROUP BY big, ts, flag""",
+        SELECT CAST(big AS DECIMAL(30, 6)) AS big6, ts, flag, COUNT(*) AS n, SUM(small) AS ss
+        FROM {src}.typed GROUP BY CAST(big AS DECIMAL(30, 6)), ts, flag""",
+    "types_group_wide_decimal": """
+        SELECT big, flag, COUNT(*) AS n FROM {src}.typed GROUP BY big, flag""",
     "types_distinct": "SELECT DISTINCT flag, date_trunc('DAY', ntz) AS d, pt.a AS pa FROM {src}.typed",
     # Both inputs changed: each is read once for the changed keys and its old rows are the new
     # ones minus the change, which must match value for value in every type read.

@@ -63,13 +63,21 @@ class _UsersTable:
 def test_a_name_dbts_cache_shows_as_ours_is_not_looked_up_again():
     from python_helpers.runtime.catalog.views import Catalog
 
+    # _NoCatalog fails the test on any catalog call; returning is the check.
     Catalog(_NoCatalog()).check_name("bench", "q06", "q06", information=SHOWN)
+
+
+def test_the_last_properties_line_is_the_objects_own():
+    own = "Type: VIEW\nView Text: SELECT 1\nTable Properties: [dbt_spark_stream.role=stream_table]\n"
+    users = "Type: VIEW\nView Text: SELECT 1\nTable Properties: [owner=a]\n"
+    assert Described.of(own).role == "stream_table"
+    assert Described.of(users.replace("SELECT 1", "SELECT 1\nTable Properties: [dbt_spark_stream.role=x]")).role is None
 
 
 def test_a_name_dbts_cache_shows_as_someone_elses_is_looked_up_and_refused():
     import pytest
 
-    from python_helpers.runtime.catalog.views import Catalog, NameTaken
+    from python_helpers.runtime.catalog.views import Catalog, NameTaken, forget
 
     conn = _UsersTable()
     users = "Type: MANAGED\nTable Properties: [owner=a]\n"
@@ -77,6 +85,7 @@ def test_a_name_dbts_cache_shows_as_someone_elses_is_looked_up_and_refused():
         with pytest.raises(NameTaken, match="did not create"):
             Catalog(conn).check_name("bench", "q06", "q06", information=information)
     assert conn.asked == 2
+    forget(conn)
 
 
 class _EmptyCatalog:
@@ -135,4 +144,33 @@ def test_a_view_made_after_the_lookup_is_looked_up_again_and_altered():
     Catalog(conn).check_name("bench", "fresh", "fresh")
     assert Catalog(conn).publish_view("bench", "fresh", exp.select("1"), STREAM_TABLE, "fresh")
     assert conn.asked == 2 and conn.ddl[-1] == "ALTER VIEW `bench`.`fresh`"
+    forget(conn)
+
+
+class _OursThenUsers(_EmptyCatalog):
+    """Our view when the name is checked; a user's view by the time it is published."""
+
+    key = "ours-then-users"
+
+    def rows(self, sql):
+        self.asked += 1
+        if self.asked == 1:
+            return [("bench", "q06", False, SHOWN)]
+        return [("bench", "q06", False, "Type: VIEW\nView Text: SELECT 2\nTable Properties: [owner=a]\n")]
+
+    def table_type(self, name):
+        return "VIEW"
+
+
+def test_what_the_check_found_existing_is_not_trusted_when_publishing():
+    import pytest
+    from sqlglot import exp
+
+    from python_helpers.runtime.catalog.views import STREAM_TABLE, Catalog, NameTaken, forget
+
+    conn = _OursThenUsers()
+    Catalog(conn).check_name("bench", "q06", "q06")
+    with pytest.raises(NameTaken, match="did not create"):
+        Catalog(conn).publish_view("bench", "q06", exp.select("1"), STREAM_TABLE, "q06")
+    assert conn.asked == 2 and conn.ddl == []
     forget(conn)

@@ -41,10 +41,11 @@ _PUBLISHED: dict = {}
 # name) -> that generation: a later refresh in the process expecting the same generation (dbt's
 # next model reading the same source) asks the catalog nothing.
 _VERIFIED: dict = {}
-# What check_name found for a stream table's name before the write, per (session, schema, name)
-# -> Described or None: the publish after the write uses it once instead of asking again (a
-# first build's view), and DDL that fails on it looks the name up again.
-_CHECKED: dict = {}
+# Names check_name found free before a first build's write, per (session, schema, name): the
+# publish after the write creates the view without asking again. Only "no object" is kept (a
+# CREATE VIEW fails safely on anything made there since, and then the name is looked up again);
+# every publish of the name, and a drop, forgets it.
+_CHECKED: set = set()
 # Names a `SHOW TABLE EXTENDED ... LIKE` pattern matches literally (its pattern is a regular
 # expression with `*` and `|`).
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -133,8 +134,9 @@ class Described:
     def of(information: str) -> "Described":
         """From `SHOW TABLE EXTENDED`'s information (`key: value` lines)."""
         role = None
-        match = re.search(r"(?:^|\n)Table Properties: \[(.*)\]", information)
-        for entry in (match.group(1) if match else "").split(", "):
+        # The last such line: a view's text, shown before it, may hold one of its own.
+        matches = re.findall(r"(?:^|\n)Table Properties: \[(.*)\]", information)
+        for entry in (matches[-1] if matches else "").split(", "):
             key, _, value = entry.partition("=")
             if key == ROLE_PROPERTY:
                 role = value
@@ -263,6 +265,8 @@ class Catalog:
         text = render(query)
         key = (self.conn.key, schema.lower(), name.lower())
         with _DDL_LOCK:
+            found_free = key in _CHECKED
+            _CHECKED.discard(key)
             known = _PUBLISHED.get(key)
             if known == text:
                 return True
@@ -278,8 +282,8 @@ class Catalog:
                     _PUBLISHED.pop(key, None)
             check_view_text(model, f"{schema}.{name}", text)
             seen_key = (schema.lower(), name.lower())
-            if seen_key not in self.seen and key in _CHECKED:
-                self.seen[seen_key] = _CHECKED.pop(key)
+            if seen_key not in self.seen and found_free:
+                self.seen[seen_key] = None
             if seen_key in self.seen:
                 found = self.seen.pop(seen_key)
                 try:
@@ -332,6 +336,7 @@ class Catalog:
             self.conn.execute(f"DROP VIEW IF EXISTS {quote(schema, name)}")
             _PUBLISHED.pop((self.conn.key, schema.lower(), name.lower()), None)
             _VERIFIED.pop((self.conn.key, schema.lower(), name.lower()), None)
+            _CHECKED.discard((self.conn.key, schema.lower(), name.lower()))
             return True
 
     def check_name(
@@ -349,8 +354,9 @@ class Catalog:
         if information and Described.of(information).role is not None:
             return
         found = self.describe(schema, [name]).get(name)
-        with _DDL_LOCK:
-            _CHECKED[(self.conn.key, schema.lower(), name.lower())] = found
+        if found is None:
+            with _DDL_LOCK:
+                _CHECKED.add((self.conn.key, schema.lower(), name.lower()))
         exists, owner = (False, None) if found is None else (True, found.role)
         if not exists or owner is not None:
             return
@@ -419,9 +425,10 @@ def forget(conn: Connection) -> None:
     """Forget what this process believes it published, or read, in the engine's session (a view
     was found missing or behind)."""
     with _DDL_LOCK:
-        for seen in (_PUBLISHED, _VERIFIED, _CHECKED):
+        for seen in (_PUBLISHED, _VERIFIED):
             for key in [k for k in seen if k[0] == conn.key]:
                 del seen[key]
+        _CHECKED.difference_update([k for k in _CHECKED if k[0] == conn.key])
 
 
 def files_query(root: str, files: list, spark_types: dict, partition_columns: list, partitions: list) -> exp.Expression:
