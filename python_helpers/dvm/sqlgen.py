@@ -241,7 +241,7 @@ def _plain_key_part(value: exp.Expr, spark_type: str) -> exp.Expr:
         # source's type change rebuilds); were it not to, the id stops the query instead of
         # taking NULL's `n`.
         declared = exp.Cast(this=value.copy(), to=exp.DataType.build(spark_type, dialect="spark"))
-        text = exp.Coalesce(
+        fitted = exp.Coalesce(
             this=exp.Cast(this=declared, to=exp.DataType.build("string")),
             expressions=[
                 exp.Anonymous(
@@ -250,7 +250,7 @@ def _plain_key_part(value: exp.Expr, spark_type: str) -> exp.Expr:
                 )
             ],
         )
-        return exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=null, false=text)
+        return exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=null, false=fitted)
     return exp.Coalesce(this=exp.Cast(this=value.copy(), to=exp.DataType.build("string")), expressions=[null])
 
 
