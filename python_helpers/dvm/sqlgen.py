@@ -227,10 +227,13 @@ def plain_key_id(columns: list[str], table: Optional[str], types: Optional[list]
 
 def _plain_key_part(value: exp.Expr, spark_type: str) -> exp.Expr:
     null = exp.Literal.string("n")
+
+    def null_or(text: exp.Expr) -> exp.Expr:
+        return exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=null, false=text)
+
     if spark_type == "string":
         length = exp.Cast(this=exp.Length(this=value.copy()), to=exp.DataType.build("string"))
-        text = exp.Anonymous(this="concat", expressions=[length, exp.Literal.string(":"), value.copy()])
-        return exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=null, false=text)
+        return null_or(exp.Anonymous(this="concat", expressions=[length, exp.Literal.string(":"), value.copy()]))
     if spark_type == "date":
         value = exp.Anonymous(this="unix_date", expressions=[value.copy()])
     elif spark_type == "timestamp":
@@ -250,7 +253,7 @@ def _plain_key_part(value: exp.Expr, spark_type: str) -> exp.Expr:
                 )
             ],
         )
-        return exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=null, false=fitted)
+        return null_or(fitted)
     return exp.Coalesce(this=exp.Cast(this=value.copy(), to=exp.DataType.build("string")), expressions=[null])
 
 

@@ -44,20 +44,32 @@ class _NoCatalog:
         raise AssertionError(f"the catalog was asked ({name})")
 
 
-class _UsersTable:
-    """A connection whose catalog holds a user's table under every name."""
+USERS_TABLE = "Type: MANAGED\nTable Properties: [owner=a]\n"
+USERS_VIEW = "Type: VIEW\nView Text: SELECT 2\nTable Properties: [owner=a]\n"
 
-    key = "users-table"
 
-    def __init__(self):
+class _Scripted:
+    """A connection whose catalog answers each lookup of `name` with the next of `answers` (an
+    object's information, or None for no object; the last answer repeats); counts lookups,
+    records DDL, and refuses CREATE VIEW when `create_fails`."""
+
+    def __init__(self, key, name, answers, kind="VIEW", create_fails=False):
+        self.key, self.name, self.answers, self.kind, self.create_fails = key, name, answers, kind, create_fails
         self.asked = 0
+        self.ddl: list = []
 
     def rows(self, sql):
+        answer = self.answers[min(self.asked, len(self.answers) - 1)]
         self.asked += 1
-        return [("bench", "q06", False, "Type: MANAGED\nTable Properties: [owner=a]\n")]
+        return [] if answer is None else [("bench", self.name, False, answer)]
 
     def table_type(self, name):
-        return "MANAGED"
+        return self.kind
+
+    def execute(self, sql):
+        if self.create_fails and sql.startswith("CREATE VIEW"):
+            raise RuntimeError("TABLE_OR_VIEW_ALREADY_EXISTS")
+        self.ddl.append(sql.split(" AS ")[0])
 
 
 def test_a_name_dbts_cache_shows_as_ours_is_not_looked_up_again():
@@ -79,30 +91,12 @@ def test_a_name_dbts_cache_shows_as_someone_elses_is_looked_up_and_refused():
 
     from python_helpers.runtime.catalog.views import Catalog, NameTaken, forget
 
-    conn = _UsersTable()
-    users = "Type: MANAGED\nTable Properties: [owner=a]\n"
-    for information in (users, None):
+    conn = _Scripted("users-table", "q06", [USERS_TABLE], kind="MANAGED")
+    for information in (USERS_TABLE, None):
         with pytest.raises(NameTaken, match="did not create"):
             Catalog(conn).check_name("bench", "q06", "q06", information=information)
     assert conn.asked == 2
     forget(conn)
-
-
-class _EmptyCatalog:
-    """A connection whose catalog holds nothing; counts lookups and records DDL."""
-
-    key = "empty"
-
-    def __init__(self):
-        self.asked = 0
-        self.ddl: list = []
-
-    def rows(self, sql):
-        self.asked += 1
-        return []
-
-    def execute(self, sql):
-        self.ddl.append(sql.split(" AS ")[0])
 
 
 def test_a_first_build_looks_its_name_up_once_before_the_write_and_creates_the_view():
@@ -110,7 +104,7 @@ def test_a_first_build_looks_its_name_up_once_before_the_write_and_creates_the_v
 
     from python_helpers.runtime.catalog.views import STREAM_TABLE, Catalog, forget
 
-    conn = _EmptyCatalog()
+    conn = _Scripted("empty", "fresh", [None])
     Catalog(conn).check_name("bench", "fresh", "fresh")
     assert Catalog(conn).publish_view("bench", "fresh", exp.select("1"), STREAM_TABLE, "fresh")
     assert conn.asked == 1
@@ -118,48 +112,16 @@ def test_a_first_build_looks_its_name_up_once_before_the_write_and_creates_the_v
     forget(conn)
 
 
-class _ViewMadeMeanwhile(_EmptyCatalog):
-    """Empty when first asked; our view is there by the time the view is created."""
-
-    key = "made-meanwhile"
-
-    def rows(self, sql):
-        self.asked += 1
-        if self.asked == 1:
-            return []
-        return [("bench", "fresh", False, SHOWN)]
-
-    def execute(self, sql):
-        if sql.startswith("CREATE VIEW"):
-            raise RuntimeError("TABLE_OR_VIEW_ALREADY_EXISTS")
-        super().execute(sql)
-
-
 def test_a_view_made_after_the_lookup_is_looked_up_again_and_altered():
     from sqlglot import exp
 
     from python_helpers.runtime.catalog.views import STREAM_TABLE, Catalog, forget
 
-    conn = _ViewMadeMeanwhile()
+    conn = _Scripted("made-meanwhile", "fresh", [None, SHOWN], create_fails=True)
     Catalog(conn).check_name("bench", "fresh", "fresh")
     assert Catalog(conn).publish_view("bench", "fresh", exp.select("1"), STREAM_TABLE, "fresh")
     assert conn.asked == 2 and conn.ddl[-1] == "ALTER VIEW `bench`.`fresh`"
     forget(conn)
-
-
-class _OursThenUsers(_EmptyCatalog):
-    """Our view when the name is checked; a user's view by the time it is published."""
-
-    key = "ours-then-users"
-
-    def rows(self, sql):
-        self.asked += 1
-        if self.asked == 1:
-            return [("bench", "q06", False, SHOWN)]
-        return [("bench", "q06", False, "Type: VIEW\nView Text: SELECT 2\nTable Properties: [owner=a]\n")]
-
-    def table_type(self, name):
-        return "VIEW"
 
 
 def test_what_the_check_found_existing_is_not_trusted_when_publishing():
@@ -168,7 +130,7 @@ def test_what_the_check_found_existing_is_not_trusted_when_publishing():
 
     from python_helpers.runtime.catalog.views import STREAM_TABLE, Catalog, NameTaken, forget
 
-    conn = _OursThenUsers()
+    conn = _Scripted("ours-then-users", "q06", [SHOWN, USERS_VIEW])
     Catalog(conn).check_name("bench", "q06", "q06")
     with pytest.raises(NameTaken, match="did not create"):
         Catalog(conn).publish_view("bench", "q06", exp.select("1"), STREAM_TABLE, "q06")

@@ -353,11 +353,10 @@ class Catalog:
             return
         if information and Described.of(information).role is not None:
             return
-        found = self.describe(schema, [name]).get(name)
-        if found is None:
+        exists, owner = self.role(schema, name)
+        if not exists:
             with _DDL_LOCK:
                 _CHECKED.add((self.conn.key, schema.lower(), name.lower()))
-        exists, owner = (False, None) if found is None else (True, found.role)
         if not exists or owner is not None:
             return
         kind = self.table_type(schema, name)
