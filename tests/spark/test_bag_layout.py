@@ -3,9 +3,11 @@ several times is several stored rows after a full build; a refresh adds a row fo
 change adds to ('I': a change of only added rows is an append), and a tuple it takes from that
 is stored as several rows becomes one ('D' beside 'I').
 
-Real refreshes on real Delta tables, through delta-rs' MERGE in the dbt process and through the
-executors' rewrite (the two ways the embedded engine applies a change), each compared with the
-recompute, and a stream table reading the bag (its counts as weights) compared with its own.
+Real refreshes on real Delta tables, through the dbt process's rewrite of the touched files with
+Arrow (bag_rewrite.py), delta-rs' MERGE in the dbt process (past bag_rewrite.MAX_CANDIDATES) and
+the executors' rewrite (the three ways the embedded engine applies a bag's change), each compared
+with the recompute, and a stream table reading the bag (its counts as weights) compared with its
+own.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 
 import pytest
 
-from python_helpers.runtime.delta.embedded import executor_merge, tables
+from python_helpers.runtime.delta.embedded import bag_rewrite, executor_merge, tables
 from python_helpers.runtime.delta.locations import storage_path
 from tests.support import sources as S
 
@@ -42,10 +44,19 @@ def _stored(env, stream) -> dict:
     return {t: sorted(c) for t, c in out.items()}
 
 
-@pytest.mark.parametrize("path", ["delta_rs", "executors"])
-def test_a_tuple_stored_as_several_rows_is_rewritten_as_one(env, monkeypatch, path):
+PATHS = ["arrow", "delta_rs", "executors"]
+
+
+def _take_path(monkeypatch, path: str) -> None:
+    if path == "delta_rs":
+        monkeypatch.setattr(bag_rewrite, "MAX_CANDIDATES", -1)  # any candidate is too many
     if path == "executors":
         monkeypatch.setattr(executor_merge, "FROM_STORED_ROWS", 0)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_tuple_stored_as_several_rows_is_rewritten_as_one(env, monkeypatch, path):
+    _take_path(monkeypatch, path)
     env.source("t", ROWS)
     bag = env.stream("bag", "SELECT k, v FROM {src}.t")
     down = env.stream(
@@ -67,6 +78,7 @@ def test_a_tuple_stored_as_several_rows_is_rewritten_as_one(env, monkeypatch, pa
         ]
     )
     _refresh(bag, down, (4, 0, 6))  # 3 + 2 + 1 stored rows deleted; 2 rewritten tuples, 2 added
+    assert _last_operation(env, bag) == {"arrow": "WRITE", "delta_rs": "MERGE", "executors": "WRITE"}[path]
     assert _stored(env, bag) == {(1, 10): [2], (2, 20): [1], (2, 21): [1], (None, 40): [1, 1, 1]}
 
     # One of (1, 10)'s two, now one stored row: updated in place; (2, 21) gains a row.
@@ -116,7 +128,7 @@ def test_a_distinct_result_stays_one_row_per_tuple(env):
     assert _stored(env, distinct) == {(1, 10): [2], (2, 20): [2], (3, 30): [2], (None, 40): [2]}
 
 
-@pytest.mark.parametrize("path", ["delta_rs", "executors"])
+@pytest.mark.parametrize("path", PATHS)
 def test_a_change_of_only_added_rows_does_not_read_the_stored_rows(env, monkeypatch, path):
     """Each stored file is swapped for one that is not parquet while the refresh runs: a change
     that only adds rows is appended without anyone reading them; one that takes a row away reads
@@ -125,8 +137,7 @@ def test_a_change_of_only_added_rows_does_not_read_the_stored_rows(env, monkeypa
     from python_helpers.runtime.refresh import differential
 
     monkeypatch.setattr(differential, "RESTRICT_STORAGE_BYTES", 0)  # as for a large stored result
-    if path == "executors":
-        monkeypatch.setattr(executor_merge, "FROM_STORED_ROWS", 0)
+    _take_path(monkeypatch, path)
     env.source("t", ROWS)
     bag = env.stream("bag", "SELECT k, v FROM {src}.t")
     bag.refresh(expect="full")

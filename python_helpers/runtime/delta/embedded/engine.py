@@ -5,7 +5,8 @@ see catalog views over generation directories (Spark here has no Delta Lake).
 The modules beside this one hold the work: tables.py (opening tables, file lists, statistics),
 log.py (commit files), change_feed.py (reading a change), bindings.py (the relations of a
 refresh), storage.py (the stored result's commits), bag_lookup.py (a bag's MERGE rows from its
-change and the stored rows of the tuples it takes from), executor_writes.py and
+change and the stored rows of the tuples it takes from), bag_rewrite.py (a bag's change that
+takes rows, applied by rewriting the touched files with Arrow), executor_writes.py and
 executor_merge.py (full and differential refreshes whose files the executors write),
 publishing.py with generations.py (the views), housekeeping.py (vacuum).
 """
@@ -20,6 +21,7 @@ from python_helpers.runtime.delta import base, locations
 from python_helpers.runtime.delta.base import Log, Merged, TableState
 from python_helpers.runtime.delta.embedded import (
     bag_lookup,
+    bag_rewrite,
     change_feed,
     executor_merge,
     executor_writes,
@@ -113,6 +115,20 @@ class EmbeddedDelta:
             return executor_merge.merge(self.conn, target, sql, metadata, read_version, phases, match, large)
         with phases("delta"):
             data = self.conn.arrow(sql) if sql is not None else None
+        if resolve and data is not None and bag_rewrite.takes_rows(data) and not paths.is_uri(target):
+            steps.reached("delta_computed")
+            try:
+                with phases("merge"):
+                    steps.reached("merging")
+                    merged = bag_rewrite.rewrite(
+                        tables.table_at(target, read_version), target, data, list(match), metadata, read_version
+                    )
+                steps.reached("committed")
+                if storage.maybe_compact(target):
+                    steps.reached("compacted")
+                return merged
+            except bag_rewrite.TooMany:
+                pass  # delta-rs' MERGE below, its lookup first
         if resolve and data is not None and data.num_rows:
             with phases("lookup"):
                 table = tables.table_at(target, read_version)
