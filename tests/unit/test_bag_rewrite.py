@@ -132,9 +132,12 @@ def test_each_tuple_ends_with_its_count_plus_the_weight(case):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def test_counts_are_those_the_merge_reports(tmp_path):
+@pytest.mark.parametrize("held", [bag_rewrite.HELD_BYTES, 0])
+def test_counts_are_those_the_merge_reports(tmp_path, monkeypatch, held):
     """(1, a) stored as two rows loses one: both go, one row of 1 is added (2 deleted, 1 inserted);
-    (2, b), one row, loses one of its 2: updated; (None, None) gains a row: inserted."""
+    (2, b), one row, loses one of its 2: updated; (None, None) gains a row: inserted. With no
+    bytes held, each touched file is read again for its rewrite."""
+    monkeypatch.setattr(bag_rewrite, "HELD_BYTES", held)
     path = str(tmp_path / "stored")
     version = _build(path, [[((1, "a"), 1), ((2, "b"), 2)], [((1, "a"), 1), ((2, "a"), 5)]])
     merged = _rewrite(path, {(1, "a"): -1, (2, "b"): -1, (None, None): 1}, version)

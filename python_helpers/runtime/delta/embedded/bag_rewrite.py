@@ -6,13 +6,14 @@ them and rewrites every file holding one: on the demo's 11 M-row bag under 42 sc
 rows, the lookup of the losing tuples (bag_lookup.py) plus the MERGE took 2.3 + 8.3 s on a slow
 day, where this module's one pass took a third of it. Here, in the dbt process:
 
-1. each stored file is scanned for the losing tuples' candidate rows (each column's values
-   matched on their own, as bag_lookup.losing_filter), with the file each came from;
+1. each stored file is read once, whole, and its candidate rows found (each column's value
+   among the losing tuples' values of that column, as bag_lookup.losing_filter), with the file
+   they are in; the files holding one are kept in memory up to HELD_BYTES;
 2. their stored counts decide what each tuple becomes (bag_lookup.actions: the same rules, and
    StoredRowsMissing when the change takes more than is stored);
-3. every file holding a row of a losing tuple is read whole; its other rows, one row per losing
-   tuple that keeps rows (its new count) and one per gaining tuple are written as new files
-   (in parallel: pyarrow's writer holds no lock) into `merge-<id>/` of the table;
+3. every file holding a row of a losing tuple is written again without that tuple's rows (NULL
+   meets NULL), and with the last of them one row per losing tuple that keeps rows (its new
+   count) and one per gaining tuple, into `merge-<id>/` of the table, two files at a time;
 4. one commit removes the touched files and adds the new ones with the offsets, at the version
    the refresh read (storage.commit_rewrite: a rival's commit since fails it, nothing applied).
 
@@ -33,7 +34,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -55,6 +56,9 @@ from python_helpers.runtime.delta.embedded.executor_writes import add_actions, c
 # Candidate rows (stored rows whose every column holds a value some losing tuple has) beyond
 # which the caller keeps delta-rs' MERGE: each candidate is checked in Python.
 MAX_CANDIDATES = 1_000_000
+# Bytes of stored files (Arrow's, in memory) the scan keeps for the rewrite; a touched file past
+# it is read again when written, so the dbt process holds about two files' rows at a time.
+HELD_BYTES = 512 * 1024 * 1024
 FILE_COLUMN = "__dvm_file"  # the stored file a candidate row is in
 
 
@@ -105,37 +109,46 @@ def plan(change: pa.Table, columns: list, candidates: pa.Table, schema: pa.Schem
 
 @dataclass
 class Scanned:
-    """One stored file read whole, and which of its rows may belong to a losing tuple."""
+    """One stored file that holds a candidate row: where they are, what they hold, and the file's
+    rows when they are kept in memory for the rewrite (else it is read again)."""
 
     path: str
-    rows: pa.Table  # the stored schema
     at: pa.Array  # indices of the candidate rows
+    picked: pa.Table  # the candidate rows: `columns` and __dvm_count
+    rows: Optional[pa.Table]  # the whole file in the stored schema, or None past HELD_BYTES
 
 
 def scan(datasets: list, columns: list, losing: pa.Table, schema: pa.Schema) -> list:
     """Every stored file of `datasets` (tables.parquet_datasets) that holds a candidate row (each
-    of its `columns` holds a value of that column in `losing`), read whole; raises TooMany past
-    MAX_CANDIDATES."""
+    of its `columns` holds a value of that column in `losing`); raises TooMany past
+    MAX_CANDIDATES. Each file is read whole once, and kept while all kept stay under HELD_BYTES."""
     values = {c: pc.unique(losing.column(c)) for c in columns}
     found = []
-    total = 0
+    total = held = 0
     for dataset in datasets:
         for fragment in dataset.get_fragments():
-            # Cast first: files of delta-rs' MERGE hold strings as string_view, which Arrow's
-            # is_in does not take.
-            rows = fragment.to_table(columns=schema.names).cast(schema)
-            mask = None
+            rows = _read(fragment.path, schema)
+            mask = pa.array(np.ones(rows.num_rows, dtype=bool))
             for c in columns:
                 # is_in meets a NULL with a NULL of the values, as the MERGE's IS NOT DISTINCT FROM.
-                part = pc.is_in(rows.column(c), value_set=values[c])
-                mask = part if mask is None else pc.and_(mask, part)
+                mask = pc.and_(mask, pc.is_in(rows.column(c), value_set=values[c]))
             at = pc.indices_nonzero(mask)
             total += len(at)
             if total > MAX_CANDIDATES:
                 raise TooMany(total)
             if len(at):
-                found.append(Scanned(fragment.path, rows, at))
+                keep = held + rows.nbytes <= HELD_BYTES
+                held += rows.nbytes if keep else 0
+                found.append(
+                    Scanned(fragment.path, at, rows.select([*columns, COUNT]).take(at), rows if keep else None)
+                )
     return found
+
+
+def _read(path: str, schema: pa.Schema) -> pa.Table:
+    # Cast: files of delta-rs' MERGE hold strings as string_view, which Arrow's is_in does not
+    # take, and every file is written again in the stored schema.
+    return pq.read_table(path, columns=schema.names).cast(schema)
 
 
 def candidates(scanned: list, columns: list, schema: pa.Schema) -> pa.Table:
@@ -143,8 +156,7 @@ def candidates(scanned: list, columns: list, schema: pa.Schema) -> pa.Table:
     fields = [schema.field(c) for c in columns] + [schema.field(COUNT), pa.field(FILE_COLUMN, pa.string())]
     parts = [pa.schema(fields).empty_table()]
     for one in scanned:
-        picked = one.rows.select([*columns, COUNT]).take(one.at)
-        parts.append(picked.append_column(FILE_COLUMN, pa.array([one.path] * picked.num_rows, pa.string())))
+        parts.append(one.picked.append_column(FILE_COLUMN, pa.array([one.path] * len(one.at), pa.string())))
     return pa.concat_tables(parts)
 
 
@@ -152,17 +164,17 @@ class TooMany(Exception):
     """More candidate rows than MAX_CANDIDATES: the caller keeps delta-rs' MERGE."""
 
 
-def kept_rows(one: Scanned, columns: list, dropped: frozenset) -> pa.Table:
+def kept_rows(one: Scanned, columns: list, dropped: frozenset, schema: pa.Schema) -> pa.Table:
     """The rows of one stored file that belong to no dropped tuple (NULL meets NULL, as the
     MERGE's IS NOT DISTINCT FROM)."""
-    hits = one.rows.select(columns).take(one.at)
-    positions = one.at.to_pylist()
-    gone = [p for p, values in zip(positions, zip(*[hits.column(c).to_pylist() for c in columns])) if values in dropped]
+    rows = one.rows if one.rows is not None else _read(one.path, schema)
+    hits = zip(one.at.to_pylist(), zip(*[one.picked.column(c).to_pylist() for c in columns]))
+    gone = [p for p, values in hits if values in dropped]
     if not gone:
-        return one.rows
-    keep = np.ones(one.rows.num_rows, dtype=bool)
+        return rows
+    keep = np.ones(rows.num_rows, dtype=bool)
     keep[gone] = False
-    return one.rows.filter(pa.array(keep))
+    return rows.filter(pa.array(keep))
 
 
 def rewrite(table: Any, target: str, change: pa.Table, columns: list, metadata: dict, read_version: int) -> Merged:
@@ -183,8 +195,7 @@ def rewrite(table: Any, target: str, change: pa.Table, columns: list, metadata: 
     directory = f"{DIRECTORY_PREFIX}{uuid.uuid4().hex[:16]}"
     where = os.path.join(paths.local(target), directory)
     try:
-        outputs = _outputs(decided, scanned, columns)
-        written = _write(where, outputs)
+        written = _write(where, decided, scanned, columns, schema)
         footers = [files.footer(f) for f in written]
         adds = add_actions(directory, written, footers, schema)
         check_view_fits(metadata.get("model", "?"), target, adds)
@@ -207,33 +218,31 @@ def rewrite(table: Any, target: str, change: pa.Table, columns: list, metadata: 
     return Merged(change.num_rows, decided.inserted, decided.updated, decided.deleted, files_rewritten=len(removes))
 
 
-def _outputs(decided: Plan, scanned: list, columns: list) -> list:
-    """The tables to write: each touched file's kept rows, the added rows with the last."""
-    touched = set(decided.touched)
-    out = [kept_rows(one, columns, decided.dropped) for one in scanned if one.path in touched]
-    if decided.added.num_rows:
-        if out:
-            out[-1] = pa.concat_tables([out[-1], decided.added])
-        else:
-            out.append(decided.added)
-    return [t for t in out if t.num_rows]
-
-
-def _write(where: str, outputs: list) -> list:
-    """Write `outputs` as parquet files into the new local directory `where` (two at a time:
-    the writer releases the GIL); returns them as files.WrittenFile, sorted."""
+def _write(where: str, decided: Plan, scanned: list, columns: list, schema: pa.Schema) -> list:
+    """Write each touched file's kept rows (the added rows with the last) as a parquet file into
+    the new local directory `where`, two files at a time (the reader and writer release the
+    GIL); returns them as files.WrittenFile, sorted."""
     os.makedirs(where)
+    touched = set(decided.touched)
+    jobs: list = [one for one in scanned if one.path in touched]
+    if not jobs and decided.added.num_rows:
+        jobs.append(None)  # nothing touched: only the added rows (a change refused before, kept safe)
+    last = len(jobs) - 1
 
     def one(item: tuple) -> None:
-        i, data = item
-        name = f"part-{i:05d}-{uuid.uuid4().hex}.snappy.parquet"
+        i, scanned_file = item
+        data = kept_rows(scanned_file, columns, decided.dropped, schema) if scanned_file is not None else None
+        if i == last and decided.added.num_rows:
+            data = decided.added if data is None else pa.concat_tables([data, decided.added])
+        if data is None or not data.num_rows:
+            return
         pq.write_table(
             data,
-            os.path.join(where, name),
+            os.path.join(where, f"part-{i:05d}-{uuid.uuid4().hex}.snappy.parquet"),
             compression=storage.COMPRESSION.lower(),
             row_group_size=storage.ROW_GROUP_ROWS,
         )
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        list(pool.map(one, enumerate(outputs)))
+        list(pool.map(one, enumerate(jobs)))
     return files.parquet_files(where)
