@@ -133,7 +133,8 @@ def test_a_change_of_only_added_rows_does_not_read_the_stored_rows(env, monkeypa
     """Each stored file is swapped for one that is not parquet while the refresh runs: a change
     that only adds rows is appended without anyone reading them; one that takes a row away reads
     them (and fails here, nothing written): Spark where the executors apply the change, the dbt
-    process's lookup (bag_lookup.py) where delta-rs does."""
+    process's scan elsewhere (bag_rewrite.py reads the files' footers before its candidate bound
+    could send the change to bag_lookup.py, so the `delta_rs` case fails there too)."""
     from python_helpers.runtime.refresh import differential
 
     monkeypatch.setattr(differential, "RESTRICT_STORAGE_BYTES", 0)  # as for a large stored result

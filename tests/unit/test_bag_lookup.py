@@ -19,31 +19,7 @@ from python_helpers.dvm.tree import WEIGHT
 from python_helpers.runtime.connections.files import WrittenFile
 from python_helpers.runtime.delta.base import StoredRowsMissing
 from python_helpers.runtime.delta.embedded import bag_lookup, executor_writes, storage, tables
-
-COLUMNS = ["k", "v"]
-TUPLES = [(k, v) for k in (None, 1, 2) for v in (None, "a", "b")]
-
-
-def _stored_table(rows: list) -> pa.Table:
-    """Stored rows [((k, v), count)] as the stored result holds them."""
-    return pa.table(
-        {
-            "k": pa.array([t[0] for t, _ in rows], pa.int64()),
-            "v": pa.array([t[1] for t, _ in rows], pa.string()),
-            COUNT: pa.array([c for _, c in rows], pa.int64()),
-        }
-    )
-
-
-def _change_table(weights: dict) -> pa.Table:
-    items = sorted(weights.items(), key=repr)
-    return pa.table(
-        {
-            "k": pa.array([t[0] for t, _ in items], pa.int64()),
-            "v": pa.array([t[1] for t, _ in items], pa.string()),
-            WEIGHT: pa.array([w for _, w in items], pa.int64()),
-        }
-    )
+from tests.support.bag_tuples import COLUMNS, TUPLES, change_table, stored_table, totals
 
 
 def _apply(stored: list, merge_rows: pa.Table) -> list:
@@ -63,22 +39,15 @@ def _apply(stored: list, merge_rows: pa.Table) -> list:
     return out
 
 
-def _totals(rows: list) -> dict:
-    totals: dict = {}
-    for t, c in rows:
-        totals[t] = totals.get(t, 0) + c
-    return {t: c for t, c in totals.items() if c}
-
-
 @st.composite
 def stored_and_change(draw):
     stored = draw(st.lists(st.tuples(st.sampled_from(TUPLES), st.integers(1, 3)), max_size=12))
-    totals = _totals(stored)
+    counts = totals(stored)
     weights = {}
     for t in draw(st.lists(st.sampled_from(TUPLES), unique=True, max_size=len(TUPLES))):
         w = (
-            draw(st.integers(-totals.get(t, 0), 3).filter(lambda x: x != 0))
-            if totals.get(t)
+            draw(st.integers(-counts.get(t, 0), 3).filter(lambda x: x != 0))
+            if counts.get(t)
             else draw(st.integers(1, 3))
         )
         weights[t] = w
@@ -89,17 +58,17 @@ def stored_and_change(draw):
 @given(stored_and_change())
 def test_the_merge_rows_leave_each_tuple_with_its_count_plus_the_weight(case):
     stored, weights = case
-    table = _stored_table(stored)
-    change = _change_table(weights)
+    table = stored_table(stored)
+    change = change_table(weights)
     # The lookup reads only the rows its filter keeps: every row of a losing tuple must pass.
     condition = bag_lookup.losing_filter(change, COLUMNS)
     kept = ds.dataset(table).to_table(filter=condition) if condition is not None else table.slice(0, 0)
     rows = bag_lookup.actions(change, COLUMNS, bag_lookup.stored_counts(kept, COLUMNS))
     after = _apply(stored, rows)
-    expected = _totals(stored)
+    expected = totals(stored)
     for t, w in weights.items():
         expected[t] = expected.get(t, 0) + w
-    assert _totals(after) == {t: c for t, c in expected.items() if c}
+    assert totals(after) == {t: c for t, c in expected.items() if c}
     # A tuple the change took from is one stored row after the MERGE (or none).
     for t, w in weights.items():
         if w < 0:
@@ -107,7 +76,7 @@ def test_the_merge_rows_leave_each_tuple_with_its_count_plus_the_weight(case):
 
 
 def test_a_change_of_only_added_rows_looks_nothing_up():
-    change = _change_table({(1, "a"): 2, (None, None): 1})
+    change = change_table({(1, "a"): 2, (None, None): 1})
     assert bag_lookup.losing_filter(change, COLUMNS) is None
     rows = bag_lookup.actions(change, COLUMNS, {})
     assert sorted(rows.column(ACTION).to_pylist()) == [INSERT, INSERT]
@@ -115,9 +84,9 @@ def test_a_change_of_only_added_rows_looks_nothing_up():
 
 @pytest.mark.parametrize("stored", [[], [((1, "a"), 1)]])
 def test_taking_more_than_is_stored_raises_before_anything_is_written(stored):
-    change = _change_table({(1, "a"): -2})
+    change = change_table({(1, "a"): -2})
     with pytest.raises(StoredRowsMissing, match="1 tuples"):
-        bag_lookup.actions(change, COLUMNS, bag_lookup.stored_counts(_stored_table(stored), COLUMNS))
+        bag_lookup.actions(change, COLUMNS, bag_lookup.stored_counts(stored_table(stored), COLUMNS))
 
 
 def test_the_lookup_reads_files_whose_log_has_no_bounds_for_a_column(tmp_path):

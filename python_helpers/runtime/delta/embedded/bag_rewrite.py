@@ -30,32 +30,28 @@ for a stored result on an object store (this module writes local files only).
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake.transaction import RemoveAction
 
 from python_helpers.dvm.merge_actions import ACTION, DELETE, INSERT, UPSERT
 from python_helpers.dvm.stored_reads import COUNT
 from python_helpers.dvm.tree import WEIGHT
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections import files
-from python_helpers.runtime.delta import metadata as metadata_format
-from python_helpers.runtime.delta.base import Merged
+from python_helpers.runtime.delta.base import ConcurrentCommit, Merged
 from python_helpers.runtime.delta.embedded import bag_lookup, storage, tables
-from python_helpers.runtime.delta.embedded.executor_merge import DIRECTORY_PREFIX
-from python_helpers.runtime.delta.embedded.executor_writes import add_actions, check_view_fits
+from python_helpers.runtime.delta.embedded.executor_merge import DIRECTORY_PREFIX, commit_touched
 
 # Candidate rows (stored rows whose every column holds a value some losing tuple has) beyond
 # which the caller keeps delta-rs' MERGE: each candidate is checked in Python.
-MAX_CANDIDATES = 1_000_000
+MAX_CANDIDATES = 200_000
 # Bytes of stored files (Arrow's, in memory) the scan keeps for the rewrite; a touched file past
 # it is read again when written, so the dbt process holds about two files' rows at a time.
 HELD_BYTES = 512 * 1024 * 1024
@@ -75,6 +71,7 @@ class Plan:
     touched: list  # absolute paths of the stored files to replace, in scan order
     dropped: frozenset  # the losing tuples (each stored row of one in a touched file goes)
     added: pa.Table  # the stored schema's rows written besides the kept ones
+    actions: int  # the MERGE rows the change comes to (bag_lookup.actions), as delta-rs counts them
     inserted: int
     updated: int
     deleted: int
@@ -104,7 +101,7 @@ def plan(change: pa.Table, columns: list, candidates: pa.Table, schema: pa.Schem
     firsts = zip(*[merge.column(c).to_pylist() for c in columns])
     deleted = sum(stored_rows.get(t, 0) for t, a in zip(firsts, acts) if a == DELETE)
     updated = acts.count(UPSERT)
-    return Plan(list(touched), dropped, added, acts.count(INSERT), updated, deleted)
+    return Plan(list(touched), dropped, added, len(acts), acts.count(INSERT), updated, deleted)
 
 
 @dataclass
@@ -177,10 +174,19 @@ def kept_rows(one: Scanned, columns: list, dropped: frozenset, schema: pa.Schema
     return rows.filter(pa.array(keep))
 
 
-def rewrite(table: Any, target: str, change: pa.Table, columns: list, metadata: dict, read_version: int) -> Merged:
+def rewrite(
+    table: Any,
+    target: str,
+    change: pa.Table,
+    columns: list,
+    metadata: dict,
+    read_version: int,
+    reached: Callable[[str], None] = lambda step: None,
+) -> Merged:
     """Apply the consolidated bag `change` (the delta query's rows: `columns` and __dvm_w) to the
     stored result at `target` (`table`: opened at `read_version`) in one commit with `metadata`.
-    Raises TooMany before anything is written when the candidates are too many."""
+    Raises TooMany before anything is written when the candidates are too many; `reached` is told
+    the refresh's steps from then on (delta_computed, merging), once the rewrite goes ahead."""
     schema = tables.arrow_schema(table)
     types = {f.name: f.type for f in schema}
     change = pa.table({**{c: change.column(c).cast(types[c]) for c in columns}, WEIGHT: change.column(WEIGHT)})
@@ -188,6 +194,8 @@ def rewrite(table: Any, target: str, change: pa.Table, columns: list, metadata: 
     assert losing.num_rows, "rewrite is for a change that takes rows (takes_rows)"
     scanned = scan(tables.parquet_datasets(table, target), columns, losing, schema)
     decided = plan(change, columns, candidates(scanned, columns, schema), schema)
+    reached("delta_computed")
+    reached("merging")
     actions = tables.add_actions(table)
     log_paths = actions.column("path").to_pylist()
     sizes = dict(zip(log_paths, actions.column("size_bytes").to_pylist()))
@@ -197,45 +205,44 @@ def rewrite(table: Any, target: str, change: pa.Table, columns: list, metadata: 
     try:
         written = _write(where, decided, scanned, columns, schema)
         footers = [files.footer(f) for f in written]
-        adds = add_actions(directory, written, footers, schema)
-        check_view_fits(metadata.get("model", "?"), target, adds)
-        now = int(time.time() * 1000)
-        removed = [by_file[paths.local(f)] for f in decided.touched]
-        removes = [RemoveAction(rel, True, now, sizes.get(rel), {}) for rel in removed]
-        counts = metadata_format.with_written(
-            metadata,
-            rows_inserted=decided.inserted,
-            rows_updated=decided.updated,
-            rows_deleted=decided.deleted,
-            rows_written=sum(f.num_rows for f in footers),
-            files_added=len(adds),
-            files_removed=len(removes),
-        )
-        storage.commit_rewrite(target, removes, adds, counts, read_version)
     except BaseException:
-        files.remove(where)  # named by no commit (a rival's commit stands, or none was made)
+        files.remove(where)  # named by no commit
         raise
-    return Merged(change.num_rows, decided.inserted, decided.updated, decided.deleted, files_rewritten=len(removes))
+    removed = [by_file[paths.local(f)] for f in decided.touched]
+    rows = (decided.inserted, decided.updated, decided.deleted)
+    try:
+        commit_touched(target, directory, written, footers, schema, removed, sizes, rows, metadata, read_version)
+    except ConcurrentCommit:
+        files.remove(where)  # the rival's commit stands; these files are named by none
+        raise
+    # Any other failure of the commit may come after the log named the files (a post-commit
+    # hook, an interrupt): they stay, and the vacuum removes them if no commit names them.
+    return Merged(decided.actions, decided.inserted, decided.updated, decided.deleted, files_rewritten=len(removed))
 
 
 def _write(where: str, decided: Plan, scanned: list, columns: list, schema: pa.Schema) -> list:
     """Write each touched file's kept rows (the added rows with the last) as a parquet file into
     the new local directory `where`, two files at a time (the reader and writer release the
     GIL); returns them as files.WrittenFile, sorted."""
-    os.makedirs(where)
     touched = set(decided.touched)
-    jobs: list = [one for one in scanned if one.path in touched]
-    if not jobs and decided.added.num_rows:
-        jobs.append(None)  # nothing touched: only the added rows (a change refused before, kept safe)
+    jobs: list = [f for f in scanned if f.path in touched]
+    for f in scanned:
+        if f.path not in touched:
+            f.rows = None  # not rewritten: its rows need not stay in memory
+    # A change that takes rows meets a stored row of each losing tuple (else plan raised
+    # StoredRowsMissing), so some file is touched: the added rows go with the last one.
+    assert jobs, "a change that takes rows touches a stored file"
     last = len(jobs) - 1
 
-    def one(item: tuple) -> None:
+    def write_one(item: tuple) -> None:
         i, scanned_file = item
-        data = kept_rows(scanned_file, columns, decided.dropped, schema) if scanned_file is not None else None
+        data = kept_rows(scanned_file, columns, decided.dropped, schema)
+        scanned_file.rows = None
         if i == last and decided.added.num_rows:
-            data = decided.added if data is None else pa.concat_tables([data, decided.added])
-        if data is None or not data.num_rows:
-            return
+            data = pa.concat_tables([data, decided.added])
+        if not data.num_rows:
+            return  # every row of the file goes (no directory made for nothing)
+        os.makedirs(where, exist_ok=True)
         pq.write_table(
             data,
             os.path.join(where, f"part-{i:05d}-{uuid.uuid4().hex}.snappy.parquet"),
@@ -244,5 +251,5 @@ def _write(where: str, decided: Plan, scanned: list, columns: list, schema: pa.S
         )
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        list(pool.map(one, enumerate(jobs)))
+        list(pool.map(write_one, enumerate(jobs)))
     return files.parquet_files(where)

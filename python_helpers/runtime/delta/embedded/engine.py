@@ -116,19 +116,25 @@ class EmbeddedDelta:
         with phases("delta"):
             data = self.conn.arrow(sql) if sql is not None else None
         if resolve and data is not None and bag_rewrite.takes_rows(data) and not paths.is_uri(target):
-            steps.reached("delta_computed")
+            # A bag's change that takes rows: the dbt process rewrites the touched files itself
+            # (bag_rewrite.py), unless its candidates are too many for it.
             try:
                 with phases("merge"):
-                    steps.reached("merging")
                     merged = bag_rewrite.rewrite(
-                        tables.table_at(target, read_version), target, data, list(match), metadata, read_version
+                        tables.table_at(target, read_version),
+                        target,
+                        data,
+                        list(match),
+                        metadata,
+                        read_version,
+                        reached=steps.reached,
                     )
                 steps.reached("committed")
                 if storage.maybe_compact(target):
                     steps.reached("compacted")
                 return merged
             except bag_rewrite.TooMany:
-                pass  # delta-rs' MERGE below, its lookup first
+                pass  # the lookup and delta-rs' MERGE below
         if resolve and data is not None and data.num_rows:
             with phases("lookup"):
                 table = tables.table_at(target, read_version)

@@ -40,7 +40,7 @@ from python_helpers.dvm.stored_reads import matches
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections import files
 from python_helpers.runtime.delta import metadata as metadata_format
-from python_helpers.runtime.delta.base import Merged
+from python_helpers.runtime.delta.base import ConcurrentCommit, Merged
 from python_helpers.runtime.delta.embedded import change_feed, storage, tables
 from python_helpers.runtime.delta.embedded.executor_writes import add_actions, check_timestamps, check_view_fits
 from python_helpers.runtime.refresh import scan_settings, steps
@@ -229,25 +229,55 @@ def merge(
                 footers = [files.footer(f) for f in written]
                 if footers:
                     check_timestamps(footers[0].schema.to_arrow_schema())
-                adds = add_actions(directory, written, footers, schema)
-                check_view_fits(metadata.get("model", "?"), target, adds)
-                now = int(time.time() * 1000)
-                removes = [RemoveAction(rel, True, now, sizes.get(rel), {}) for rel in touched]
-                counts = metadata_format.with_written(
-                    metadata,
-                    rows_inserted=upserts - updated,
-                    rows_updated=updated,
-                    rows_deleted=deleted,
-                    rows_written=sum(f.num_rows for f in footers),
-                    files_added=len(adds),
-                    files_removed=len(removes),
-                )
-                storage.commit_rewrite(target, removes, adds, counts, read_version)
             except BaseException:
-                files.remove(where)  # named by no commit (a rival's commit stands, or none was made)
+                files.remove(where)  # named by no commit
                 raise
+            rows = (upserts - updated, updated, deleted)
+            try:
+                commit_touched(
+                    target, directory, written, footers, schema, list(touched), sizes, rows, metadata, read_version
+                )
+            except ConcurrentCommit:
+                files.remove(where)  # the rival's commit stands; these files are named by none
+                raise
+            # Any other failure of the commit may come after the log named the files (a
+            # post-commit hook, an interrupt): they stay, for the vacuum if no commit names them.
             steps.reached("committed")
             return Merged(total, upserts - updated, updated, deleted, len(touched), by_executors=True)
     finally:
         for name in (merge_rows, stored_ids, touched_view):
             conn.drop_view(name)
+
+
+def commit_touched(
+    target: str,
+    directory: str,
+    written: list,
+    footers: list,
+    schema: Any,
+    removed: Any,
+    sizes: dict,
+    rows: tuple,
+    metadata: dict,
+    read_version: int,
+) -> None:
+    """Commit the files written into `directory` of the table (`written`, their `footers`) in
+    place of the stored files `removed` (log paths; `sizes` of every live file by log path),
+    with `metadata` counting `rows` (inserted, updated, deleted), at `read_version`: a rival's
+    commit since fails it with ConcurrentCommit. The one commit of a rewrite of touched files
+    (the executors' here, the dbt process's in bag_rewrite.py)."""
+    adds = add_actions(directory, written, footers, schema)
+    check_view_fits(metadata.get("model", "?"), target, adds)
+    now = int(time.time() * 1000)
+    removes = [RemoveAction(rel, True, now, sizes.get(rel), {}) for rel in removed]
+    inserted, updated, deleted = rows
+    counts = metadata_format.with_written(
+        metadata,
+        rows_inserted=inserted,
+        rows_updated=updated,
+        rows_deleted=deleted,
+        rows_written=sum(f.num_rows for f in footers),
+        files_added=len(adds),
+        files_removed=len(removes),
+    )
+    storage.commit_rewrite(target, removes, adds, counts, read_version)
