@@ -35,11 +35,17 @@ def losing_filter(change: pa.Table, columns: list) -> Optional[pc.Expression]:
     if not losing.num_rows:
         return None
     condition: Optional[pc.Expression] = None
-    for c in columns:
+    for c, values in losing_values(losing, columns).items():
         # is_in keeps a NULL where the values hold one: a NULL meets a NULL, as in the MERGE.
-        part = pc.field(c).isin(pc.unique(losing.column(c)))
+        part = pc.field(c).isin(values)
         condition = part if condition is None else condition & part
     return condition
+
+
+def losing_values(losing: pa.Table, columns: list) -> dict:
+    """{column: its distinct values among the `losing` tuples}: a stored row can belong to a
+    losing tuple only where each of its columns holds one of them."""
+    return {c: pc.unique(losing.column(c)) for c in columns}
 
 
 def stored_counts(stored: pa.Table, columns: list) -> dict:

@@ -56,6 +56,7 @@ MAX_CANDIDATES = 200_000
 # it is read again when written, so the dbt process holds about two files' rows at a time.
 HELD_BYTES = 512 * 1024 * 1024
 FILE_COLUMN = "__dvm_file"  # the stored file a candidate row is in
+AT_COLUMN = "__dvm_at"  # its position in that file
 
 
 def takes_rows(change: pa.Table) -> bool:
@@ -69,7 +70,7 @@ class Plan:
     (the losing tuples' rows), the rows to add and the counts the MERGE would report."""
 
     touched: list  # absolute paths of the stored files to replace, in scan order
-    dropped: frozenset  # the losing tuples (each stored row of one in a touched file goes)
+    gone: dict  # {touched file: the positions of its rows that go (a losing tuple's)}
     added: pa.Table  # the stored schema's rows written besides the kept ones
     actions: int  # the MERGE rows the change comes to (bag_lookup.actions), as delta-rs counts them
     inserted: int
@@ -80,18 +81,19 @@ class Plan:
 def plan(change: pa.Table, columns: list, candidates: pa.Table, schema: pa.Schema) -> Plan:
     """The plan for the consolidated `change` (`columns` and __dvm_w, one row per tuple, cast to
     the stored types) against `candidates` (`columns`, __dvm_count and FILE_COLUMN: at least
-    every stored row of a losing tuple); `schema`: the stored columns (`columns` + __dvm_count)."""
-    stored = bag_lookup.stored_counts(candidates.drop_columns([FILE_COLUMN]), columns)
+    every stored row of a losing tuple, and AT_COLUMN: its position in its file); `schema`: the
+    stored columns (`columns` + __dvm_count)."""
+    stored = bag_lookup.stored_counts(candidates.drop_columns([FILE_COLUMN, AT_COLUMN]), columns)
     merge = bag_lookup.actions(change, columns, stored)
     losing = change.filter(pc.less(change.column(WEIGHT), 0))
     dropped = frozenset(zip(*[losing.column(c).to_pylist() for c in columns]))
-    touched: dict = {}
+    gone: dict = {}  # in scan order: the first file seen first
     stored_rows: dict = {}
-    tuples = zip(*[candidates.column(c).to_pylist() for c in columns], candidates.column(FILE_COLUMN).to_pylist())
-    for *values, file in tuples:
+    names = [*columns, FILE_COLUMN, AT_COLUMN]
+    for *values, file, at in zip(*[candidates.column(n).to_pylist() for n in names]):
         key = tuple(values)
         if key in dropped:
-            touched[file] = True
+            gone.setdefault(file, []).append(at)
             stored_rows[key] = stored_rows.get(key, 0) + 1
     # What stays of a losing tuple is one row with its new count (the MERGE's UPSERT, or its
     # DELETE beside an INSERT), as is each gaining tuple's rows: the actions' non-DELETE rows.
@@ -101,7 +103,7 @@ def plan(change: pa.Table, columns: list, candidates: pa.Table, schema: pa.Schem
     firsts = zip(*[merge.column(c).to_pylist() for c in columns])
     deleted = sum(stored_rows.get(t, 0) for t, a in zip(firsts, acts) if a == DELETE)
     updated = acts.count(UPSERT)
-    return Plan(list(touched), dropped, added, len(acts), acts.count(INSERT), updated, deleted)
+    return Plan(list(gone), gone, added, len(acts), acts.count(INSERT), updated, deleted)
 
 
 @dataclass
@@ -110,50 +112,52 @@ class Scanned:
     rows when they are kept in memory for the rewrite (else it is read again)."""
 
     path: str
-    at: pa.Array  # indices of the candidate rows
+    at: pa.Array  # positions of the candidate rows in the file
     picked: pa.Table  # the candidate rows: `columns` and __dvm_count
     rows: Optional[pa.Table]  # the whole file in the stored schema, or None past HELD_BYTES
 
 
-def scan(datasets: list, columns: list, losing: pa.Table, schema: pa.Schema) -> list:
-    """Every stored file of `datasets` (tables.parquet_datasets) that holds a candidate row (each
-    of its `columns` holds a value of that column in `losing`); raises TooMany past
-    MAX_CANDIDATES. Each file is read whole once, and kept while all kept stay under HELD_BYTES."""
-    values = {c: pc.unique(losing.column(c)) for c in columns}
+def scan(files: list, columns: list, losing: pa.Table, schema: pa.Schema) -> list:
+    """Every stored file of `files` (local paths) that holds a candidate row (each of its
+    `columns` holds a value of that column in `losing`); raises TooMany past MAX_CANDIDATES.
+    Each file is read whole once, and kept while all kept stay under HELD_BYTES."""
+    values = bag_lookup.losing_values(losing, columns)
     found = []
     total = held = 0
-    for dataset in datasets:
-        for fragment in dataset.get_fragments():
-            rows = _read(fragment.path, schema)
-            mask = pa.array(np.ones(rows.num_rows, dtype=bool))
-            for c in columns:
-                # is_in meets a NULL with a NULL of the values, as the MERGE's IS NOT DISTINCT FROM.
-                mask = pc.and_(mask, pc.is_in(rows.column(c), value_set=values[c]))
-            at = pc.indices_nonzero(mask)
-            total += len(at)
-            if total > MAX_CANDIDATES:
-                raise TooMany(total)
-            if len(at):
-                keep = held + rows.nbytes <= HELD_BYTES
-                held += rows.nbytes if keep else 0
-                found.append(
-                    Scanned(fragment.path, at, rows.select([*columns, COUNT]).take(at), rows if keep else None)
-                )
+    for path in files:
+        rows = _read(path, schema)
+        mask = pa.array(np.ones(rows.num_rows, dtype=bool))
+        for c in columns:
+            # is_in meets a NULL with a NULL of the values, as the MERGE's IS NOT DISTINCT FROM.
+            mask = pc.and_(mask, pc.is_in(rows.column(c), value_set=values[c]))
+        at = pc.indices_nonzero(mask)
+        total += len(at)
+        if total > MAX_CANDIDATES:
+            raise TooMany(total)
+        if len(at):
+            keep = held + rows.nbytes <= HELD_BYTES
+            held += rows.nbytes if keep else 0
+            found.append(Scanned(path, at, rows.select([*columns, COUNT]).take(at), rows if keep else None))
     return found
 
 
 def _read(path: str, schema: pa.Schema) -> pa.Table:
     # Cast: files of delta-rs' MERGE hold strings as string_view, which Arrow's is_in does not
     # take, and every file is written again in the stored schema.
-    return pq.read_table(path, columns=schema.names).cast(schema)
+    try:
+        return pq.read_table(path, columns=schema.names).cast(schema)
+    except pa.ArrowException as err:
+        raise type(err)(f"the stored file {path}: {err}") from None
 
 
 def candidates(scanned: list, columns: list, schema: pa.Schema) -> pa.Table:
-    """The candidate rows of `scanned` as `columns`, __dvm_count and FILE_COLUMN (their file)."""
-    fields = [schema.field(c) for c in columns] + [schema.field(COUNT), pa.field(FILE_COLUMN, pa.string())]
-    parts = [pa.schema(fields).empty_table()]
+    """The candidate rows of `scanned` as `columns`, __dvm_count, FILE_COLUMN (their file) and
+    AT_COLUMN (their position in it)."""
+    extra = [pa.field(FILE_COLUMN, pa.string()), pa.field(AT_COLUMN, pa.int64())]
+    parts = [pa.schema([schema.field(c) for c in columns] + [schema.field(COUNT), *extra]).empty_table()]
     for one in scanned:
-        parts.append(one.picked.append_column(FILE_COLUMN, pa.array([one.path] * len(one.at), pa.string())))
+        where = one.picked.append_column(FILE_COLUMN, pa.array([one.path] * len(one.at), pa.string()))
+        parts.append(where.append_column(AT_COLUMN, one.at.cast(pa.int64())))
     return pa.concat_tables(parts)
 
 
@@ -161,14 +165,9 @@ class TooMany(Exception):
     """More candidate rows than MAX_CANDIDATES: the caller keeps delta-rs' MERGE."""
 
 
-def kept_rows(one: Scanned, columns: list, dropped: frozenset, schema: pa.Schema) -> pa.Table:
-    """The rows of one stored file that belong to no dropped tuple (NULL meets NULL, as the
-    MERGE's IS NOT DISTINCT FROM)."""
+def kept_rows(one: Scanned, gone: list, schema: pa.Schema) -> pa.Table:
+    """The rows of one stored file but those at the positions `gone` (Plan.gone)."""
     rows = one.rows if one.rows is not None else _read(one.path, schema)
-    hits = zip(one.at.to_pylist(), zip(*[one.picked.column(c).to_pylist() for c in columns]))
-    gone = [p for p, values in hits if values in dropped]
-    if not gone:
-        return rows
     keep = np.ones(rows.num_rows, dtype=bool)
     keep[gone] = False
     return rows.filter(pa.array(keep))
@@ -192,7 +191,7 @@ def rewrite(
     change = pa.table({**{c: change.column(c).cast(types[c]) for c in columns}, WEIGHT: change.column(WEIGHT)})
     losing = change.filter(pc.less(change.column(WEIGHT), 0))
     assert losing.num_rows, "rewrite is for a change that takes rows (takes_rows)"
-    scanned = scan(tables.parquet_datasets(table, target), columns, losing, schema)
+    scanned = scan([paths.local(f) for f in tables.file_paths(table, target)], columns, losing, schema)
     decided = plan(change, columns, candidates(scanned, columns, schema), schema)
     reached("delta_computed")
     reached("merging")
@@ -203,7 +202,7 @@ def rewrite(
     directory = f"{DIRECTORY_PREFIX}{uuid.uuid4().hex[:16]}"
     where = os.path.join(paths.local(target), directory)
     try:
-        written = _write(where, decided, scanned, columns, schema)
+        written = _write(where, decided, scanned, schema)
         footers = [files.footer(f) for f in written]
     except BaseException:
         files.remove(where)  # named by no commit
@@ -220,14 +219,13 @@ def rewrite(
     return Merged(decided.actions, decided.inserted, decided.updated, decided.deleted, files_rewritten=len(removed))
 
 
-def _write(where: str, decided: Plan, scanned: list, columns: list, schema: pa.Schema) -> list:
+def _write(where: str, decided: Plan, scanned: list, schema: pa.Schema) -> list:
     """Write each touched file's kept rows (the added rows with the last) as a parquet file into
     the new local directory `where`, two files at a time (the reader and writer release the
     GIL); returns them as files.WrittenFile, sorted."""
-    touched = set(decided.touched)
-    jobs: list = [f for f in scanned if f.path in touched]
+    jobs: list = [f for f in scanned if f.path in decided.gone]
     for f in scanned:
-        if f.path not in touched:
+        if f.path not in decided.gone:
             f.rows = None  # not rewritten: its rows need not stay in memory
     # A change that takes rows meets a stored row of each losing tuple (else plan raised
     # StoredRowsMissing), so some file is touched: the added rows go with the last one.
@@ -236,7 +234,7 @@ def _write(where: str, decided: Plan, scanned: list, columns: list, schema: pa.S
 
     def write_one(item: tuple) -> None:
         i, scanned_file = item
-        data = kept_rows(scanned_file, columns, decided.dropped, schema)
+        data = kept_rows(scanned_file, decided.gone[scanned_file.path], schema)
         scanned_file.rows = None
         if i == last and decided.added.num_rows:
             data = pa.concat_tables([data, decided.added])
@@ -248,6 +246,7 @@ def _write(where: str, decided: Plan, scanned: list, columns: list, schema: pa.S
             os.path.join(where, f"part-{i:05d}-{uuid.uuid4().hex}.snappy.parquet"),
             compression=storage.COMPRESSION.lower(),
             row_group_size=storage.ROW_GROUP_ROWS,
+            use_dictionary=files.dictionary_columns(data),
         )
 
     with ThreadPoolExecutor(max_workers=2) as pool:
