@@ -269,39 +269,47 @@ def test_join_delta_has_one_term_per_changed_side():
     assert delta(tree, ctx(changed=())) is None
 
 
-def test_a_flag_over_a_subquery_takes_keys_only_from_flags_that_changed():
+# The change of a count per key, as a grouping's delta renders it (consolidated by key and value).
+_COUNT_CHANGE = re.compile(r"GROUP BY __dvm_key_\d+_\d+, __dvm_agg_\d+_\d+ HAVING")
+
+
+def test_a_flag_over_a_subquery_takes_its_keys_from_the_subquerys_source_change():
     """EXISTS as a value is a left join with `COUNT(*) > 0` per key: the keys the join is
-    recomputed for come from the flag's consolidated delta, so a count that moved without
-    reaching 0 names no key; and with both sides changed the left change is joined as it is,
-    its keys not taken (with these joins nested each level would recompute the one below)."""
+    recomputed for are read from the change of the subquery's source (a count changes only
+    for the keys its rows changed), so the count's own change is never computed, nor kept
+    apart. With both sides changed as well as nested (the outer join over
+    the inner one, a ΔL computed by joins), each level reads its keys from the orders' change."""
     tree = tree_of(
         "select c.id, exists (select 1 from shop.orders o where o.customer_id = c.id) as f,"
         " exists (select 1 from shop.orders o2 where o2.customer_id = c.id and o2.amount > 10) as g"
         " from shop.customers c"
     )
-    context, materialized = materializing_ctx(("shop.orders", "shop.customers"))
+    context, materialized = materializing_ctx(("shop.orders", "shop.customers"), small_delta=True)
     text = render(delta(tree, context))
     assert re.search(r"__dvm_agg_\d+_\d+ > 0 AS", text), text  # the flag, computed over the count
-    keys = [m for m in materialized if "__dvm_rk0" in m]
-    assert keys and all("HAVING SUM(__dvm_w) <> 0" in k for k in keys), keys
-    # The outer join over the inner one (a ΔL computed by joins) takes its keys from its own
-    # flag's delta only; the inner one, over the customers' change itself, from both.
-    assert len(keys) == 2 and "chg_shop_customers" in keys[0] and "chg_shop_customers" not in keys[1], keys
+    assert not _COUNT_CHANGE.search(text), text
+    assert not any(_COUNT_CHANGE.search(m) for m in materialized), materialized
+    # The second flag's keys: the orders' change under its filter.
+    every = " ".join([text, *materialized])
+    assert re.search(r"FROM chg_shop_orders\) AS _c\d+ GROUP BY .{0,200} WHERE o2__amount_\d+ > 10\) AS _dk", every)
+    assert "FROM chg_shop_orders" in every and "FROM chg_shop_customers" in every
 
 
-def test_keys_from_an_aggregate_change_are_computed_once():
+def test_keys_from_a_count_per_key_are_read_from_its_sources_change():
     """IN used as a value is a left join to a count per key: with only the subquery's source
-    changed, the join's changed keys come from the count's change, which restricts both inputs
-    at both versions. Computed once, not once per read; keys read from a source's change stay
-    inline."""
+    changed, the join's changed keys are the change's keys under the subquery's filter, read
+    inline where they restrict both inputs at both versions (a cheap read of the change,
+    which the engine lists from the rows it holds); nothing is computed apart."""
     tree = tree_of(
         "select c.id, c.id in (select o.customer_id from shop.orders o where o.amount > 10) as f from shop.customers c"
     )
     context, materialized = materializing_ctx(("shop.orders",), small_delta=True)
     text = render(delta(tree, context))
-    # The count's change is read where it is computed once (the keys, the restricted rows).
-    assert any("chg_shop_orders" in m and "__dvm_rk0" in m for m in materialized), materialized
-    assert "chg_shop_orders" not in text, text
+    assert not materialized, materialized
+    assert not _COUNT_CHANGE.search(text), text
+    keys = re.findall(r"SELECT o__customer_id_\d+ AS __dvm_rk0 FROM \(SELECT \* FROM \(SELECT .*? WHERE o__amount_3 > 10", text)
+    assert keys and all("FROM chg_shop_orders" in k for k in keys), text
+    assert "WHERE NOT (__dvm_rk0 IS NULL)" in text  # a NULL key meets no customer
     only_customers, materialized = materializing_ctx(("shop.customers",), small_delta=True)
     assert "chg_shop_customers" in render(delta(tree, only_customers))
     assert not materialized, materialized

@@ -140,22 +140,27 @@ def _unmatched(node: KeyRestricted, ctx: Context, dl, exprs: list, right_of) -> 
 
 def delta(node: KeyRestricted, ctx: Context, delta_of, plain_of):
     """Δ of an OuterJoin, SemiJoin or SetOp; `delta_of(n)` / `plain_of(n, version)` render inputs."""
-    dl, dr = delta_of(node.left), delta_of(node.right)
-    if dl is None and dr is None:
+    dl = delta_of(node.left)
+    # A right input grouped by the join keys (a sublink used as a value: a count per key) over a
+    # source: its changed keys are read from the source's change, and its own change (a
+    # grouping's, computed with a job of its own) is never computed: only its keys are used.
+    right_keys = restricted_reads.keys_below_grouping(ctx, node.right, [b for _, b in key_pairs(node)], delta_of)
+    dr = None if right_keys is not None else delta_of(node.right)
+    if dl is None and dr is None and right_keys is None:
         return None
     linear = isinstance(node, SemiJoin) or (isinstance(node, OuterJoin) and node.kind == "left")
-    if dr is None and linear:
+    if dr is None and right_keys is None and linear:
         return plain(node, ctx, dl, _matchable(node, ctx, dl, plain_of), weighted=True)
-    if dr is not None and linear and _derived(dl):
+    if linear and _derived(dl):
         # Linear in its left input: Δ = ΔL op R_new + (L_old op R_new − L_old op R_old), the
         # second part recomputed for the keys of ΔR only. A ΔL computed by joins (outer joins
         # nested over sublinks, each a recompute of its own) is then read once, never to find
         # keys. A ΔL read from a change keeps the rule below: its keys are cheap, and it
         # reads the right input twice where this reads it three times.
         left_part = plain(node, ctx, dl, plain_of(node.right, "new"), weighted=True)
-        right_part = _recomputed(node, ctx, None, dr, plain_of, left_version="old")
+        right_part = _recomputed(node, ctx, None, dr, plain_of, left_version="old", right_keys=right_keys)
         return consolidate(ctx, union_all_of([left_part, right_part]), node.columns)
-    return _recomputed(node, ctx, dl, dr, plain_of)
+    return _recomputed(node, ctx, dl, dr, plain_of, right_keys=right_keys)
 
 
 def _matchable(node: KeyRestricted, ctx: Context, dl, plain_of):
@@ -203,10 +208,13 @@ def _scans(node: Node) -> list:
     return [n for n in walk(node) if isinstance(n, Scan)]
 
 
-def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_version: Optional[str] = None):
+def _recomputed(
+    node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_version: Optional[str] = None, right_keys=None
+):
     """The operator at new minus at old over both inputs restricted to the keys of `dl` and
     `dr` (the whole inputs without a key). `left_version` holds the left input at one version
-    in both (its change is accounted for elsewhere)."""
+    in both (its change is accounted for elsewhere). `right_keys`, in place of `dr`: keys
+    holding those of the right input's change (restricted_reads.keys_below_grouping)."""
     pairs = key_pairs(node)
     # The changes' rows with a NULL in an `=` key name no key (their output is their own,
     # `_unmatched`): a NULL among the keys would read every row with a NULL key, at both
@@ -214,12 +222,16 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
     strict = strict_keys(node)
     dl_keyed = None if dl is None else matching(ctx, dl, strict[0])
     dr_keyed = None if dr is None else matching(ctx, dr, strict[1])
-    keys = _changed_keys(ctx, node, pairs, dl_keyed, dr_keyed) if pairs else None
+    if right_keys is None:
+        keys = _changed_keys(ctx, node, pairs, dl_keyed, dr_keyed) if pairs else None
+    else:
+        keys = _changed_keys(ctx, node, pairs, dl_keyed, _strict_keys(ctx, node, right_keys), right_keys=True)
     if keys is not None and ctx.materialize is not None and _computed(node, dl, dr):
         # The keys restrict both inputs at both versions: four reads. A delta computed below
         # (joins, nested restrictions, an aggregate's change) would be recomputed at each, and
         # nested operators of this kind multiply that by four per level; computed once, it is
-        # a small relation. Keys read from a source's change stay inline (a cheap scan).
+        # a small relation. Keys read from a source's change stay inline (a cheap scan, which
+        # the engine can list from the change it holds), those read below a grouping too.
         keys = ctx.materialize(keys)
     inputs = ((node.left, dl_keyed, [a for a, _ in pairs]), (node.right, dr_keyed, [b for _, b in pairs]))
     # A changed source input is read once for the changed keys, at the new version; its old
@@ -229,7 +241,7 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
         for i, (child, d, exprs) in enumerate(inputs):
             if d is not None and restricted_reads.from_change(ctx, child, d):
                 rows = (
-                    _keyed_new(ctx, node, i, strict, dl, dr)
+                    _keyed_new(ctx, node, i, strict, dl is not None, dr is not None or right_keys is not None)
                     or restricted_reads.read_for_keys(ctx, child, "new", exprs, keys)
                     or plain_of(child, "new")
                 )
@@ -264,7 +276,9 @@ def _recomputed(node: KeyRestricted, ctx: Context, dl, dr, plain_of, left_versio
     return recomputed if unmatched is None else union_all_of([recomputed, unmatched])
 
 
-def _keyed_new(ctx: Context, node: KeyRestricted, side: int, strict: tuple, dl, dr) -> Optional[exp.Expr]:
+def _keyed_new(
+    ctx: Context, node: KeyRestricted, side: int, strict: tuple, left_changed: bool, right_changed: bool
+) -> Optional[exp.Expr]:
     """The changed input `side` (a plain source) at the new version, read only where it can hold
     a key of either input's change, on an `=` of two columns: the engine's keyed read (files by
     their statistics, rows by a key list), or None. A superset of its rows of the changed keys
@@ -272,7 +286,7 @@ def _keyed_new(ctx: Context, node: KeyRestricted, side: int, strict: tuple, dl, 
     a full scan of the source. Only `=` keys: the read drops NULL keys, which none of those
     keys holds (`strict`: strict_keys(node))."""
     child, other = (node.left, node.right) if side == 0 else (node.right, node.left)
-    other_changed = (dr if side == 0 else dl) is not None
+    other_changed = right_changed if side == 0 else left_changed
     for left, right in zip(*strict):
         if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
             continue
@@ -299,18 +313,29 @@ def _computed(node: KeyRestricted, dl, dr) -> bool:
     )
 
 
-def _changed_keys(ctx: Context, node: KeyRestricted, pairs, dl, dr) -> Optional[exp.Expr]:
+def _changed_keys(ctx: Context, node: KeyRestricted, pairs, dl, dr, right_keys: bool = False) -> Optional[exp.Expr]:
     """The keys of the input deltas. The delta of an input other than a source is consolidated
     first: rows that cancel (an aggregate whose value came back to what it was, a flag whose
     count moved without reaching 0) name no key, so nothing is recomputed for them. A source's
-    change is consolidated where it is read."""
+    change is consolidated where it is read. With `right_keys`, `dr` is a relation of keys
+    already (restricted_reads.keys_below_grouping)."""
     parts = []
     for d, side, child in ((dl, 0, node.left), (dr, 1, node.right)):
-        if d is not None:
+        if d is not None and side == 1 and right_keys:
+            parts.append(d)
+        elif d is not None:
             if not isinstance(child, Scan):
                 d = consolidate(ctx, d.copy(), list(child.columns))
             parts.append(keys_of(ctx, d, [p[side] for p in pairs]))
     return union_all(parts)
+
+
+def _strict_keys(ctx: Context, node: KeyRestricted, keys: exp.Expr) -> exp.Expr:
+    """`keys` (of the right input, in key_pairs' order) but those with a NULL in an `=` key,
+    which no left row meets (as `matching` drops such change rows)."""
+    strict = {b.sql() for _, b in key_pairs(node, null_safe=False)}
+    nulls = [col(f"{restricted_reads.KEY}{i}") for i, (_, b) in enumerate(key_pairs(node)) if b.sql() in strict]
+    return matching(ctx, keys, nulls)
 
 
 # -- window functions: one input, keyed by the PARTITION BY expressions all calls share --------

@@ -107,6 +107,38 @@ def read_for_keys(ctx: Context, child: Node, version: str, exprs: list, keys: ex
     return _Substituted(ctx, scan, scan_rules.source_plain(scan, relation)).plain(child, version)
 
 
+def keys_below_grouping(ctx: Context, child: Node, exprs: list, delta_of):
+    """Keys (columns KEY0, KEY1, ...) holding every key `exprs` (columns of `child`) of
+    `child`'s change, taken from the change of the row-wise source below a grouping: where
+    `child` is, through filters and projections, a GROUP BY whose group keys the `exprs` copy,
+    over a plain source under filters and projections. A group's rows change only where its
+    input's rows of that key changed, so those keys are a superset of the exact ones (the
+    recompute restricted to them is exact), read from the source's change without computing
+    the grouping's change. None where `child` is not such a shape or its source did not change."""
+    if not exprs:
+        return None
+    names: list = [e.name if isinstance(e, exp.Column) else None for e in exprs]
+    node = child
+    while not isinstance(node, Aggregate):
+        if any(n is None for n in names):
+            return None
+        if isinstance(node, Filter):
+            node = node.child
+        elif isinstance(node, Project):
+            mapped = [node.exprs[node.columns.index(n)] for n in names]
+            names = [e.name if isinstance(e, exp.Column) else None for e in mapped]
+            node = node.child
+        else:
+            return None
+    group: dict = dict(zip(node.key_names, node.keys))
+    if any(n not in group for n in names) or not row_wise_source(node.child):
+        return None
+    change = delta_of(node.child)
+    if change is None:
+        return None
+    return keys_of(ctx, change, [group[n] for n in names])
+
+
 def _keyed_source(node: Node, names: list):
     """The plain source below `node` through filters, projections and groupings, with the
     source column each of `names` (columns of `node`) copies (None where it copies none)."""
