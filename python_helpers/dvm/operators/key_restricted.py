@@ -5,7 +5,7 @@ Each of these has a *key* on both inputs (the expressions of the condition's equ
 pair a left column with a right one; for a set operation, every column) such that the output
 rows of one key value depend only on the input rows with that key value. So
 
-    Δ(L op R) = op(L_new ⋉ K, R_new ⋉ K) − op(L_old ⋉ K, R_old ⋉ K),   K = keys(ΔL) ∪ keys(ΔR)
+    Δ(L op R) = op(L_new ⋉ K, R_new ⋉ K) − op(L_old ⋉ K, R_old ⋉ K),   K ⊇ keys(ΔL) ∪ keys(ΔR)
 
 consolidated: the keys no change touched are not read past the restriction (delta key
 restriction), and a NULL-padded row that appears or disappears as a key's first match comes
@@ -18,11 +18,16 @@ needs no restriction to be exact; with a small ΔL read from a change, R is stil
 where it can hold ΔL's keys (_matchable: the engine's keyed read, a broadcast semi join with
 the keys, or both), as Spark hashes only a semi join's right side. When both did,
 
-    Δ = op(ΔL, R_new) + op(L_old ⋉ K, R_new ⋉ K) − op(L_old ⋉ K, R_old ⋉ K),   K = keys(ΔR)
+    Δ = op(ΔL, R_new) + op(L_old ⋉ K, R_new ⋉ K) − op(L_old ⋉ K, R_old ⋉ K),   K ⊇ keys(ΔR)
 
 (used when ΔL is itself computed by joins), so ΔL is read once and never to find keys: with
 these joins nested (sublinks used as values become one left join each over the same rows),
 keys taken from ΔL would make each level compute the level below again.
+
+Any K holding the changed keys gives the exact Δ. A right input that is a grouping by the key
+over a source (the count per key of a sublink used as a value) takes its keys from that
+source's change (restricted_reads.keys_below_grouping), a superset, without computing the
+grouping's change.
 
 Without an equality between the two sides there is no key: the operator is recomputed at both
 versions in full (correct, and as costly as a rebuild of that operator; documented).
@@ -331,9 +336,11 @@ def _changed_keys(ctx: Context, node: KeyRestricted, pairs, dl, dr, right_keys: 
 
 
 def _strict_keys(ctx: Context, node: KeyRestricted, keys: exp.Expr) -> exp.Expr:
-    """`keys` (of the right input, in key_pairs' order) but those with a NULL in an `=` key,
-    which no left row meets (as `matching` drops such change rows)."""
-    strict = {b.sql() for _, b in key_pairs(node, null_safe=False)}
+    """`keys` (of the right input, in key_pairs' order) but those with a NULL in a strict key
+    (strict_keys: an `=` of a LEFT, semi or anti join), which no left row meets (as `matching`
+    drops such change rows). None for a full join, whose right rows of a NULL key are padded
+    into output rows of their own."""
+    strict = {b.sql() for b in strict_keys(node)[1]}
     nulls = [col(f"{restricted_reads.KEY}{i}") for i, (_, b) in enumerate(key_pairs(node)) if b.sql() in strict]
     return matching(ctx, keys, nulls)
 

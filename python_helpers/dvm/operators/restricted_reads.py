@@ -125,6 +125,8 @@ def keys_below_grouping(ctx: Context, child: Node, exprs: list, delta_of):
         if isinstance(node, Filter):
             node = node.child
         elif isinstance(node, Project):
+            if any(n not in node.columns for n in names):
+                return None
             mapped = [node.exprs[node.columns.index(n)] for n in names]
             names = [e.name if isinstance(e, exp.Column) else None for e in mapped]
             node = node.child

@@ -159,7 +159,7 @@ def dictionary_columns(data: pa.Table) -> list:
         try:
             few = pc.count_distinct(sample.column(name), mode="all").as_py() <= limit
         except pa.ArrowNotImplementedError:
-            few = True  # a nested column: Arrow's default
+            few = False  # a nested column: pyarrow takes a list of names by leaf path, none here
         if few:
             out.append(name)
     return out

@@ -191,14 +191,15 @@ def rewrite(
     change = pa.table({**{c: change.column(c).cast(types[c]) for c in columns}, WEIGHT: change.column(WEIGHT)})
     losing = change.filter(pc.less(change.column(WEIGHT), 0))
     assert losing.num_rows, "rewrite is for a change that takes rows (takes_rows)"
-    scanned = scan([paths.local(f) for f in tables.file_paths(table, target)], columns, losing, schema)
+    stored_files = tables.file_paths(table, target)
+    scanned = scan([paths.local(f) for f in stored_files], columns, losing, schema)
     decided = plan(change, columns, candidates(scanned, columns, schema), schema)
     reached("delta_computed")
     reached("merging")
     actions = tables.add_actions(table)
     log_paths = actions.column("path").to_pylist()
     sizes = dict(zip(log_paths, actions.column("size_bytes").to_pylist()))
-    by_file = {paths.local(f): rel for rel, f in zip(log_paths, tables.file_paths(table, target))}
+    by_file = {paths.local(f): rel for rel, f in zip(log_paths, stored_files)}
     directory = f"{DIRECTORY_PREFIX}{uuid.uuid4().hex[:16]}"
     where = os.path.join(paths.local(target), directory)
     try:
