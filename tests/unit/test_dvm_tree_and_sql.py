@@ -328,6 +328,21 @@ def test_a_count_per_key_over_a_join_still_computes_its_change_for_the_keys():
     assert _COUNT_CHANGE.search(" ".join([render(delta(tree, context)), *materialized]))
 
 
+@pytest.mark.parametrize("kind, drops_null_keys", [("left", True), ("full outer", False)])
+def test_keys_below_a_grouping_keep_a_null_key_only_where_it_makes_rows(kind, drops_null_keys):
+    """A right input grouped by the join key takes its keys from its source's change. A NULL
+    key meets no left row: a left join drops it (its group's row goes nowhere), a full join
+    keeps it (the group's row is padded into a row of its own, which must change with it)."""
+    tree = tree_of(
+        f"select c.id, s.n from shop.customers c {kind} join"
+        " (select customer_id, count(*) n from shop.orders group by customer_id) s on c.id = s.customer_id"
+    )
+    text = render(delta(tree, materializing_ctx(("shop.orders",), small_delta=True)[0]))
+    assert "AS __dvm_rk0 FROM" in text and "FROM chg_shop_orders" in text, text
+    assert not _COUNT_CHANGE.search(text), text
+    assert ("NOT (__dvm_rk0 IS NULL)" in text) == drops_null_keys, text
+
+
 def test_nested_aggregate_delta_rescans_only_delta_keys():
     tree = tree_of(
         "select x.customer_id, x.total from (select customer_id, sum(amount) total from shop.orders "
