@@ -300,6 +300,15 @@ SHAPES = [
         FROM {src}.t1 a FULL OUTER JOIN {src}.t3 b ON a.k = b.k""",
     ),
     Shape(
+        # A full join to a count per key: its changed keys come from t2's change, and a group of
+        # NULL key is padded into a row of its own, which changes with it.
+        "full_join_grouped",
+        "outer",
+        """
+        SELECT a.id AS aid, s.k AS sk, s.n FROM {src}.t1 a
+        FULL OUTER JOIN (SELECT k, COUNT(*) AS n FROM {src}.t2 GROUP BY k) s ON a.k = s.k""",
+    ),
+    Shape(
         "left_join_count",
         "outer",
         """
