@@ -117,7 +117,7 @@ def keys_below_grouping(ctx: Context, child: Node, exprs: list, delta_of):
     the grouping's change. None where `child` is not such a shape or its source did not change."""
     if not exprs:
         return None
-    names: list = [e.name if isinstance(e, exp.Column) else None for e in exprs]
+    names = _column_names(exprs)
     node = child
     while not isinstance(node, Aggregate):
         if any(n is None for n in names):
@@ -125,10 +125,7 @@ def keys_below_grouping(ctx: Context, child: Node, exprs: list, delta_of):
         if isinstance(node, Filter):
             node = node.child
         elif isinstance(node, Project):
-            if any(n not in node.columns for n in names):
-                return None
-            mapped = [node.exprs[node.columns.index(n)] for n in names]
-            names = [e.name if isinstance(e, exp.Column) else None for e in mapped]
+            names = _projected(node, names)
             node = node.child
         else:
             return None
@@ -150,17 +147,25 @@ def _keyed_source(node: Node, names: list):
             node = node.child
             continue
         if isinstance(node, Project):
-            exprs = [node.exprs[node.columns.index(n)] if n in node.columns else None for n in names]
+            names = _projected(node, names)
         elif isinstance(node, Aggregate) and node.keys:
             group = dict(zip(node.key_names, node.keys))
-            exprs = [group.get(n) if n is not None else None for n in names]
+            names = _column_names([group.get(n) if n is not None else None for n in names])
         else:
             return None
-        names = [e.name if isinstance(e, exp.Column) else None for e in exprs]
         node = node.child
     if node.weight_column is not None:
         return None
     return node, [node.source_columns[node.columns.index(n)] if n in node.columns else None for n in names]
+
+
+def _projected(node: Project, names: list) -> list:
+    """The child column each of `names` (columns of `node`) copies, None where it copies none."""
+    return _column_names([node.exprs[node.columns.index(n)] if n in node.columns else None for n in names])
+
+
+def _column_names(exprs: list) -> list:
+    return [e.name if isinstance(e, exp.Column) else None for e in exprs]
 
 
 class _Substituted:

@@ -129,14 +129,15 @@ def make_dir(where: str) -> None:
 
 def write_parquet(data: pa.Table, where: str) -> None:
     """Rows the client holds, as one parquet file in the directory `where`."""
+    dictionary = dictionary_columns(data)
     if paths.is_uri(where):
         fs, inner = _filesystem(where)
         fs.create_dir(inner, recursive=True)
-        pq.write_table(data, f"{inner}/part-0.parquet", filesystem=fs, use_dictionary=dictionary_columns(data))
+        pq.write_table(data, f"{inner}/part-0.parquet", filesystem=fs, use_dictionary=dictionary)
         return
     local = paths.local(where)
     os.makedirs(local, exist_ok=True)
-    pq.write_table(data, os.path.join(local, "part-0.parquet"), use_dictionary=dictionary_columns(data))
+    pq.write_table(data, os.path.join(local, "part-0.parquet"), use_dictionary=dictionary)
 
 
 # Rows of each column looked at, and the share of them that may be distinct, for a dictionary.
