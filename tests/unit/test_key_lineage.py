@@ -34,6 +34,12 @@ def _sources(sql: str, column: str = "rk"):
         ("SELECT k AS rk FROM a UNION ALL SELECT g AS other FROM b", [("a", "k"), ("b", "g")]),
         ("SELECT k AS rk FROM a EXCEPT SELECT k FROM b", [("a", "k")]),
         ("SELECT DISTINCT k AS rk FROM a WHERE k IN (SELECT g FROM b) LIMIT 3", [("a", "k")]),
+        # A part of a union that filters another SELECT (keys below a grouping, NULLs dropped).
+        (
+            "SELECT k AS rk FROM a UNION ALL SELECT * FROM (SELECT g AS rk FROM b) AS x WHERE NOT (rk IS NULL)",
+            [("a", "k"), ("b", "g")],
+        ),
+        ("SELECT * FROM (SELECT k AS rk FROM a) AS x WHERE rk > 0 UNION ALL SELECT g FROM b", [("a", "k"), ("b", "g")]),
     ],
 )
 def test_a_copied_key_is_followed_to_the_held_columns(sql, expected):
@@ -51,6 +57,8 @@ def test_a_copied_key_is_followed_to_the_held_columns(sql, expected):
         "SELECT k AS rk FROM m6",  # a relation not held
         "SELECT k AS rk FROM db.a",
         "SELECT k AS rk FROM a UNION ALL SELECT g + 1 FROM b",
+        "SELECT k AS rk FROM a UNION ALL SELECT * FROM b JOIN a ON b.g = a.k",  # a join below a star
+        "SELECT k AS rk FROM a UNION ALL SELECT * FROM (SELECT g + 1 AS rk FROM b) AS x",
         "SELECT k AS rk FROM a LATERAL VIEW EXPLODE(ARRAY(1, 2)) e AS n",
     ],
 )
@@ -80,6 +88,11 @@ FORMS = [
     "SELECT k, g FROM ({inner}) AS t EXCEPT SELECT k, g FROM ({other}) AS u",
     "SELECT t.k, u.g FROM ({inner}) AS t LEFT JOIN ({other}) AS u ON t.k = u.k",
     "SELECT t.k AS k, t.g AS g FROM ({inner}) AS t",
+    # NULLs filtered out (a key an `=` can meet): the values found may then leave NULL out.
+    "SELECT * FROM ({inner}) AS t WHERE NOT (k IS NULL)",
+    "SELECT g AS k, k AS g FROM ({inner}) AS t WHERE t.k IS NOT NULL AND g > {n}",
+    "SELECT k, g FROM ({inner}) AS t WHERE NOT (k IS NULL) OR g > {n}",
+    "SELECT k, g FROM ({inner}) AS t UNION ALL SELECT * FROM ({other}) AS u WHERE NOT (g IS NULL)",
 ]
 
 
@@ -107,6 +120,20 @@ def test_the_values_found_hold_every_value_of_the_relation(relation, a, b, colum
         db.register(name, rows)
     actual = {row[0] for row in db.execute(sqlglot.transpile(sql, read="spark", write="duckdb")[0]).fetchall()}
     assert actual <= set(found["rk"].to_pylist()), sql
+
+
+def test_a_key_filtered_by_is_not_null_lists_no_null():
+    held = {"a": _table([(None, 0, 1), (2, 0, 1)]), "b": _table([(None, 1, 1), (3, None, 1)])}
+    sql = (
+        "SELECT * FROM (SELECT k AS rk FROM a) AS t WHERE NOT (rk IS NULL)"
+        " UNION ALL SELECT g AS rk FROM (SELECT * FROM b WHERE b.g IS NOT NULL) AS u"
+    )
+    found = key_lineage.held_values(sqlglot.parse_one(sql, read="spark"), ("rk",), held, 10)
+    assert sorted(found["rk"].to_pylist()) == [1, 2]
+    # Without the filters, NULL is a key.
+    plain = "SELECT k AS rk FROM a UNION ALL SELECT g FROM b"
+    found = key_lineage.held_values(sqlglot.parse_one(plain, read="spark"), ("rk",), held, 10)
+    assert found["rk"].null_count == 1
 
 
 def test_past_the_bound_the_keys_are_not_listed_here():

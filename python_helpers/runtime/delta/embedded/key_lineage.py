@@ -19,6 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from python_helpers.sql.predicates import conjuncts
+
 # Groupings that output rows whose keys are NULL although no input row's is.
 _NULL_ADDING = (exp.Rollup, exp.Cube, exp.GroupingSets)
 
@@ -26,19 +28,22 @@ _NULL_ADDING = (exp.Rollup, exp.Cube, exp.GroupingSets)
 def held_values(relation: exp.Expr, columns: tuple, held: dict, max_values: int) -> Optional[dict]:
     """{column: distinct values} holding every value of `relation`'s key `columns`, from the
     rows of `held` ({view, lower case: Arrow table}) they copy; None when a column is not such a
-    copy or has more than `max_values` values."""
+    copy or has more than `max_values` values. A copy filtered by `IS NOT NULL` on the way (the
+    keys an `=` can meet) gives no NULL: a NULL key would have a read keep every row whose key
+    is NULL."""
     out = {}
     for column in columns:
-        copied = sources(relation, column, set(held))
+        copied = _lineage(relation, column.lower(), set(held))
         if not copied:
             return None
         parts = []
-        for view, source in copied:
+        for view, source, not_null in copied:
             rows = held[view]
             names = {n.lower(): n for n in rows.column_names}
             if source not in names:
                 return None
-            parts.append(pc.unique(rows.column(names[source])))
+            values = pc.unique(rows.column(names[source]))
+            parts.append(pc.drop_null(values) if not_null else values)
         try:
             values = pc.unique(pa.chunked_array([p.cast(parts[0].type) for p in parts]))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -52,14 +57,20 @@ def held_values(relation: exp.Expr, columns: tuple, held: dict, max_values: int)
 def sources(relation: exp.Expr, column: str, tables: set) -> Optional[list]:
     """[(table, column) ...] of `tables` (lower-case names) whose values, taken together, hold
     every value of `relation`'s output `column`; None when that cannot be shown."""
-    return _by_name(relation, column.lower(), tables)
+    found = _lineage(relation, column.lower(), tables)
+    return None if found is None else [(table, name) for table, name, _ in found]
+
+
+def _lineage(relation: exp.Expr, column: str, tables: set) -> Optional[list]:
+    """sources(), each with whether a filter on the way drops the copy's NULLs."""
+    return _by_name(relation, column, tables)
 
 
 def _by_name(node: exp.Expr, column: str, tables: set) -> Optional[list]:
     node = _unwrapped(node)
     if isinstance(node, exp.Table):
         name = node.name.lower()
-        return [(name, column)] if not node.args.get("db") and name in tables else None
+        return [(name, column, False)] if not node.args.get("db") and name in tables else None
     if isinstance(node, exp.SetOperation):
         position = _position(_unwrapped(node.left), column)
         return None if position is None else _by_position(node, position, tables)
@@ -71,7 +82,7 @@ def _by_name(node: exp.Expr, column: str, tables: set) -> Optional[list]:
     source = node.args.get("from_")
     if source is None:
         return None
-    return _by_name(source.this, projected, tables)
+    return _not_null(_by_name(source.this, projected, tables), node, projected)
 
 
 def _by_position(node: exp.Expr, position: int, tables: set) -> Optional[list]:
@@ -84,6 +95,10 @@ def _by_position(node: exp.Expr, position: int, tables: set) -> Optional[list]:
         return _by_position(node.left, position, tables)
     if not isinstance(node, exp.Select) or position >= len(node.expressions):
         return None
+    if _star_only(node):
+        # `SELECT * FROM x WHERE ...` (a set operation's part filtered): x's column there.
+        inner = node.args["from_"].this
+        return _not_null(_by_position(inner, position, tables), node, _name_at(inner, position))
     name = node.expressions[position].alias_or_name
     return _by_name(node, name.lower(), tables) if name else None
 
@@ -112,10 +127,54 @@ def _projected(select: exp.Select, column: str) -> Optional[str]:
     return column if star else None
 
 
+def _not_null(found: Optional[list], select: exp.Select, column: Optional[str]) -> Optional[list]:
+    """`found` marked as NULL-free where `select`'s WHERE keeps only rows whose FROM `column`
+    is not NULL (`NOT (c IS NULL)`, `c IS NOT NULL`, one of its AND-ed conditions)."""
+    if found is None or column is None:
+        return found
+    where = select.args.get("where")
+    source = select.args.get("from_")
+    alias = source.this.alias_or_name.lower() if source is not None else None
+    for condition in conjuncts(where.this if where is not None else None):
+        tested = condition.this if isinstance(condition, exp.Not) else None
+        while isinstance(tested, exp.Paren):
+            tested = tested.this
+        if (
+            isinstance(tested, exp.Is)
+            and isinstance(tested.expression, exp.Null)
+            and isinstance(tested.this, exp.Column)
+            and tested.this.name.lower() == column
+            and tested.this.table.lower() in ("", alias)
+        ):
+            return [(table, name, True) for table, name, _ in found]
+    return found
+
+
+def _name_at(node: exp.Expr, position: int) -> Optional[str]:
+    """The name of the output column at `position` of `node`, None where it is not plain."""
+    node = _unwrapped(node)
+    while isinstance(node, exp.SetOperation) or (isinstance(node, exp.Select) and _star_only(node)):
+        node = _unwrapped(node.left if isinstance(node, exp.SetOperation) else node.args["from_"].this)
+    if not isinstance(node, exp.Select) or position >= len(node.expressions):
+        return None
+    name = node.expressions[position].alias_or_name
+    return name.lower() if name and name != "*" else None
+
+
+def _star_only(select: exp.Select) -> bool:
+    """`SELECT * FROM one relation`, filtered or not: its columns are its FROM's, in order."""
+    return (
+        len(select.expressions) == 1
+        and isinstance(select.expressions[0], exp.Star)
+        and select.args.get("from_") is not None
+        and not any(select.args.get(k) for k in ("joins", "laterals", "group"))
+    )
+
+
 def _position(node: exp.Expr, column: str) -> Optional[int]:
     """The position of output `column` in a set operation's first SELECT."""
-    while isinstance(node, exp.SetOperation):
-        node = _unwrapped(node.left)
+    while isinstance(node, exp.SetOperation) or (isinstance(node, exp.Select) and _star_only(node)):
+        node = _unwrapped(node.left if isinstance(node, exp.SetOperation) else node.args["from_"].this)
     if not isinstance(node, exp.Select):
         return None
     names = [p.alias_or_name.lower() for p in node.expressions]
