@@ -8,6 +8,7 @@ from typing import Callable, Optional, Sequence
 
 from sqlglot import exp
 
+from python_helpers.dvm.nested_sums import without_inner_sums
 from python_helpers.dvm.tree import WEIGHT
 from python_helpers.sql.dialect import spark_sql
 
@@ -137,10 +138,12 @@ def select_from(columns: list, source: exp.Expr) -> exp.Select:
 
 
 def consolidate(ctx: Context, delta: exp.Expr, columns: list[str]) -> exp.Select:
-    """GROUP BY the columns, SUM the weights, drop rows whose weight cancels to zero."""
+    """GROUP BY the columns, SUM the weights, drop rows whose weight cancels to zero. A
+    consolidation inside `delta` that only projections, filters and UNION ALL separate from
+    this one is left out: this one sums the same weights (nested_sums.py)."""
     a = ctx.alias("c")
     total = exp.Sum(this=weight())
-    query = select_from([col(c) for c in columns] + [alias(total.copy(), WEIGHT)], sub(delta, a))
+    query = select_from([col(c) for c in columns] + [alias(total.copy(), WEIGHT)], sub(without_inner_sums(delta), a))
     if columns:
         query = query.group_by(*[col(c) for c in columns], copy=False)
     return query.having(exp.NEQ(this=total, expression=exp.Literal.number(0)), copy=False)
