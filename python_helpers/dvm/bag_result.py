@@ -125,12 +125,12 @@ class BagResult(MaintainedResult):
                 _cast(col(c), types.get(u)).as_(u) if types.get(u) else alias(col(c), u)
                 for c, u in zip(cols, self.user_columns)
             ]
-            return select_from(named + [col(WEIGHT)], sub(consolidate(ctx, d, cols), ctx.alias("d")))
+            return select_from(named + [col(WEIGHT)], sub(consolidate(ctx, d, cols, fold=True), ctx.alias("d")))
         dd, s = ctx.alias("d"), ctx.alias("s")
         count = exp.Add(
             this=exp.Coalesce(this=col(COUNT, s), expressions=[exp.Literal.number(0)]), expression=col(WEIGHT, dd)
         )
-        consolidated = delta_once(ctx, consolidate(ctx, d, cols))
+        consolidated = delta_once(ctx, consolidate(ctx, d, cols, fold=True))
         existed = exp.Not(this=exp.Is(this=col(COUNT, s), expression=exp.Null()))  # a stored count is never NULL
         m = select_from(
             [alias(col(c, dd), u) for c, u in zip(cols, self.user_columns)]

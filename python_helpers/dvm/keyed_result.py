@@ -107,7 +107,7 @@ class KeyedBagResult(BagResult):
         newest = exp.Anonymous(
             this="max_by", expressions=[exp.Anonymous(this="named_struct", expressions=fields), w.copy()]
         )
-        consolidated = delta_once(ctx, consolidate(ctx, d, cols))
+        consolidated = delta_once(ctx, consolidate(ctx, d, cols, fold=True))
         # Per key: its columns (and its row id where one is stored).
         by = [alias(col(n, c), name) for n, name in zip(self.key, keys)]
         if self.stores_row_id:

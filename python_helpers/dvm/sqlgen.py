@@ -137,13 +137,15 @@ def select_from(columns: list, source: exp.Expr) -> exp.Select:
     return exp.Select(expressions=list(columns)).from_(source, copy=False)
 
 
-def consolidate(ctx: Context, delta: exp.Expr, columns: list[str]) -> exp.Select:
-    """GROUP BY the columns, SUM the weights, drop rows whose weight cancels to zero. A
-    consolidation inside `delta` that only projections, filters and UNION ALL separate from
-    this one is left out: this one sums the same weights (nested_sums.py)."""
+def consolidate(ctx: Context, delta: exp.Expr, columns: list[str], fold: bool = False) -> exp.Select:
+    """GROUP BY the columns, SUM the weights, drop rows whose weight cancels to zero. With
+    `fold` (a result's root), a consolidation inside `delta` that only projections, filters and
+    UNION ALL separate from this one is left out: this one sums the same weights
+    (nested_sums.py)."""
     a = ctx.alias("c")
     total = exp.Sum(this=weight())
-    query = select_from([col(c) for c in columns] + [alias(total.copy(), WEIGHT)], sub(without_inner_sums(delta), a))
+    rows = without_inner_sums(delta) if fold else delta
+    query = select_from([col(c) for c in columns] + [alias(total.copy(), WEIGHT)], sub(rows, a))
     if columns:
         query = query.group_by(*[col(c) for c in columns], copy=False)
     return query.having(exp.NEQ(this=total, expression=exp.Literal.number(0)), copy=False)

@@ -60,7 +60,7 @@ def _rows(db, spark_sql: str) -> list:
 def test_the_outer_consolidation_gives_the_same_rows(rows, form, inner_columns, n):
     text, passes = form
     middle = sqlglot.parse_one(text.format(inner=_inner(inner_columns), other=_inner(["a", "b"]), n=n), read="spark")
-    folded = render(consolidate(_ctx(), middle, ["a", "b"]))
+    folded = render(consolidate(_ctx(), middle, ["a", "b"], fold=True))
     a, b, w = zip(*rows) if rows else ((), (), ())
     db = duckdb.connect()
     db.register(
@@ -77,5 +77,24 @@ def test_a_chain_of_consolidations_keeps_the_outermost():
     query = sqlglot.parse_one("SELECT a, b, __dvm_w FROM t", read="spark")
     for _ in range(3):
         query = consolidate(ctx, query, ["a", "b"])
-    assert render(query).count("GROUP BY") == 1
-    assert render(query).count("HAVING SUM(__dvm_w) <> 0") == 1
+    assert render(query).count("GROUP BY") == 3  # not asked to fold: each is kept
+    original = render(query)
+    folded = render(consolidate(ctx, query, ["a", "b"], fold=True))
+    assert folded.count("GROUP BY") == 1
+    assert folded.count("HAVING SUM(__dvm_w) <> 0") == 1
+    assert render(query) == original  # the input is not changed
+
+
+def test_set_level_clauses_and_grouping_sets_keep_the_inner_consolidation():
+    inner = _inner(["a", "b"])
+    for text in (
+        f"SELECT a, b, __dvm_w FROM ({inner}) AS m UNION ALL SELECT a, b, __dvm_w FROM ({inner}) AS n LIMIT 1",
+        f"SELECT a, b, __dvm_w FROM ({inner}) AS m UNION SELECT a, b, __dvm_w FROM ({inner}) AS n",
+        f"SELECT a, b, IF(__DVM_W > 1, 1, 0) AS c, __dvm_w FROM ({inner}) AS m",
+        f"SELECT * FROM ({inner}) AS m TABLESAMPLE (10 PERCENT)",
+        "SELECT a, b, __dvm_w FROM (SELECT a, b, SUM(__dvm_w) AS __dvm_w FROM t AS x"
+        " GROUP BY a, b WITH ROLLUP HAVING SUM(__dvm_w) <> 0) AS m",
+    ):
+        middle = sqlglot.parse_one(text, read="spark")
+        before = render(middle).count("GROUP BY")
+        assert render(consolidate(_ctx(), middle, ["a", "b"], fold=True)).count("GROUP BY") == before + 1, text
