@@ -59,6 +59,9 @@ def test_a_copied_key_is_followed_to_the_held_columns(sql, expected):
         "SELECT k AS rk FROM a UNION ALL SELECT g + 1 FROM b",
         "SELECT k AS rk FROM a UNION ALL SELECT * FROM b JOIN a ON b.g = a.k",  # a join below a star
         "SELECT k AS rk FROM a UNION ALL SELECT * FROM (SELECT g + 1 AS rk FROM b) AS x",
+        # A later part whose name at the position is repeated, or follows a star.
+        "SELECT k AS rk, g AS rg FROM a UNION ALL SELECT g AS rk, k AS rk FROM b",
+        "SELECT k AS rk, g AS rg FROM a UNION ALL SELECT *, k AS z FROM b",
         "SELECT k AS rk FROM a LATERAL VIEW EXPLODE(ARRAY(1, 2)) e AS n",
     ],
 )

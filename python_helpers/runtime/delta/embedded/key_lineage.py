@@ -93,14 +93,16 @@ def _by_position(node: exp.Expr, position: int, tables: set) -> Optional[list]:
         return None if left is None or right is None else left + right
     if isinstance(node, exp.SetOperation):  # EXCEPT, INTERSECT: a part of the left side's rows
         return _by_position(node.left, position, tables)
-    if not isinstance(node, exp.Select) or position >= len(node.expressions):
+    if not isinstance(node, exp.Select):
         return None
     if _star_only(node):
         # `SELECT * FROM x WHERE ...` (a set operation's part filtered): x's column there.
         inner = node.args["from_"].this
         return _not_null(_by_position(inner, position, tables), node, _name_at(inner, position))
-    name = node.expressions[position].alias_or_name
-    return _by_name(node, name.lower(), tables) if name else None
+    names = [p.alias_or_name.lower() for p in node.expressions]
+    if position >= len(names) or "*" in names or names.count(names[position]) != 1:
+        return None  # (a position a star or a repeated name leaves unclear: not followed)
+    return _by_name(node, names[position], tables) if names[position] else None
 
 
 def _projected(select: exp.Select, column: str) -> Optional[str]:
