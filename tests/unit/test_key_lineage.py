@@ -95,7 +95,7 @@ FORMS = [
     "SELECT * FROM ({inner}) AS t WHERE NOT (k IS NULL)",
     "SELECT g AS k, k AS g FROM ({inner}) AS t WHERE t.k IS NOT NULL AND g > {n}",
     "SELECT k, g FROM ({inner}) AS t WHERE NOT (k IS NULL) OR g > {n}",
-    "SELECT k, g FROM ({inner}) AS t UNION ALL SELECT * FROM ({other}) AS u WHERE NOT (g IS NULL)",
+    "SELECT k, g FROM ({inner}) AS t UNION ALL SELECT * FROM (SELECT k, g FROM ({other}) AS o) AS u WHERE NOT (g IS NULL)",
 ]
 
 
