@@ -28,7 +28,7 @@ FORMS = [
     ("SELECT a, b, IF(__dvm_w > 1, 1, 0) AS c, __dvm_w FROM ({inner}) AS m", False),
     ("SELECT a, MAX(b) AS b, 1 AS __dvm_w FROM ({inner}) AS m GROUP BY a", False),
     ("SELECT m.a, o.b, m.__dvm_w FROM ({inner}) AS m JOIN ({other}) AS o ON m.a = o.a", False),
-    ("SELECT a, b, __dvm_w FROM ({inner}) AS m LIMIT 2", False),
+    ("SELECT a, b, __dvm_w FROM ({inner}) AS m ORDER BY a, b LIMIT 2", False),  # (ordered: the same rows each run)
     ("SELECT DISTINCT a, b, __dvm_w FROM ({inner}) AS m", False),
 ]
 
