@@ -33,7 +33,7 @@ def held_values(relation: exp.Expr, columns: tuple, held: dict, max_values: int)
     is NULL."""
     out = {}
     for column in columns:
-        copied = _lineage(relation, column.lower(), set(held))
+        copied = _by_name(relation, column.lower(), set(held))
         if not copied:
             return None
         parts = []
@@ -57,16 +57,12 @@ def held_values(relation: exp.Expr, columns: tuple, held: dict, max_values: int)
 def sources(relation: exp.Expr, column: str, tables: set) -> Optional[list]:
     """[(table, column) ...] of `tables` (lower-case names) whose values, taken together, hold
     every value of `relation`'s output `column`; None when that cannot be shown."""
-    found = _lineage(relation, column.lower(), tables)
+    found = _by_name(relation, column.lower(), tables)
     return None if found is None else [(table, name) for table, name, _ in found]
 
 
-def _lineage(relation: exp.Expr, column: str, tables: set) -> Optional[list]:
-    """sources(), each with whether a filter on the way drops the copy's NULLs."""
-    return _by_name(relation, column, tables)
-
-
 def _by_name(node: exp.Expr, column: str, tables: set) -> Optional[list]:
+    """[(table, column, NULLs dropped on the way) ...]: sources() with the filter's mark."""
     node = _unwrapped(node)
     if isinstance(node, exp.Table):
         name = node.name.lower()
@@ -154,13 +150,20 @@ def _not_null(found: Optional[list], select: exp.Select, column: Optional[str]) 
 
 def _name_at(node: exp.Expr, position: int) -> Optional[str]:
     """The name of the output column at `position` of `node`, None where it is not plain."""
-    node = _unwrapped(node)
-    while isinstance(node, exp.SetOperation) or (isinstance(node, exp.Select) and _star_only(node)):
-        node = _unwrapped(node.left if isinstance(node, exp.SetOperation) else node.args["from_"].this)
+    node = _first_select(node)
     if not isinstance(node, exp.Select) or position >= len(node.expressions):
         return None
     name = node.expressions[position].alias_or_name
     return name.lower() if name and name != "*" else None
+
+
+def _first_select(node: exp.Expr) -> exp.Expr:
+    """The SELECT that names `node`'s output columns: a set operation's first part, through
+    filtered `SELECT *`s."""
+    node = _unwrapped(node)
+    while isinstance(node, exp.SetOperation) or (isinstance(node, exp.Select) and _star_only(node)):
+        node = _unwrapped(node.left if isinstance(node, exp.SetOperation) else node.args["from_"].this)
+    return node
 
 
 def _star_only(select: exp.Select) -> bool:
@@ -175,8 +178,7 @@ def _star_only(select: exp.Select) -> bool:
 
 def _position(node: exp.Expr, column: str) -> Optional[int]:
     """The position of output `column` in a set operation's first SELECT."""
-    while isinstance(node, exp.SetOperation) or (isinstance(node, exp.Select) and _star_only(node)):
-        node = _unwrapped(node.left if isinstance(node, exp.SetOperation) else node.args["from_"].this)
+    node = _first_select(node)
     if not isinstance(node, exp.Select):
         return None
     names = [p.alias_or_name.lower() for p in node.expressions]
