@@ -340,6 +340,31 @@ def is_part_of_final(query: exp.Expr) -> bool:
     return bool(query.meta.get(PART_OF_FINAL))
 
 
+# In an intermediate's meta: a boolean column the engine may count while it computes the
+# intermediate (an aggregate's rescan flag); in the served relation's meta: that no row held it
+# TRUE. A rescan is then known to be needed by no group without a query of its own asking.
+COUNTED_FLAG = "dvm_counted_flag"
+FLAG_NEVER_SET = "dvm_flag_never_set"
+
+
+def counting_flag(query: exp.Expr, column: str) -> exp.Expr:
+    query.meta[COUNTED_FLAG] = column
+    return query
+
+
+def counted_flag(query: exp.Expr) -> Optional[str]:
+    return query.meta.get(COUNTED_FLAG)
+
+
+def flag_never_set(served: exp.Expr) -> exp.Expr:
+    served.meta[FLAG_NEVER_SET] = True
+    return served
+
+
+def is_flag_never_set(served: exp.Expr) -> bool:
+    return bool(served.meta.get(FLAG_NEVER_SET))
+
+
 def reads_keyed_rows(query: exp.Expr) -> bool:
     """Does `query` read a keyed read marked by keyed_rows (the mark survives copies)?"""
     return any(node.meta.get(KEYED_ROWS) for node in query.walk())

@@ -35,6 +35,8 @@ from python_helpers.dvm.sqlgen import (
     Context,
     alias,
     col,
+    counting_flag,
+    is_flag_never_set,
     known_empty,
     null_safe_match,
     part_of_final,
@@ -273,7 +275,7 @@ class AggregateResult(MaintainedResult):
         if flags_first:
             # Few groups: their new state is computed once, and the rescan (a scan of the whole
             # input) only runs when one of them needs it; mostly none does.
-            m = ctx.materialize(part_of_final(m))  # type: ignore[misc,assignment]
+            m = ctx.materialize(counting_flag(part_of_final(m), "__dvm_rescan"))  # type: ignore[misc,assignment]
         rescanned = self._rescan(ctx, m, flags_first)
         if rescanned is None:
             pick: list[exp.Expr] = [col(c, mm) for c in state_names]
@@ -341,6 +343,8 @@ class AggregateResult(MaintainedResult):
     def _rescan(self, ctx: Context, m: exp.Select, flags_first: bool = False):
         if not any(self._may_rescan(a) for a in self.agg.aggs):
             return None
+        if is_flag_never_set(m):
+            return None  # the engine counted no flagged group while it computed them
         # The input's new rows are rendered only once the flags are known not to be empty: a
         # rendering binds the source's snapshot (a file listing and a schema job, 0.4 s for the
         # demo's orders) that nothing else may need.

@@ -1,6 +1,7 @@
 """A materialized intermediate (connections/spark.py, view_of_query(materialize=True)) says
-whether it holds rows from a count observed while it is computed, so BoundViews.materialize
-does not run a job to ask (a local session; over Spark Connect it answers None and is asked)."""
+whether it holds rows, and whether a row holds a flag column TRUE, from counts observed while it
+is computed, so BoundViews.materialize and an aggregate's rescan do not run a job to ask (a local
+session; over Spark Connect it answers None and is asked)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,29 @@ def test_a_materialized_query_says_whether_it_holds_rows_without_asking(spark, s
     conn = as_connection(spark)
     view = "__dvm_test_materialized"
     try:
-        assert conn.view_of_query(view, sql, one_partition=one_partition, materialize=True) is (rows > 0)
+        told = conn.view_of_query(view, sql, one_partition=one_partition, materialize=True)
+        assert told.holds_rows is (rows > 0) and told.flagged is None
         assert spark.sql(f"SELECT COUNT(*) AS n FROM {view}").collect()[0].n == rows
+    finally:
+        conn.drop_view(view)
+
+
+@pytest.mark.parametrize(
+    ("sql", "flagged"),
+    [
+        ("SELECT id, id = 3 AS __dvm_rescan FROM range(5)", True),
+        ("SELECT id, id > 10 AS __dvm_rescan FROM range(5)", False),
+        ("SELECT id, IF(id = 1, NULL, FALSE) AS __dvm_rescan FROM range(5)", False),  # NULL is not TRUE
+        ("SELECT id, TRUE AS __dvm_rescan FROM range(5) WHERE id < 0", False),
+    ],
+)
+def test_a_materialized_query_counts_its_flag_while_computed(spark, sql, flagged):
+    conn = as_connection(spark)
+    view = "__dvm_test_flagged"
+    try:
+        told = conn.view_of_query(view, sql, materialize=True, flag="__dvm_rescan")
+        assert told.flagged is flagged
+        held = spark.sql(f"SELECT COUNT(*) AS n FROM {view} WHERE __dvm_rescan").collect()[0].n
+        assert (held > 0) is flagged
     finally:
         conn.drop_view(view)

@@ -533,6 +533,15 @@ def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(
         return original_files(self, name, *args, **kwargs)
 
     monkeypatch.setattr(connections.SparkConnection, "view_of_files", files_spy)
+    asked: list = []  # the queries that ask which groups are flagged
+    original_query = connections.SparkConnection.view_of_query
+
+    def query_spy(self, name, sql, *args, **kwargs):
+        if "WHERE __dvm_rescan" in sql:
+            asked.append(name)
+        return original_query(self, name, sql, *args, **kwargs)
+
+    monkeypatch.setattr(connections.SparkConnection, "view_of_query", query_spy)
     env.source("t1", _many(400))
     sql = "SELECT MIN(v) AS lo, MAX(v) AS hi, COUNT(*) AS n, COUNT(x) AS nx FROM {src}.t1"
     if grouped:
@@ -549,11 +558,13 @@ def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(
         )
 
     # An insert inside every group's range: no extremum lost, no rescan in the plan, and the
-    # source's new snapshot not even bound (a file listing and a schema job).
+    # source's new snapshot not even bound (a file listing and a schema job), nor a query run
+    # to ask for the flagged groups: the groups' computation counted none.
     env.apply([S.Insert("t1", _many(4, start=9_000))])
     bound.clear()
     stream.refresh(expect="differential")
     assert not [n for n in bound if n.endswith("_s0_new")], bound
+    assert not asked, asked
     stream.check()
     assert plans and not reads_the_source(plans[-1]), plans[-1]
     # Another column of the rows holding each group's maximum updated: the value is deleted and
@@ -562,11 +573,13 @@ def test_a_min_max_group_is_rescanned_only_when_a_deletion_reaches_its_extremum(
     stream.refresh(expect="differential")
     stream.check()
     assert not reads_the_source(plans[-1]), plans[-1]
+    assert not asked, asked
     # Deleting each group's maximum (v = 5) flags the groups: the rescan reads the source.
     env.apply([S.DeleteWhere("t1", "v", 5)])
     bound.clear()
     stream.refresh(expect="differential")
     assert [n for n in bound if n.endswith("_s0_new")], bound
+    assert asked, "the flagged groups were not asked for"
     stream.check()
     assert reads_the_source(plans[-1]), plans[-1]
 

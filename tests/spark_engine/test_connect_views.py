@@ -37,7 +37,8 @@ def test_rows_and_checkpoints_are_sent_with_the_statements_that_read_them(delta_
 
         # A checkpoint is held too; a query over held views that is not materialized becomes a
         # server view (its plan carries the rows it reads).
-        assert conn.view_of_query(grouped, f"SELECT k, SUM(v) AS s FROM {rows} GROUP BY k", materialize=True) is None
+        told = conn.view_of_query(grouped, f"SELECT k, SUM(v) AS s FROM {rows} GROUP BY k", materialize=True)
+        assert told.holds_rows is None
         conn.view_of_query(kept, f"SELECT k FROM {grouped} WHERE s IS NOT NULL")
         assert grouped not in _server_views(delta_spark) and kept in _server_views(delta_spark)
         table = conn.arrow(f"SELECT g.k, g.s FROM {grouped} g JOIN {kept} USING (k) ORDER BY k", names=["key", "sum"])

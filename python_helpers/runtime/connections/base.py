@@ -62,6 +62,18 @@ def listed_in_driver(files: list[str]) -> bool:
 
 
 @dataclass(frozen=True)
+class Computed:
+    """What a materialized query's computation told of its rows (view_of_query; None: not
+    known, ask)."""
+
+    holds_rows: Optional[bool] = None
+    flagged: Optional[bool] = None  # does a row hold the `flag` column TRUE
+
+
+NOT_TOLD = Computed()
+
+
+@dataclass(frozen=True)
 class OutputColumn:
     """A column of a query's output as Spark's analysis gives it."""
 
@@ -139,10 +151,16 @@ class Connection(Protocol):
         `cache_key` names an immutable set of files whose scan may be reused across refreshes."""
 
     def view_of_query(
-        self, name: str, sql: str, one_partition: bool = False, materialize: bool = False
-    ) -> Optional[bool]:
+        self,
+        name: str,
+        sql: str,
+        one_partition: bool = False,
+        materialize: bool = False,
+        flag: Optional[str] = None,
+    ) -> "Computed":
         """A query; `materialize` computes it once now (read several times later) and answers
-        whether it holds rows when the computation told (None: not known, ask)."""
+        what the computation told: whether it holds rows, and whether a row holds the boolean
+        column `flag` TRUE (None: not known, ask)."""
 
     def drop_view(self, name: str) -> None:
         """Drop a temporary view (no error when it is gone)."""

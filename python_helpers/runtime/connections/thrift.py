@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from python_helpers.runtime import paths
 from python_helpers.runtime.connections import files, held_settings
-from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, FunctionKind, OutputColumn
+from python_helpers.runtime.connections.base import NO_DICTIONARY_FILTER, NOT_TOLD, Computed, FunctionKind, OutputColumn
 from python_helpers.runtime.connections.files import _ident, _string
 from python_helpers.runtime.connections.server_checks import required_version, too_old
 
@@ -271,8 +271,13 @@ class ThriftConnection:
         self.execute(f"CREATE OR REPLACE TEMPORARY VIEW {_ident(part)} ({declared}) USING parquet OPTIONS ({options})")
 
     def view_of_query(
-        self, name: str, sql: str, one_partition: bool = False, materialize: bool = False
-    ) -> Optional[bool]:
+        self,
+        name: str,
+        sql: str,
+        one_partition: bool = False,
+        materialize: bool = False,
+        flag: Optional[str] = None,
+    ) -> Computed:
         if one_partition:
             sql = f"SELECT /*+ COALESCE(1) */ * FROM ({sql}) AS __dvm_one"
         if materialize:
@@ -280,7 +285,7 @@ class ThriftConnection:
             self._cached.add(name)
         else:
             self.execute(f"CREATE OR REPLACE TEMPORARY VIEW {_ident(name)} AS {sql}")
-        return None
+        return NOT_TOLD
 
     def drop_view(self, name: str) -> None:
         try:

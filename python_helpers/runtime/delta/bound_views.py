@@ -10,7 +10,7 @@ from typing import Optional
 
 from sqlglot import exp
 
-from python_helpers.dvm.sqlgen import render
+from python_helpers.dvm.sqlgen import counted_flag, flag_never_set, render
 from python_helpers.runtime.connections.base import Connection
 
 # Up to this many distinct keys, a key-restricted read also filters rows by them (`IN`): files
@@ -85,8 +85,10 @@ class BoundViews:
         """Compute a (small) intermediate once, now, and serve it as a temp view: the SQL that
         reads it several times then does not recompute it (Spark would, for each reference)."""
         name = self.view_name(f"m{len(self.views)}")
-        holds_rows = self.conn.view_of_query(name, render(query), materialize=True)
+        flag = counted_flag(query)
+        computed = self.conn.view_of_query(name, render(query), materialize=True, flag=flag)
         served = exp.select("*").from_(exp.to_table(name))
+        holds_rows = computed.holds_rows
         if holds_rows is None:
             holds_rows = bool(self.conn.rows(f"SELECT 1 FROM {name} LIMIT 1"))
         if not holds_rows:
@@ -94,6 +96,8 @@ class BoundViews:
             # optimizer then drops what only reads it, and the rules see it (sqlgen.known_empty:
             # a group rescan is not even rendered when no group needs one).
             served = served.where(exp.false(), copy=False)
+        elif flag is not None and computed.flagged is False:
+            flag_never_set(served)  # the rules skip asking whether a row holds it
         return served
 
     def close(self) -> None:
