@@ -362,7 +362,17 @@ def flag_never_set(served: exp.Expr) -> exp.Expr:
 
 
 def is_flag_never_set(served: exp.Expr) -> bool:
-    return bool(served.meta.get(FLAG_NEVER_SET))
+    """Marked by the engine, and still the served relation itself (`SELECT * FROM <view>`): a
+    copy the rules joined, filtered or projected since may no longer hold the rows counted."""
+    if not served.meta.get(FLAG_NEVER_SET) or not isinstance(served, exp.Select):
+        return False
+    from_ = served.args.get("from_") or served.args.get("from")
+    return (
+        from_ is not None
+        and isinstance(from_.this, exp.Table)
+        and [type(e) for e in served.expressions] == [exp.Star]
+        and not any(served.args.get(k) for k in ("where", "joins", "group", "having", "limit", "laterals"))
+    )
 
 
 def reads_keyed_rows(query: exp.Expr) -> bool:

@@ -12,6 +12,15 @@ from python_helpers.runtime.connections.base import as_connection
 pytestmark = [pytest.mark.spark]
 
 
+@pytest.fixture(autouse=True)
+def _patient(monkeypatch):
+    """The counts arrive through a listener: waited for longer than a refresh does, so that a
+    busy machine does not leave them unknown."""
+    from python_helpers.runtime.connections import spark as connections
+
+    monkeypatch.setattr(connections._Observed, "WAIT_SECONDS", 5.0)
+
+
 @pytest.mark.parametrize(
     ("sql", "rows", "one_partition"),
     [
@@ -47,8 +56,18 @@ def test_a_materialized_query_counts_its_flag_while_computed(spark, sql, flagged
     view = "__dvm_test_flagged"
     try:
         told = conn.view_of_query(view, sql, materialize=True, flag="__dvm_rescan")
-        assert told.flagged is flagged
+        assert told.flagged is flagged and told.holds_rows is ("< 0" not in sql)
         held = spark.sql(f"SELECT COUNT(*) AS n FROM {view} WHERE __dvm_rescan").collect()[0].n
         assert (held > 0) is flagged
+    finally:
+        conn.drop_view(view)
+
+
+def test_a_flag_the_query_lacks_leaves_the_rows_counted(spark):
+    conn = as_connection(spark)
+    view = "__dvm_test_no_flag"
+    try:
+        told = conn.view_of_query(view, "SELECT id FROM range(3)", materialize=True, flag="__dvm_rescan")
+        assert told.holds_rows is True and told.flagged is None
     finally:
         conn.drop_view(view)

@@ -157,7 +157,7 @@ class Connection(Protocol):
         one_partition: bool = False,
         materialize: bool = False,
         flag: Optional[str] = None,
-    ) -> "Computed":
+    ) -> Computed:
         """A query; `materialize` computes it once now (read several times later) and answers
         what the computation told: whether it holds rows, and whether a row holds the boolean
         column `flag` TRUE (None: not known, ask)."""

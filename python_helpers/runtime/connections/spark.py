@@ -44,7 +44,7 @@ _AGGREGATE_CLASSES = (
 )
 
 
-class _RowsObserved:
+class _Observed:
     """A frame whose rows are counted while it is computed (an observation: no job of its own),
     so a materialized intermediate need not be asked whether it is empty (a job per
     intermediate, 0.06-0.2 s each), nor whether a row holds its flag (an aggregate's rescan
@@ -57,12 +57,17 @@ class _RowsObserved:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        self._observation = Observation()
-        counts = [F.count(F.lit(1)).alias("rows")]
+        rows = F.count(F.lit(1)).alias("rows")
         self._flag = flag
         if flag is not None:
-            counts.append(F.count_if(F.col(f"`{flag}`")).alias("flagged"))
-        self.frame = frame.observe(self._observation, *counts)
+            try:
+                self._observation = Observation()
+                self.frame = frame.observe(self._observation, rows, F.count_if(F.col(f"`{flag}`")).alias("flagged"))
+                return
+            except Exception:  # noqa: BLE001 - a flag the query lacks or that is not boolean: rows alone
+                self._flag = None
+        self._observation = Observation()
+        self.frame = frame.observe(self._observation, rows)
 
     def told(self) -> Computed:
         import time
@@ -240,7 +245,7 @@ class SparkConnection:
         computed = NOT_TOLD
         if materialize:
             # (Spark Connect 4.1 reports no observation of a checkpoint: asked instead.)
-            observed = _RowsObserved(frame, flag) if self._jvm is not None else None
+            observed = _Observed(frame, flag) if self._jvm is not None else None
             frame = self._own((observed.frame if observed else frame).localCheckpoint(eager=True))
             computed = observed.told() if observed else NOT_TOLD
         self._register(frame, name, inline=materialize)
