@@ -2,7 +2,7 @@
 recorded by a real JVM, then mapped in by another that must use it (`-Xshare:on` makes a JVM
 that cannot map the archive fail to start rather than start without it).
 
-Cost: 82-90 s alone, about 2 min in `make test`, so it runs on one day of the five-day rotation
+Cost: 82-90 s alone, about 2 min in `make test`, so it runs on one day of the rotation (six days in make test)
 (tests/support/rotation.py; every day in `make test-long`): on a day without a snapshot suite.
 Left out, it is not collected, not skipped."""
 
@@ -15,7 +15,7 @@ import sys
 from dbt.adapters.spark_stream import class_archive
 from tests.support import rotation
 
-# The rotation's day 2 of 5 (offset 3): days 0 and 1 run dbt's snapshot suites.
+# The rotation's day 3 of 6 in make test (offset 3): days 0 and 1 run dbt's snapshot suites.
 TODAY = bool(rotation.todays(["class_archive"], offset=3, every_day=False))
 
 # A second process, as each `dbt run` is: a local session started with the archive, whose JVM

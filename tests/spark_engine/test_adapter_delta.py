@@ -42,8 +42,8 @@ def warehouse(delta_server):
 
 
 # dbt's two snapshot suites cost 1.5-3 minutes each in make test (dbt-spark's own statements, none
-# of ours): it takes them on two days of its five-day rotation, one each, and neither on the
-# other three (tests/support/rotation.py; make test-long both). A suite left out is not
+# of ours): it takes them on two days of its rotation (six days in make test), one each, and
+# neither on the others (tests/support/rotation.py; make test-long both). A suite left out is not
 # collected, not skipped.
 SNAPSHOT_SUITES = rotation.todays(["check_cols", "timestamp"], every_day=False)
 

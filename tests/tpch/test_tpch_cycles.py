@@ -5,8 +5,8 @@ feed on. Each cycle applies RF1, RF2 and RF3 (tests/tpch/refresh_functions.py) i
 each one every stream table is refreshed, must report `differential`, and must equal its query
 recomputed on the same source versions. DVM_TPCH_CYCLES sets the number of cycles (default 1).
 
-`make test` takes a fifth of the queries a day (tests/support/rotation.py: DVM_ROTATION=5,
-so all 22 run in any five days; the log names the day to repeat): the 22 together took 311 s
+`make test` takes a sixth of the queries a day (tests/support/rotation.py: DVM_ROTATION=6,
+so all 22 run in any six days; the log names the day to repeat): the 22 together took 311 s
 alone on this 2-core machine and 426 s beside the other worker, the largest item of the suite.
 `make test-long` runs all 22.
 
