@@ -25,7 +25,7 @@ def pytest_configure(config):
     for line in (
         "spark: needs a local SparkSession (the session-scoped `spark` fixture)",
         "dbt: runs dbt end to end",
-        "slow: long-running (bigger hypothesis runs); deselect with -m 'not slow'",
+        "slow: long-running (bigger hypothesis runs, dbt's snapshot suites on Delta, the class archive): make test-long only; deselect with -m 'not slow'",
     ):
         config.addinivalue_line("markers", line)
     global _CONFIG

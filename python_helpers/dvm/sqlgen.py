@@ -92,7 +92,29 @@ def known_empty(query: exp.Expr) -> bool:
     """Has the engine found `query` empty? Context.materialize serves an empty intermediate as
     `SELECT * FROM <view> WHERE FALSE` (which Spark's optimizer also sees)."""
     where = query.args.get("where") if isinstance(query, exp.Select) else None
-    return where is not None and where.this == exp.false()
+    # Any star select under WHERE FALSE is empty, but not a grouped or global aggregate's.
+    return (
+        where is not None
+        and where.this == exp.false()
+        and _is_served_relation(query, "where", "joins", "from_subquery")
+    )
+
+
+def _is_served_relation(query: exp.Expr, *allowed: str) -> bool:
+    """Is `query` the form Context.materialize serves (`SELECT * FROM <view>`, plus the clauses
+    `allowed`; "from_subquery": a subquery in place of the view)? A copy the rules joined, grouped
+    or projected since is not: it may hold other rows."""
+    if not isinstance(query, exp.Select):
+        return False
+    from_ = query.args.get("from_") or query.args.get("from")
+    clauses = {"where", "joins", "group", "having", "limit", "laterals"} - set(allowed)
+    sources = (exp.Table, exp.Subquery) if "from_subquery" in allowed else (exp.Table,)
+    return (
+        from_ is not None
+        and isinstance(from_.this, sources)
+        and [type(e) for e in query.expressions] == [exp.Star]
+        and not any(query.args.get(k) for k in clauses)
+    )
 
 
 def col(name: str, table: Optional[str] = None) -> exp.Column:
@@ -364,15 +386,7 @@ def flag_never_set(served: exp.Expr) -> exp.Expr:
 def is_flag_never_set(served: exp.Expr) -> bool:
     """Marked by the engine, and still the served relation itself (`SELECT * FROM <view>`): a
     copy the rules joined, filtered or projected since may no longer hold the rows counted."""
-    if not served.meta.get(FLAG_NEVER_SET) or not isinstance(served, exp.Select):
-        return False
-    from_ = served.args.get("from_") or served.args.get("from")
-    return (
-        from_ is not None
-        and isinstance(from_.this, exp.Table)
-        and [type(e) for e in served.expressions] == [exp.Star]
-        and not any(served.args.get(k) for k in ("where", "joins", "group", "having", "limit", "laterals"))
-    )
+    return bool(served.meta.get(FLAG_NEVER_SET)) and _is_served_relation(served)
 
 
 def reads_keyed_rows(query: exp.Expr) -> bool:

@@ -51,6 +51,8 @@ from python_helpers.dvm.tree import RESCAN, WEIGHT, Aggregate, Distinct, Filter,
 from python_helpers.errors import UnsupportedSql
 
 _SAFE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The column of a group's new state that says its state must be rescanned from the new snapshot.
+RESCAN_FLAG = "__dvm_rescan"
 
 
 def storage_names(model: str, output_names: list[str]) -> list[str]:
@@ -253,7 +255,7 @@ class AggregateResult(MaintainedResult):
         alive = exp.GT(this=count.copy(), expression=exp.Literal.number(0)) if self.keyed else exp.true()
         flag = exp.and_(alive, exp.or_(*rescans)) if rescans else exp.false()
         mcols += [
-            alias(flag, "__dvm_rescan"),
+            alias(flag, RESCAN_FLAG),
             alias(exp.Not(this=exp.Is(this=col(ROW_ID, o), expression=exp.Null())), "__dvm_existed"),
         ]
         # One digest of the stored row (not a copy of each column): far less for Spark to
@@ -275,7 +277,7 @@ class AggregateResult(MaintainedResult):
         if flags_first:
             # Few groups: their new state is computed once, and the rescan (a scan of the whole
             # input) only runs when one of them needs it; mostly none does.
-            m = ctx.materialize(counting_flag(part_of_final(m), "__dvm_rescan"))  # type: ignore[misc,assignment]
+            m = ctx.materialize(counting_flag(part_of_final(m), RESCAN_FLAG))  # type: ignore[misc,assignment]
         rescanned = self._rescan(ctx, m, flags_first)
         if rescanned is None:
             pick: list[exp.Expr] = [col(c, mm) for c in state_names]
@@ -285,7 +287,7 @@ class AggregateResult(MaintainedResult):
             pick = [
                 alias(
                     exp.If(
-                        this=col("__dvm_rescan", mm),
+                        this=col(RESCAN_FLAG, mm),
                         true=_cast(
                             exp.Coalesce(this=col(c, r), expressions=[exp.Literal.number(0)])
                             if c == COUNT
@@ -303,7 +305,7 @@ class AggregateResult(MaintainedResult):
         pick += [col("__dvm_existed", mm), col("__dvm_old_digest", mm)]
         merged = select_from(pick, sub(m, mm))
         if rescanned is not None:
-            on = exp.and_(col("__dvm_rescan", mm), null_safe_match(self.key_store, self.key_store, mm, r))
+            on = exp.and_(col(RESCAN_FLAG, mm), null_safe_match(self.key_store, self.key_store, mm, r))
             merged = merged.join(sub(rescanned, r), on=on, join_type="LEFT", copy=False)
         # 4. Finish the stored row; decide the action; drop rows that would not change.
         f = ctx.alias("f")
@@ -351,7 +353,7 @@ class AggregateResult(MaintainedResult):
         rows: exp.Expr
         if self.keyed:
             flagged: exp.Expr = select_from([col(k) for k in self.key_store], sub(m.copy(), ctx.alias("fm"))).where(
-                col("__dvm_rescan"), copy=False
+                col(RESCAN_FLAG), copy=False
             )
             # Under a recursion the restriction goes to its base when the keys are carried
             # (python_helpers.dvm.restrict); the semi join below then only confirms it. The
@@ -382,7 +384,7 @@ class AggregateResult(MaintainedResult):
             # drops the scan when the materialized flag is known empty.
             flag = ctx.materialize(  # type: ignore[misc]
                 select_from([alias(exp.Literal.number(1), "__dvm_one")], sub(m.copy(), ctx.alias("fm"))).where(
-                    col("__dvm_rescan"), copy=False
+                    col(RESCAN_FLAG), copy=False
                 )
             )
             if known_empty(flag):

@@ -142,8 +142,8 @@ def test_full_refresh_flag_rebuilds_in_full(project):
     refreshes = project.run("--full-refresh")
     _assert_modes(refreshes, "full")
     assert all(info["reason"] for info in refreshes.values())
-    project.test()
-    # ... and the next run goes back to differential (its rows checked by the refresh rounds).
+    # (A full refresh's rows come from the first build's code, whose rows the first run's data
+    # tests check.) ... and the next run goes back to differential (its rows checked by the refresh rounds).
     shop_data.mutate(22)
     _assert_modes(project.run(), "differential")
 
@@ -174,7 +174,7 @@ def test_a_fallback_to_full_is_a_dbt_warning_that_warn_error_makes_an_error(proj
     # Without the flag it is a warning, and the model refreshes (the others catch up).
     again = project.run()
     assert again["larger_orders"]["mode"] == "full"
-    project.test()
+    project.test("larger_orders")
 
 
 def test_stream_table_status_lists_each_stream_table_and_how_far_its_sources_moved(project):

@@ -102,7 +102,8 @@ def kill_drill(
         for point in kill_points(steps, inside)
     ] + later_models
     chosen = [(mode, point, False) for mode, point in rotation.todays_few(plan, points_a_day)]
-    in_session = rotation.todays(session_points)
+    # A JVM started in the killed process each: on as many days of the rotation as there are points.
+    in_session = rotation.todays(session_points, every_day=False)
     chosen += [(mode, point, True) for mode, point in in_session]
     where = rotation.where()
     print(

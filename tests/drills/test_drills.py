@@ -46,8 +46,8 @@ LATER_MODELS = [
 ]
 # Refresh rounds per process in the race drill (CI runs fewer).
 RACE_ROUNDS = int(os.environ.get("DVM_DRILL_RACE_ROUNDS", "8"))
-# Kill points a day over Spark Connect (0: the rotation's share; make test takes 3 of the 24,
-# about 14 s each alone, 50 s beside the other pytest worker: every point within eight days).
+# Kill points a day over Spark Connect (0: the rotation's share; make test takes 2 of the 24,
+# about 14 s each alone, 50 s beside the other pytest worker: every point within twelve days).
 KILL_POINTS = int(os.environ.get("DVM_DRILL_KILL_POINTS", "0"))
 
 

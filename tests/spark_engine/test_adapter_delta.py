@@ -41,32 +41,32 @@ def warehouse(delta_server):
     return delta_server.warehouse
 
 
-# dbt's two snapshot suites cost 1.5-3 minutes each in make test (dbt-spark's own statements, none
-# of ours): it takes them on two days of its rotation (six days in make test), one each, and
-# neither on the others (tests/support/rotation.py; make test-long both). A suite left out is not
-# collected, not skipped.
-SNAPSHOT_SUITES = rotation.todays(["check_cols", "timestamp"], every_day=False)
-
-if "check_cols" in SNAPSHOT_SUITES:
-
-    class TestSnapshotCheckColsDelta(BaseSnapshotCheckCols):
-        @pytest.fixture(scope="class")
-        def project_config_update(self):
-            return {"name": "snapshot_strategy_check_cols", "seeds": DELTA, "snapshots": DELTA}
+# dbt's stock suites run dbt-spark's own statements, none of ours. Its two snapshot suites (1.5-3.5
+# minutes each in make test) are marked `slow`: make test-long runs them, make test deselects
+# them. The incremental `merge` suite (about 70 s with its set-up) runs on one day of make test's
+# rotation (tests/support/rotation.py, offset 1); left out, it is not collected, not skipped.
 
 
-if "timestamp" in SNAPSHOT_SUITES:
-
-    class TestSnapshotTimestampDelta(BaseSnapshotTimestamp):
-        @pytest.fixture(scope="class")
-        def project_config_update(self):
-            return {"name": "snapshot_strategy_timestamp", "seeds": DELTA, "snapshots": DELTA}
-
-
-class TestMergeExcludeColumnsDelta(BaseMergeExcludeColumns):
+@pytest.mark.slow
+class TestSnapshotCheckColsDelta(BaseSnapshotCheckCols):
     @pytest.fixture(scope="class")
     def project_config_update(self):
-        return {"models": DELTA, "seeds": DELTA}
+        return {"name": "snapshot_strategy_check_cols", "seeds": DELTA, "snapshots": DELTA}
+
+
+@pytest.mark.slow
+class TestSnapshotTimestampDelta(BaseSnapshotTimestamp):
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"name": "snapshot_strategy_timestamp", "seeds": DELTA, "snapshots": DELTA}
+
+
+if rotation.todays(["merge_exclude_columns"], offset=1, every_day=False):
+
+    class TestMergeExcludeColumnsDelta(BaseMergeExcludeColumns):
+        @pytest.fixture(scope="class")
+        def project_config_update(self):
+            return {"models": DELTA, "seeds": DELTA}
 
 
 class TestStreamTableSparkEngine(BaseStreamTable):
@@ -77,6 +77,12 @@ class TestStreamTableSparkEngine(BaseStreamTable):
     def project_config_update(self):
         # The suite asserts differential refreshes: auto must not learn its way to full ones.
         return {"models": {"+auto_from_history": False}}
+
+    # `--full-refresh` (a full refresh, then a differential one: 78 s in make test) on one day
+    # of make test's rotation (offset 4), every day in make test-long; its full refresh is the
+    # first build's statement, which test_first_build runs every day. Left out: not collected.
+    if not rotation.todays(["full_refresh"], offset=4, every_day=False):
+        test_full_refresh = None  # type: ignore[assignment]
 
     def test_the_stored_result_is_a_delta_table_in_the_catalog(self, project, source_path):
         info = refresh_info(run_dbt(["run", "--select", "totals"]), "totals")

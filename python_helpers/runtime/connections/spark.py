@@ -57,17 +57,17 @@ class _Observed:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        rows = F.count(F.lit(1)).alias("rows")
-        self._flag = flag
+        counts = [F.count(F.lit(1)).alias("rows")]
         if flag is not None:
-            try:
-                self._observation = Observation()
-                self.frame = frame.observe(self._observation, rows, F.count_if(F.col(f"`{flag}`")).alias("flagged"))
-                return
-            except Exception:  # noqa: BLE001 - a flag the query lacks or that is not boolean: rows alone
-                self._flag = None
+            counts.append(F.count_if(F.col(f"`{flag}`")).alias("flagged"))
+        self._flag = flag
         self._observation = Observation()
-        self.frame = frame.observe(self._observation, rows)
+        try:
+            self.frame = frame.observe(self._observation, *counts)
+        except Exception:  # noqa: BLE001 - a flag the query lacks or that is not boolean: rows alone
+            self._flag = None
+            self._observation = Observation()
+            self.frame = frame.observe(self._observation, counts[0])
 
     def told(self) -> Computed:
         import time
