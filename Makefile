@@ -48,7 +48,8 @@ demo-spark: install jars
 # says which, and DVM_DAY repeats a day): each family's smoke shapes, the spark engine's shapes,
 # the cluster's methods, the dbt refresh rounds, the TPC-H queries; 2 of the kill drill's 24
 # points a day (all within twelve days; a point with Spark in the killed process on two days of
-# six), 4 race rounds and one refresh round per cluster method. `slow` tests (the bigger
+# six), 4 race rounds and one refresh round per cluster method; dbt's `merge` suite and
+# `--full-refresh` on the spark engine on one day of six each. `slow` tests (the bigger
 # hypothesis runs, dbt's snapshot suites on Delta, the class archive) run in make test-long only.
 # make test-long runs every repetition. The budget: DEVELOPERS.md.
 CI_TIER := DVM_HYPOTHESIS_EXAMPLES=1 DVM_ROTATION=6 DVM_DRILL_RACE_ROUNDS=4 DVM_DRILL_KILL_POINTS=2 DVM_CLUSTER_REFRESH_ROUNDS=1

@@ -93,25 +93,20 @@ def known_empty(query: exp.Expr) -> bool:
     `SELECT * FROM <view> WHERE FALSE` (which Spark's optimizer also sees)."""
     where = query.args.get("where") if isinstance(query, exp.Select) else None
     # Any star select under WHERE FALSE is empty, but not a grouped or global aggregate's.
-    return (
-        where is not None
-        and where.this == exp.false()
-        and _is_served_relation(query, "where", "joins", "from_subquery")
-    )
+    return where is not None and where.this == exp.false() and _is_served_relation(query, "where", "joins")
 
 
 def _is_served_relation(query: exp.Expr, *allowed: str) -> bool:
     """Is `query` the form Context.materialize serves (`SELECT * FROM <view>`, plus the clauses
-    `allowed`; "from_subquery": a subquery in place of the view)? A copy the rules joined, grouped
-    or projected since is not: it may hold other rows."""
+    `allowed`)? A copy the rules joined, grouped or projected since is not: it may hold other
+    rows."""
     if not isinstance(query, exp.Select):
         return False
     from_ = query.args.get("from_") or query.args.get("from")
     clauses = {"where", "joins", "group", "having", "limit", "laterals"} - set(allowed)
-    sources = (exp.Table, exp.Subquery) if "from_subquery" in allowed else (exp.Table,)
     return (
         from_ is not None
-        and isinstance(from_.this, sources)
+        and isinstance(from_.this, exp.Table)
         and [type(e) for e in query.expressions] == [exp.Star]
         and not any(query.args.get(k) for k in clauses)
     )

@@ -142,8 +142,8 @@ def test_full_refresh_flag_rebuilds_in_full(project):
     refreshes = project.run("--full-refresh")
     _assert_modes(refreshes, "full")
     assert all(info["reason"] for info in refreshes.values())
-    # (A full refresh's rows come from the first build's code, whose rows the first run's data
-    # tests check.) ... and the next run goes back to differential (its rows checked by the refresh rounds).
+    # ... and the next run goes back to differential. (The rows of these runs and of the
+    # fallback's are checked by the whole project's data tests after the history test's run.)
     shop_data.mutate(22)
     _assert_modes(project.run(), "differential")
 
@@ -276,6 +276,9 @@ def test_refresh_history_is_a_table_with_a_row_per_refresh_and_the_reason_of_eac
     # Written again, it holds the same rows (replaced, not appended).
     assert project.dbt("run-operation", "stream_table_refresh_history").success
     assert spark.sql("SELECT count(*) FROM analytics.stream_table_refresh_history").collect()[0][0] == len(rows)
+    # Every stream table, after the full refreshes, fallbacks and differential runs of the tests
+    # before: equal to its recompute.
+    project.test()
 
 
 def test_differential_mode_rejects_unsupported_sql_naming_construct_and_model(project, spark):

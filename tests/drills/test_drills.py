@@ -4,8 +4,9 @@ compares every stream table with its recompute (the oracle): no change lost or a
 
 The processes are clients of one long-lived Spark Connect server (started once for the
 module), as a scheduler's dbt jobs are clients of a cluster: a kill is what a scheduler's
-timeout does to the refreshing process, and the two racing processes share one metastore. A
-few kill points also run with Spark inside the killed process, so its JVM dies with it.
+timeout does to the refreshing process, and the two racing processes share one metastore. Two
+kill points also run with Spark inside the killed process, so its JVM dies with it (under make
+test's rotation, each on one day of six).
 
 The steps are not listed here: a traced refresh reports the sequence the code goes through
 (python_helpers/runtime/refresh/steps.py), and each step is killed in turn, some also a moment after

@@ -44,7 +44,7 @@ def warehouse(delta_server):
 # dbt's stock suites run dbt-spark's own statements, none of ours. Its two snapshot suites (1.5-3.5
 # minutes each in make test) are marked `slow`: make test-long runs them, make test deselects
 # them. The incremental `merge` suite (about 70 s with its set-up) runs on one day of make test's
-# rotation (tests/support/rotation.py, offset 1); left out, it is not collected, not skipped.
+# rotation (tests/support/rotation.py, offset 3: day 3); left out, it is not collected, not skipped.
 
 
 @pytest.mark.slow
@@ -61,7 +61,7 @@ class TestSnapshotTimestampDelta(BaseSnapshotTimestamp):
         return {"name": "snapshot_strategy_timestamp", "seeds": DELTA, "snapshots": DELTA}
 
 
-if rotation.todays(["merge_exclude_columns"], offset=1, every_day=False):
+if rotation.todays(["merge_exclude_columns"], offset=3, every_day=False):
 
     class TestMergeExcludeColumnsDelta(BaseMergeExcludeColumns):
         @pytest.fixture(scope="class")
@@ -79,9 +79,9 @@ class TestStreamTableSparkEngine(BaseStreamTable):
         return {"models": {"+auto_from_history": False}}
 
     # `--full-refresh` (a full refresh, then a differential one: 78 s in make test) on one day
-    # of make test's rotation (offset 4), every day in make test-long; its full refresh is the
+    # of make test's rotation (offset 2: day 4), every day in make test-long; its full refresh is the
     # first build's statement, which test_first_build runs every day. Left out: not collected.
-    if not rotation.todays(["full_refresh"], offset=4, every_day=False):
+    if not rotation.todays(["full_refresh"], offset=2, every_day=False):
         test_full_refresh = None  # type: ignore[assignment]
 
     def test_the_stored_result_is_a_delta_table_in_the_catalog(self, project, source_path):
