@@ -41,9 +41,10 @@ demo: install
 demo-spark: install jars
 	$(PY) integration_tests/scripts/demo.py --engine spark
 
-# make test runs every test module on two pytest workers (files that share a fixture stay on
-# one: xdist_group), with fewer repetitions than the long run: 1 hypothesis example per
-# property (a new one each run), the `slow` property variants left out, and a sixth of the
+# make test runs on two pytest workers (files that share a fixture stay on one: xdist_group) the
+# tests marked every_run and a quarter of the others, a different quarter each hour (DVM_SHARE=4,
+# DVM_TURN repeats a run's; tests/support/rotation.py), with fewer repetitions than the long
+# run: 1 hypothesis example per property (a new one each run), the `slow` property variants left out, and a sixth of the
 # repeated items in a rotation by the day (every item runs at least once in six days; the log
 # says which, and DVM_DAY repeats a day): each family's smoke shapes, the spark engine's shapes,
 # the cluster's methods, the dbt refresh rounds, the TPC-H queries; 2 of the kill drill's 24
@@ -52,7 +53,7 @@ demo-spark: install jars
 # `--full-refresh` on the spark engine on one day of six each. `slow` tests (the bigger
 # hypothesis runs, dbt's snapshot suites on Delta, the class archive) run in make test-long only.
 # make test-long runs every repetition. The budget: DEVELOPERS.md.
-CI_TIER := DVM_HYPOTHESIS_EXAMPLES=1 DVM_ROTATION=6 DVM_DRILL_RACE_ROUNDS=4 DVM_DRILL_KILL_POINTS=2 DVM_CLUSTER_REFRESH_ROUNDS=1
+CI_TIER := DVM_HYPOTHESIS_EXAMPLES=1 DVM_ROTATION=6 DVM_SHARE=4 DVM_DRILL_RACE_ROUNDS=4 DVM_DRILL_KILL_POINTS=2 DVM_CLUSTER_REFRESH_ROUNDS=1
 
 # Lint first (ruff.toml), then type-check (mypy.ini) the code and the test support, then pytest. pytest exits 5
 # when it collected no test: that fails here too, never passes silently.

@@ -26,6 +26,7 @@ def pytest_configure(config):
         "spark: needs a local SparkSession (the session-scoped `spark` fixture)",
         "dbt: runs dbt end to end",
         "slow: long-running (bigger hypothesis runs, dbt's snapshot suites on Delta, the class archive): make test-long only; deselect with -m 'not slow'",
+        "every_run: runs in every make test, not in the hourly share of the tests (DVM_SHARE)",
     ):
         config.addinivalue_line("markers", line)
     global _CONFIG
@@ -33,6 +34,7 @@ def pytest_configure(config):
     # The day of the rotation (tests/support/rotation.py), fixed before pytest-xdist starts its
     # workers: they must collect the same parametrized items, also across midnight.
     os.environ.setdefault("DVM_DAY", str(datetime.date.today().toordinal()))
+    os.environ.setdefault("DVM_TURN", str(int(time.time() // 3600)))
     # The test projects' stream tables (integration_tests/, tests/dbt/features_project/) read
     # it as their auto_from_history config: the suites assert differential refreshes, which
     # `auto` would otherwise give up where its own timings found a full refresh faster.
@@ -46,7 +48,36 @@ def pytest_report_header(config):
     from tests.support import rotation
     from tests.support.cluster_project import todays_suites
 
-    return f"tests/cluster today: {', '.join(todays_suites())} ({rotation.where()})"
+    return f"tests/cluster today: {', '.join(todays_suites())} ({rotation.where()}); this run: {rotation.share_line()}"
+
+
+# Folders whose every test runs in every make test: no JVM (unit), or a share of their own
+# already (the day's cluster suite, kill points and race kinds, TPC-H queries).
+EVERY_RUN = ("tests/unit/", "tests/cluster/", "tests/drills/", "tests/tpch/")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """With DVM_SHARE=n: the every_run tests and an n-th of the others (tests/support/rotation.py),
+    the rest deselected (not skipped: they are not counted as passed)."""
+    from tests.support import rotation
+
+    if rotation.SHARE == 1:
+        return
+    units: dict = {}  # module -> {unit: index}
+    kept, left = [], []
+    for item in items:
+        module = os.path.relpath(str(item.path), ROOT)
+        if module.startswith(EVERY_RUN) or item.get_closest_marker("every_run"):
+            kept.append(item)
+            continue
+        unit = item.cls.__name__ if item.cls is not None else item.name
+        seen = units.setdefault(module, {})
+        index = seen.setdefault(unit, len(seen))
+        (kept if rotation.in_share(module, index) else left).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
 
 
 _CONFIG = None

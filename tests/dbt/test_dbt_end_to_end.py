@@ -28,7 +28,8 @@ sys.path.insert(0, str(PROJECT_SRC / "scripts"))
 import shop_data  # noqa: E402  (the example project's data script)
 
 # One dbt project for the module (its fixture): its tests run in order on one pytest worker.
-pytestmark = [pytest.mark.dbt, pytest.mark.xdist_group("dbt_end_to_end")]
+# every_run: its tests build on one another's runs of one project (a module fixture).
+pytestmark = [pytest.mark.dbt, pytest.mark.xdist_group("dbt_end_to_end"), pytest.mark.every_run]
 # The tests share one project and run in file order; each ends with the sources' changes
 # refreshed (a `dbt run` last), so the next starts from a caught-up state without a run of its own.
 

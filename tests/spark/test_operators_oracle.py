@@ -45,6 +45,7 @@ def _smoke_shapes(family: str) -> list:
     return rotation.todays(shapes(family))
 
 
+@pytest.mark.every_run  # the oracle of every family, a share of its shapes by the day
 @pytest.mark.parametrize("family", FAMILIES)
 def test_shape_smoke(spark, family):
     chosen = _smoke_shapes(family)

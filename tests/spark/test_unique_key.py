@@ -72,6 +72,7 @@ def _keyed(env, names=tuple(SHAPES)):
     return [env.stream(n, SHAPES[n][0], unique_key=list(SHAPES[n][1])) for n in names]
 
 
+@pytest.mark.every_run  # a share of its shapes by the day
 def test_keyed_results_stay_equal_to_recompute_through_changes(env):
     env.source("t1", T1)
     env.source("t2", T2)

@@ -63,12 +63,14 @@ class TestSnapshotTimestampDelta(BaseSnapshotTimestamp):
 
 if rotation.todays(["merge_exclude_columns"], offset=3, every_day=False):
 
+    @pytest.mark.every_run  # a day's share of its own
     class TestMergeExcludeColumnsDelta(BaseMergeExcludeColumns):
         @pytest.fixture(scope="class")
         def project_config_update(self):
             return {"models": DELTA, "seeds": DELTA}
 
 
+@pytest.mark.every_run  # dbt on the spark engine
 class TestStreamTableSparkEngine(BaseStreamTable):
     """Build, differential refreshes, a refresh with nothing to do, --full-refresh and docs
     generate of a stream table through dbt on the spark engine (a Delta table in the catalog)."""

@@ -43,6 +43,7 @@ def _describe_detail(spark, name: str) -> dict:
     return spark.sql(f"DESCRIBE DETAIL {name}").collect()[0].asDict()
 
 
+@pytest.mark.every_run  # the engine's reads and writes, a shape a day
 def test_shapes_through_refresh_cycles_equal_their_recompute(delta_env, monkeypatch):
     from python_helpers.runtime.delta.spark import engine as spark_engine
 

@@ -6,18 +6,28 @@ With DVM_ROTATION=k a run takes the items whose index i has i % k == DAY % k (DA
 failure names the day to repeat: `DVM_DAY=<day> DVM_ROTATION=<k> pytest ...`. k=1 (the default,
 make test-long) takes everything. Used for kill points, smoke shapes of a family, the spark
 engine's shapes and the cluster's connection methods.
+
+Tests themselves take a share too: with DVM_SHARE=n a run keeps the tests marked `every_run`
+(and the folders of EVERY_RUN) and an n-th of the others, a different n-th each hour (TURN:
+hours since 1970, or DVM_TURN), so any n runs in n consecutive hours hold every test between
+them. The unit is a test class (its methods share a dbt project) or else one test item. n=1 (the
+default, make test-long) keeps everything; `share_line()` says how to repeat a run's share.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import time
+import zlib
 from typing import Sequence, TypeVar
 
 T = TypeVar("T")
 
 ROTATION = max(1, int(os.environ.get("DVM_ROTATION", "1")))
 DAY = int(os.environ.get("DVM_DAY", str(datetime.date.today().toordinal())))
+SHARE = max(1, int(os.environ.get("DVM_SHARE", "1")))
+TURN = int(os.environ.get("DVM_TURN", str(int(time.time() // 3600))))
 
 
 def todays(items: Sequence[T], offset: int = 0, every_day: bool = True) -> list:
@@ -45,3 +55,17 @@ def todays_few(items: Sequence[T], n: int) -> list:
 def where() -> str:
     """How to repeat today's share."""
     return f"DVM_DAY={DAY} DVM_ROTATION={ROTATION}"
+
+
+def in_share(module: str, index: int) -> bool:
+    """Whether the `index`-th unit (class or test) of `module` runs in this turn's share. A
+    module's units take the turns in order from a place its name decides, so no turn gets the
+    first test of every module."""
+    return (index + zlib.crc32(module.encode())) % SHARE == TURN % SHARE
+
+
+def share_line() -> str:
+    """How to repeat this run's share of the tests."""
+    if SHARE == 1:
+        return "every test"
+    return f"the every_run tests and 1/{SHARE} of the others (DVM_TURN={TURN} DVM_SHARE={SHARE})"

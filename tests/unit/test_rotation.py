@@ -26,3 +26,16 @@ def test_a_short_list_not_needed_every_day_runs_on_as_many_days_as_it_has_items(
     assert [p for p in picks[:5] if p] == [["x"], ["y"]]
     assert picks[5:] == picks[:5]  # the next five days the same again
     assert _days(monkeypatch, ["x", "y"], 1, every_day=False)[0] == ["x", "y"]  # make test-long: both
+
+
+def test_every_test_runs_in_some_turn_of_n_consecutive_ones_and_only_in_one(monkeypatch):
+    monkeypatch.setattr(rotation, "SHARE", 4)
+    for start in (0, 7):
+        taken = []
+        for turn in range(start, start + 4):
+            monkeypatch.setattr(rotation, "TURN", turn)
+            taken.append([i for i in range(10) if rotation.in_share("tests/spark/test_x.py", i)])
+        assert sorted(sum(taken, [])) == list(range(10)), taken
+        assert all(2 <= len(t) <= 3 for t in taken), taken  # each turn a quarter
+    monkeypatch.setattr(rotation, "SHARE", 1)
+    assert all(rotation.in_share("m", i) for i in range(5))  # make test-long: every test
