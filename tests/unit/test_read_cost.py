@@ -47,6 +47,8 @@ def test_a_read_joined_to_an_empty_materialized_relation_is_not_counted():
         f"SELECT * FROM v_new AS a LEFT JOIN {empty} AS b ON a.k = b.k",
         f"SELECT * FROM v_new AS a LEFT ANTI JOIN {empty} AS b ON a.k = b.k",
         "SELECT * FROM v_new AS a LEFT SEMI JOIN (SELECT * FROM m WHERE k > 0) AS b ON a.k = b.k",
+        # a global aggregate under WHERE FALSE holds one row
+        "SELECT * FROM v_new AS a JOIN (SELECT COUNT(*) AS n FROM m WHERE FALSE) AS b ON a.k = b.n",
     ):
         assert read_cost.estimate(parse_one(sql), {"v_new": 100}, full_bytes=100).differential_bytes == 100, sql
 

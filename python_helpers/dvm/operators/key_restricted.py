@@ -230,7 +230,7 @@ def _recomputed(
     if right_keys is None:
         keys = _changed_keys(ctx, node, pairs, dl_keyed, dr_keyed) if pairs else None
     else:
-        keys = _changed_keys(ctx, node, pairs, dl_keyed, _strict_keys(ctx, node, right_keys), right_keys=True)
+        keys = _changed_keys(ctx, node, pairs, dl_keyed, right_keys=_strict_keys(ctx, node, right_keys))
     if keys is not None and ctx.materialize is not None and _computed(node, dl, dr):
         # The keys restrict both inputs at both versions: four reads. A delta computed below
         # (joins, nested restrictions, an aggregate's change) would be recomputed at each, and
@@ -318,20 +318,23 @@ def _computed(node: KeyRestricted, dl, dr) -> bool:
     )
 
 
-def _changed_keys(ctx: Context, node: KeyRestricted, pairs, dl, dr, right_keys: bool = False) -> Optional[exp.Expr]:
+def _changed_keys(
+    ctx: Context, node: KeyRestricted, pairs, dl, dr=None, right_keys: Optional[exp.Expr] = None
+) -> Optional[exp.Expr]:
     """The keys of the input deltas. The delta of an input other than a source is consolidated
     first: rows that cancel (an aggregate whose value came back to what it was, a flag whose
     count moved without reaching 0) name no key, so nothing is recomputed for them. A source's
-    change is consolidated where it is read. With `right_keys`, `dr` is a relation of keys
-    already (restricted_reads.keys_below_grouping)."""
-    parts = []
+    change is consolidated where it is read. `right_keys`, in place of `dr`: the right input's
+    keys, a relation of keys already (restricted_reads.keys_below_grouping)."""
+    assert dr is None or right_keys is None, "the right input's change or its keys, not both"
+    parts: list = []
     for d, side, child in ((dl, 0, node.left), (dr, 1, node.right)):
-        if d is not None and side == 1 and right_keys:
-            parts.append(d)
-        elif d is not None:
+        if d is not None:
             if not isinstance(child, Scan):
                 d = consolidate(ctx, d.copy(), list(child.columns))
             parts.append(keys_of(ctx, d, [p[side] for p in pairs]))
+    if right_keys is not None:
+        parts.append(right_keys)
     return union_all(parts)
 
 

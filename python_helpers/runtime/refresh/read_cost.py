@@ -21,6 +21,8 @@ from typing import Optional
 
 from sqlglot import exp
 
+from python_helpers.dvm import sqlgen
+
 # A differential refresh that would read more than this many times the bytes a rebuild reads
 # and writes goes full under `auto`. Above 1 because a rebuild's write costs more than a read of
 # the same bytes while the differential refresh merges a few rows: a join whose other input is
@@ -150,12 +152,12 @@ def _reused_tables(node: exp.Expr) -> set:
 
 
 def _empty(relation: Optional[exp.Expr]) -> bool:
-    """`SELECT ... WHERE FALSE`: how a materialized intermediate with no rows is served
-    (bound_views.materialize), which Spark's optimizer folds into an empty relation."""
+    """`SELECT * FROM <view> WHERE FALSE`: how a materialized intermediate with no rows is
+    served (sqlgen.known_empty), which Spark's optimizer folds into an empty relation. A global
+    aggregate under WHERE FALSE holds a row: its join prunes nothing."""
     while isinstance(relation, exp.Subquery):
         relation = relation.this
-    where = relation.args.get("where") if isinstance(relation, exp.Select) else None
-    return where is not None and isinstance(where.this, exp.Boolean) and not where.this.this
+    return relation is not None and sqlgen.known_empty(relation)
 
 
 def _pruned_tables(node: exp.Expr) -> set:
