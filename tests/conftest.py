@@ -27,6 +27,7 @@ def pytest_configure(config):
         "dbt: runs dbt end to end",
         "slow: long-running (bigger hypothesis runs, dbt's snapshot suites on Delta, the class archive): make test-long only; deselect with -m 'not slow'",
         "every_run: runs in every make test, not in the hourly share of the tests (DVM_SHARE)",
+        "share_module: the module's tests take their turn in the hourly share together (one module fixture)",
     ):
         config.addinivalue_line("markers", line)
     global _CONFIG
@@ -71,7 +72,10 @@ def pytest_collection_modifyitems(config, items):
         if module.startswith(EVERY_RUN) or item.get_closest_marker("every_run"):
             kept.append(item)
             continue
-        unit = item.cls.__name__ if item.cls is not None else item.name
+        if item.get_closest_marker("share_module"):
+            unit = ""
+        else:
+            unit = item.cls.__name__ if item.cls is not None else item.name
         seen = units.setdefault(module, {})
         index = seen.setdefault(unit, len(seen))
         (kept if rotation.in_share(module, index) else left).append(item)

@@ -17,8 +17,8 @@ from python_helpers.testing import run_results
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_SRC = Path(__file__).resolve().parent / "features_project"
 
-# every_run: its tests share one project (a module fixture), some reading what others ran.
-pytestmark = [pytest.mark.dbt, pytest.mark.xdist_group("dbt_features"), pytest.mark.every_run]
+# share_module: its tests share one project (a module fixture), some reading what others ran.
+pytestmark = [pytest.mark.dbt, pytest.mark.xdist_group("dbt_features"), pytest.mark.share_module]
 
 TOUCHED_CONF = ("spark.sql.ansi.enabled", "spark.sql.shuffle.partitions", "spark.sql.session.timeZone")
 ITEMS = pa.schema([("id", pa.int64()), ("category", pa.string()), ("amount", pa.int64())])

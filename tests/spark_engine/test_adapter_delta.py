@@ -70,7 +70,6 @@ if rotation.todays(["merge_exclude_columns"], offset=3, every_day=False):
             return {"models": DELTA, "seeds": DELTA}
 
 
-@pytest.mark.every_run  # dbt on the spark engine
 class TestStreamTableSparkEngine(BaseStreamTable):
     """Build, differential refreshes, a refresh with nothing to do, --full-refresh and docs
     generate of a stream table through dbt on the spark engine (a Delta table in the catalog)."""
@@ -80,26 +79,19 @@ class TestStreamTableSparkEngine(BaseStreamTable):
         # The suite asserts differential refreshes: auto must not learn its way to full ones.
         return {"models": {"+auto_from_history": False}}
 
-    # `--full-refresh` (a full refresh, then a differential one: 78 s in make test) on one day
-    # of make test's rotation (offset 2: day 4), every day in make test-long; its full refresh is the
-    # first build's statement, which test_first_build runs every day. Left out: not collected.
-    if not rotation.todays(["full_refresh"], offset=2, every_day=False):
-        test_full_refresh = None  # type: ignore[assignment]
-
     def test_the_stored_result_is_a_delta_table_in_the_catalog(self, project, source_path):
         info = refresh_info(run_dbt(["run", "--select", "totals"]), "totals")
         assert info["engine"] == "spark", info
         rows = project.run_sql(f"DESCRIBE DETAIL {project.test_schema}.__dvm_stored__totals", fetch="all")
         assert rows and str(rows[0][0]).lower() == "delta", rows
 
+    def test_dbt_over_connect_leaves_the_process_a_classic_spark_client(self, project, delta_server):
+        """dbt's `method: connect` in-process must not mark the whole process as a Spark Connect
+        client: the other tests of this pytest worker (and the subprocesses it starts) build
+        classic sessions, which failed after dbt's runs over Connect with CONNECT_URL_NOT_SET."""
+        import os
 
-def test_dbt_over_connect_leaves_the_process_a_classic_spark_client(delta_server):
-    """dbt's `method: connect` in-process must not mark the whole process as a Spark Connect
-    client: the other tests of this pytest worker (and the subprocesses it starts) build classic
-    sessions, which failed after the suites above with CONNECT_URL_NOT_SET."""
-    import os
+        from dbt.adapters.spark_stream import spark_connect
 
-    from dbt.adapters.spark_stream import spark_connect
-
-    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
-    assert any(url == delta_server.remote for url in spark_connect._sessions), "no suite above connected"
+        assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+        assert any(url == delta_server.remote for url in spark_connect._sessions), "dbt did not connect"
