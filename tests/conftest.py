@@ -63,9 +63,10 @@ def pytest_collection_modifyitems(config, items):
     the rest deselected (not skipped: they are not counted as passed)."""
     from tests.support import rotation
 
-    if rotation.SHARE == 1:
+    # Tests named on the command line (an id or -k) run whatever the hour.
+    named = config.option.keyword or any("::" in str(arg) for arg in config.args)
+    if rotation.SHARE == 1 or named:
         return
-    units: dict = {}  # module -> {unit: index}
     kept, left = [], []
     for item in items:
         module = os.path.relpath(str(item.path), ROOT)
@@ -73,12 +74,10 @@ def pytest_collection_modifyitems(config, items):
             kept.append(item)
             continue
         if item.get_closest_marker("share_module"):
-            unit = ""
+            unit = module
         else:
-            unit = item.cls.__name__ if item.cls is not None else item.name
-        seen = units.setdefault(module, {})
-        index = seen.setdefault(unit, len(seen))
-        (kept if rotation.in_share(module, index) else left).append(item)
+            unit = f"{module}::{item.cls.__name__ if item.cls is not None else item.name}"
+        (kept if rotation.in_share(unit) else left).append(item)
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept

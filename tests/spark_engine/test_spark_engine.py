@@ -342,9 +342,10 @@ def test_a_keyed_result_replaces_its_keys_rows_by_one_column_a_null_in_the_key_t
     by one column (sql.replace_keys: Delta's REPLACE WHERE takes filters of one column): a key
     of one integer column by its values, a key of two, which holds NULL where a t1 row meets no
     t2 row, by its row id (the key's text spells NULL out, so IN finds it). The first two
-    batches every day (the second makes NULL keys by deleting a t2 row); each of the other two on
-    one day of make test's rotation and neither on the others: make test's budget (each batch is
-    two refreshes of the spark engine, 20-70 s; the test took 132-255 s with one of them)."""
+    batches whenever the test runs (the second makes NULL keys by deleting a t2 row); each of the
+    other two on one day of make test's rotation and neither on the others: make test's budget
+    (each batch is two refreshes of the spark engine, 20-70 s; the test took 132-255 s with one
+    of them). The test itself is in make test's hourly share."""
     from tests.spark.test_unique_key import BATCHES, SHAPES, T1, T2
 
     later = rotation.todays(BATCHES[2:], every_day=False)

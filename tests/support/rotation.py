@@ -8,10 +8,11 @@ make test-long) takes everything. Used for kill points, smoke shapes of a family
 engine's shapes and the cluster's connection methods.
 
 Tests themselves take a share too: with DVM_SHARE=n a run keeps the tests marked `every_run`
-(and the folders of EVERY_RUN) and an n-th of the others, a different n-th each hour (TURN:
-hours since 1970, or DVM_TURN), so any n runs in n consecutive hours hold every test between
-them. The unit is a test class (its methods share a dbt project) or else one test item. n=1 (the
-default, make test-long) keeps everything; `share_line()` says how to repeat a run's share.
+(and the folders of EVERY_RUN) and about an n-th of the others, a different n-th each hour
+(TURN: hours since 1970, or DVM_TURN), so any n runs in n consecutive hours hold every test
+between them. The unit is a module marked `share_module`, a test class (its methods share a dbt
+project) or else one test item. n=1 (the default, make test-long) keeps everything, as does a
+run given test ids or -k; `share_line()` says how to repeat a run's share.
 """
 
 from __future__ import annotations
@@ -57,11 +58,11 @@ def where() -> str:
     return f"DVM_DAY={DAY} DVM_ROTATION={ROTATION}"
 
 
-def in_share(module: str, index: int) -> bool:
-    """Whether the `index`-th unit (class or test) of `module` runs in this turn's share. A
-    module's units take the turns in order from a place its name decides, so no turn gets the
-    first test of every module."""
-    return (index + zlib.crc32(module.encode())) % SHARE == TURN % SHARE
+def in_share(unit: str) -> bool:
+    """Whether `unit` (a test's id, its class's or its module's) runs in this turn's share. A
+    hash of the unit's own name decides its turn: the same in a run narrowed to a file or a
+    test as in the whole suite, and unmoved by tests added beside it."""
+    return zlib.crc32(unit.encode()) % SHARE == TURN % SHARE
 
 
 def share_line() -> str:

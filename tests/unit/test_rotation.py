@@ -29,13 +29,14 @@ def test_a_short_list_not_needed_every_day_runs_on_as_many_days_as_it_has_items(
 
 
 def test_every_test_runs_in_some_turn_of_n_consecutive_ones_and_only_in_one(monkeypatch):
-    monkeypatch.setattr(rotation, "SHARE", 4)
+    units = [f"tests/spark/test_{m}.py::test_{t}" for m in range(10) for t in range(20)]
+    monkeypatch.setattr(rotation, "SHARE", 5)
     for start in (0, 7):
         taken = []
-        for turn in range(start, start + 4):
+        for turn in range(start, start + 5):
             monkeypatch.setattr(rotation, "TURN", turn)
-            taken.append([i for i in range(10) if rotation.in_share("tests/spark/test_x.py", i)])
-        assert sorted(sum(taken, [])) == list(range(10)), taken
-        assert all(2 <= len(t) <= 3 for t in taken), taken  # each turn a quarter
+            taken.append([u for u in units if rotation.in_share(u)])
+        assert sorted(sum(taken, [])) == sorted(units), "each unit in exactly one turn of five"
+        assert all(25 <= len(t) <= 55 for t in taken), [len(t) for t in taken]  # about a fifth each
     monkeypatch.setattr(rotation, "SHARE", 1)
-    assert all(rotation.in_share("m", i) for i in range(5))  # make test-long: every test
+    assert all(rotation.in_share(u) for u in units)  # make test-long: every test
