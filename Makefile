@@ -45,13 +45,13 @@ demo-spark: install jars
 # tests marked every_run and a fifth of the others, a different fifth each hour (DVM_SHARE=5,
 # DVM_TURN repeats a run's; tests/support/rotation.py), with fewer repetitions than the long
 # run: 1 hypothesis example per property (a new one each run), the `slow` property variants
-# left out, and a sixth of the repeated items in a rotation by the day (every item runs at least once in six days; the log
-# says which, and DVM_DAY repeats a day): each family's smoke shapes, the spark engine's shapes,
-# the cluster's methods, the dbt refresh rounds, the TPC-H queries; 2 of the kill drill's 24
-# points a day (all within twelve days; a point with Spark in the killed process on two days of
+# left out, and a sixth of the repeated items in a rotation by the day (every item runs at
+# least once in six days; the log says which, and DVM_DAY repeats a day): each family's smoke
+# shapes, the spark engine's shapes, the cluster's methods, the dbt refresh rounds, the TPC-H
+# queries; 2 of the kill drill's 24 points a day (all within twelve days; a point with Spark in the killed process on two days of
 # six), 4 race rounds and one refresh round per cluster method; dbt's `merge` suite on the
-# spark engine on one day of six. `slow` tests (the bigger
-# hypothesis runs, dbt's snapshot suites on Delta, the class archive) run in make test-long only.
+# spark engine on one day of six. `slow` tests (the bigger hypothesis runs, dbt's snapshot
+# suites on Delta, the class archive) run in make test-long only.
 # make test-long runs every repetition. The budget: DEVELOPERS.md.
 CI_TIER := DVM_HYPOTHESIS_EXAMPLES=1 DVM_ROTATION=6 DVM_SHARE=5 DVM_DRILL_RACE_ROUNDS=4 DVM_DRILL_KILL_POINTS=2 DVM_CLUSTER_REFRESH_ROUNDS=1
 

@@ -12,8 +12,8 @@ killed process the MERGE dies half written instead: files without a commit.
 
 The workers are clients of the directory's Delta Lake server (conftest.py); the points are a
 day's part of them (tests/support/rotation.py; DVM_SPARK_KILL_POINTS=2: two a day, and under a
-rotation each point with Spark in the process on one day of it). Cost here: 212–221 s with two points a day, 591 s with a third of the
-points (7); make test-long (all 17 points) not measured.
+rotation each point with Spark in the process on one day of it). Cost here: 212–221 s with two
+points a day, 591 s with a third of the points (7); make test-long (all 17 points) not measured.
 """
 
 from __future__ import annotations
