@@ -218,6 +218,31 @@ def test_a_table_of_someone_else_at_the_stored_name_is_left_alone(delta_env):
     assert spark.table(f"{target}.__dvm_stored__in_the_way").collect() == [(1,)]
 
 
+def test_a_source_view_is_published_once_per_process_and_again_once_dropped(delta_env, monkeypatch, tmp_path):
+    """A source view's text never changes: a later full refresh in the same process neither
+    looks its name up nor alters it (the refreshes' private sessions share what the process
+    published). Dropped meanwhile, it is made again by the next refresh, which finds it missing."""
+    import json
+
+    _sources(delta_env, ("t1",))
+    spark, view = delta_env.spark, f"{delta_env.src}.t1"
+    first = delta_env.stream("once_a", AGG, engine="spark")
+    first.refresh(expect="full")
+    assert spark.catalog.tableExists(view)
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("DBT_SPARK_STREAM_TRACE", str(trace))
+    delta_env.stream("once_b", AGG, engine="spark").refresh(expect="full")
+    calls = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert any(c["text"].startswith("CREATE OR REPLACE TABLE") for c in calls), calls  # traced
+    # Catalog statements name the schema quoted; reads name the source's path.
+    assert not [c for c in calls if f"`{delta_env.src}`" in c["text"]], calls
+    spark.sql(f"DROP VIEW {view}")
+    delta_env.apply([S.Insert("t1", [S.row(100, k=2, v=5)])])
+    first.refresh(expect="differential")
+    assert spark.catalog.tableExists(view)
+    first.check()
+
+
 def test_a_vacuumed_change_is_rebuilt_and_says_why(delta_env):
     _sources(delta_env, ("t1",))
     stream = delta_env.stream("vacuumed_src", AGG, engine="spark")

@@ -23,7 +23,26 @@ def test_a_view_shows_its_text_and_role():
 
 def test_a_table_has_no_view_text_and_a_users_object_no_role():
     table = "Catalog: spark_catalog\nTable: t\nType: MANAGED\nTable Properties: [owner=a, b]\n"
-    assert Described.of(table) == Described(None, None)
+    assert Described.of(table) == Described(None, None, kind="MANAGED")
+
+
+def test_a_table_shows_its_type_format_and_location():
+    # As Spark 4.1 shows a Delta table registered at a path; its comment spans lines and holds a
+    # line like a location, which comes before the table's own.
+    table = (
+        "Catalog: spark_catalog\nDatabase: a\nTable: st\nType: EXTERNAL\nProvider: delta\n"
+        "Comment: moved\nLocation: file:/elsewhere\nTable Properties: [delta.minReaderVersion=1]\n"
+        "Location: file:/tmp/w/t1\nPartition Provider: Catalog\nSchema: root\n |-- id: long (nullable = true)\n"
+    )
+    described = Described.of(table)
+    assert (described.kind, described.provider, described.location) == ("EXTERNAL", "delta", "file:/tmp/w/t1")
+    assert described.text is None
+
+
+def test_a_views_text_gives_it_no_location():
+    view = "Type: VIEW\nView Text: SELECT 1 AS a\nLocation: file:/x\nView Original Text: SELECT 1 AS a\n"
+    described = Described.of(view)
+    assert (described.kind, described.provider, described.location) == ("VIEW", None, None)
 
 
 def test_dbt_cache_lines_without_the_original_text_give_the_first_line():
@@ -136,3 +155,22 @@ def test_what_the_check_found_existing_is_not_trusted_when_publishing():
         Catalog(conn).publish_view("bench", "q06", exp.select("1"), STREAM_TABLE, "q06")
     assert conn.asked == 2 and conn.ddl == []
     forget(conn)
+
+
+def test_a_view_this_process_published_is_held_until_forgotten():
+    from sqlglot import exp
+
+    from python_helpers.runtime.catalog import views
+
+    conn = _Scripted("held-key", "orders", [None])
+    query = exp.select("*").from_(exp.Table(this=exp.to_identifier("/w/orders", quoted=True), db="delta"))
+    catalog = views.Catalog(conn)
+    assert not catalog.holds("bench", "orders", query)
+    assert catalog.publish_view("bench", "orders", query, views.SOURCE, "m")
+    # A private clone shares its parent's key: it sees the view as published, without a lookup.
+    asked = conn.asked
+    assert views.Catalog(conn).holds("bench", "orders", query)
+    assert not views.Catalog(conn).holds("bench", "orders", exp.select("*").from_("other"))
+    assert conn.asked == asked
+    views.forget(conn)
+    assert not views.Catalog(conn).holds("bench", "orders", query)

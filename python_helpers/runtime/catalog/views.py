@@ -124,11 +124,15 @@ def generation_query(gen: str, spark_types: dict, partition_columns: list) -> ex
 
 @dataclass(frozen=True)
 class Described:
-    """What the catalog says of one object: its view text (None for a table) and the role
-    property this project gives its views (None when it is not ours)."""
+    """What the catalog says of one object: its view text (None for a table), the role
+    property this project gives its views (None when it is not ours), and for a table its type
+    (MANAGED, EXTERNAL), format and location (None where the lookup does not show them)."""
 
     text: Optional[str]
     role: Optional[str]
+    kind: Optional[str] = None
+    provider: Optional[str] = None
+    location: Optional[str] = None
 
     @staticmethod
     def of(information: str) -> "Described":
@@ -140,7 +144,19 @@ class Described:
             key, _, value = entry.partition("=")
             if key == ROLE_PROPERTY:
                 role = value
-        return Described(view_text_of(information), role)
+        # A table's lines come before anything a view's text could hold; its type before its
+        # comment, its location after it (a comment may span lines).
+        head = information.split("View Text: ", 1)[0]
+        kind = re.findall(r"(?:^|\n)Type: (.*)", head)
+        provider = re.findall(r"(?:^|\n)Provider: (.*)", head)
+        location = re.findall(r"(?:^|\n)Location: (.*)", head)
+        return Described(
+            view_text_of(information),
+            role,
+            kind[0].strip() if kind else None,
+            provider[0].strip().lower() if provider else None,
+            location[-1].strip() if location else None,
+        )
 
 
 class Catalog:
@@ -162,6 +178,23 @@ class Catalog:
         except Exception:  # noqa: BLE001 - each publish_view looks its name up alone
             return
         self.seen.update({(schema.lower(), n.lower()): d for n, d in found.items()})
+
+    def lookup(self, schema: str, name: str) -> tuple[bool, Optional[Described]]:
+        """(answered, what the catalog holds under `schema.name`: None for nothing). The answer
+        is kept for the publish_view of that name that follows; (False, None) when the lookup
+        failed."""
+        self.remember(schema, [name])
+        key = (schema.lower(), name.lower())
+        return (True, self.seen[key]) if key in self.seen else (False, None)
+
+    def holds(self, schema: str, name: str, query: exp.Expr) -> bool:
+        """Did this process publish exactly `query` as the view `schema.name` (through this
+        session, or a private one cloned from it: connections share the catalog's key)? Then
+        publishing it again would change nothing."""
+        from python_helpers.dvm.sqlgen import render
+
+        with _DDL_LOCK:
+            return _PUBLISHED.get((self.conn.key, schema.lower(), name.lower())) == render(query)
 
     def properties(self, schema: str, name: str) -> Optional[dict]:
         """The object's table properties, or None when no table or view has that name."""

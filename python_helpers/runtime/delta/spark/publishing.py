@@ -26,8 +26,10 @@ def publish(conn: Connection, request: Any, plan: Any, target: str, view_sql: Ca
     schema, identifier = request.schema, request.identifier
     stored = STORED_PREFIX + identifier.lower()
     conn.execute(f"CREATE TABLE IF NOT EXISTS {quote(schema, stored)} USING delta LOCATION {delta_sql.string(target)}")
-    detail = _detail_of_name(conn, schema, stored)
-    if detail is None or not _same_place(str(detail.get("location") or ""), target):
+    catalog = Catalog(conn)
+    # One lookup for the stored table and the model's view (publish_view uses its answer).
+    catalog.remember(schema, [stored, identifier])
+    if not _delta_at(conn, catalog, schema, stored, target):
         raise catalog_views.NameTaken(
             request.model,
             f"{schema}.{stored} is a catalog object that is not this stream table's stored result "
@@ -39,7 +41,7 @@ def publish(conn: Connection, request: Any, plan: Any, target: str, view_sql: Ca
     relation = exp.table_(stored, db=schema, quoted=True)
     query = view_comments.with_column_docs(conn, schema, identifier, view_sql(relation, types), request.docs)
     steps.reached("stream_view_altered")
-    Catalog(conn).publish_view(
+    catalog.publish_view(
         schema, identifier, query, catalog_views.STREAM_TABLE, request.model, take_over=request.take_over_relation
     )
     for relation_name, src in plan.pinned.items():
@@ -49,16 +51,18 @@ def publish(conn: Connection, request: Any, plan: Any, target: str, view_sql: Ca
 
 
 def up_to_date(conn: Connection, request: Any, plan: Any) -> bool:
-    """The model's view, its stored table and every source's name exist, with current comments."""
+    """The model's view, its stored table and every source's name exist, with current comments.
+    A name found missing makes this process forget what it published (Catalog.holds), so the
+    publishing that follows asks the catalog again."""
     catalog = Catalog(conn)
-    if not catalog.exists(request.schema, request.identifier):
-        return False
-    if not catalog.exists(request.schema, STORED_PREFIX + request.identifier.lower()):
-        return False
+    names = [(request.schema, request.identifier), (request.schema, STORED_PREFIX + request.identifier.lower())]
     for relation in plan.pinned:
         schema, name = relation.split(".")[-2:]
-        if not name.startswith(STORED_PREFIX) and not catalog.exists(schema, name):
-            return False
+        if not name.startswith(STORED_PREFIX):
+            names.append((schema, name))
+    if not all(catalog.exists(schema, name) for schema, name in names):
+        catalog_views.forget(conn)
+        return False
     return view_comments.columns_current(conn, request.schema, request.identifier, request.docs)
 
 
@@ -66,20 +70,34 @@ def _publish_source(conn: Connection, relation: str, src: Any, model: str, log: 
     """The source readable by its name: a view over the Delta table at its path (the newest
     version), unless the name is the Delta table itself or someone else's object."""
     schema, name = relation.split(".")[-2:]
-    kind = conn.table_type(quote(schema, name))
-    if kind in ("MANAGED", "EXTERNAL"):
-        detail = _detail_of_name(conn, schema, name)
-        if detail is not None and _same_place(str(detail.get("location") or ""), src.path):
-            return  # the catalog table is the source itself
     query = exp.select(exp.Star()).from_(
         exp.Table(this=exp.to_identifier(src.path, quoted=True), db=exp.to_identifier("delta"))
     )
-    if not Catalog(conn).publish_view(schema, name, query, catalog_views.SOURCE, model):
+    catalog = Catalog(conn)
+    if catalog.holds(schema, name, query):
+        return  # this process made the view, with this text: nothing to ask or change
+    answered, found = catalog.lookup(schema, name)
+    kind = (found.kind if found is not None else None) if answered else conn.table_type(quote(schema, name))
+    if kind in ("MANAGED", "EXTERNAL") and _delta_at(conn, catalog, schema, name, src.path):
+        return  # the catalog table is the source itself
+    if not catalog.publish_view(schema, name, query, catalog_views.SOURCE, model):
         log(
             "info",
             f"{model}: {relation} is a catalog object dbt-spark-stream did not create; it is left as it is, so "
             f"other models and queries reading {relation} read that object, not the Delta table at {src.path}",
         )
+
+
+def _delta_at(conn: Connection, catalog: Catalog, schema: str, name: str, location: str) -> bool:
+    """Is the catalog table `schema.name` the Delta table at `location`? From the catalog's
+    lookup (`SHOW TABLE EXTENDED`: its provider and location, from the metastore) where it
+    answered; else from `DESCRIBE DETAIL`, which also computes the table's size with Spark jobs
+    (1-1.5 s after each new version, in the demo's full refreshes)."""
+    found = catalog.seen.get((schema.lower(), name.lower()))
+    if found is not None and found.location is not None:
+        return found.provider == "delta" and _same_place(found.location, location)
+    detail = _detail_of_name(conn, schema, name)
+    return detail is not None and _same_place(str(detail.get("location") or ""), location)
 
 
 def _detail_of_name(conn: Connection, schema: str, name: str) -> Optional[dict]:
