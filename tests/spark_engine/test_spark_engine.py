@@ -218,10 +218,10 @@ def test_a_table_of_someone_else_at_the_stored_name_is_left_alone(delta_env):
     assert spark.table(f"{target}.__dvm_stored__in_the_way").collect() == [(1,)]
 
 
-def test_a_source_view_is_published_once_per_process_and_again_once_dropped(delta_env, monkeypatch, tmp_path):
-    """A source view's text never changes: a later full refresh in the same process neither
-    looks its name up nor alters it (the refreshes' private sessions share what the process
-    published). Dropped meanwhile, it is made again by the next refresh, which finds it missing."""
+def test_a_source_view_the_catalog_shows_is_left_and_a_dropped_one_made_again(delta_env, monkeypatch, tmp_path):
+    """A source view's text never changes: a later full refresh that finds it in the catalog as
+    published looks its name up once and changes nothing. Dropped meanwhile, it is made again by
+    the next full refresh, and by the next differential one (which finds it missing)."""
     import json
 
     _sources(delta_env, ("t1",))
@@ -235,7 +235,11 @@ def test_a_source_view_is_published_once_per_process_and_again_once_dropped(delt
     calls = [json.loads(line) for line in trace.read_text().splitlines()]
     assert any(c["text"].startswith("CREATE OR REPLACE TABLE") for c in calls), calls  # traced
     # Catalog statements name the schema quoted; reads name the source's path.
-    assert not [c for c in calls if f"`{delta_env.src}`" in c["text"]], calls
+    on_source = [c["text"] for c in calls if f"`{delta_env.src}`" in c["text"]]
+    assert on_source == [f"SHOW TABLE EXTENDED IN `{delta_env.src}` LIKE 't1'"], on_source
+    spark.sql(f"DROP VIEW {view}")
+    first.refresh(expect="full", full_refresh=True)
+    assert spark.catalog.tableExists(view)
     spark.sql(f"DROP VIEW {view}")
     delta_env.apply([S.Insert("t1", [S.row(100, k=2, v=5)])])
     first.refresh(expect="differential")

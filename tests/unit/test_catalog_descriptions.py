@@ -39,6 +39,12 @@ def test_a_table_shows_its_type_format_and_location():
     assert described.text is None
 
 
+def test_a_views_comment_cannot_pass_for_a_tables_lines():
+    forged = "Type: VIEW\nComment: x\nProvider: delta\nLocation: file:/tmp/w/m\nView Text: SELECT 1\n"
+    described = Described.of(forged)
+    assert (described.kind, described.provider, described.text) == ("VIEW", None, "SELECT 1")
+
+
 def test_a_views_text_gives_it_no_location():
     view = "Type: VIEW\nView Text: SELECT 1 AS a\nLocation: file:/x\nView Original Text: SELECT 1 AS a\n"
     described = Described.of(view)
@@ -157,20 +163,71 @@ def test_what_the_check_found_existing_is_not_trusted_when_publishing():
     forget(conn)
 
 
-def test_a_view_this_process_published_is_held_until_forgotten():
-    from sqlglot import exp
+class _SparkCatalog:
+    """A spark-engine connection whose catalog shows one object under every name (`information`,
+    or None for nothing); records every call, refuses DESCRIBE DETAIL (not a Delta table)."""
 
-    from python_helpers.runtime.catalog import views
+    def __init__(self, key, information):
+        self.key, self.information = key, information
+        self.calls: list = []
 
-    conn = _Scripted("held-key", "orders", [None])
-    query = exp.select("*").from_(exp.Table(this=exp.to_identifier("/w/orders", quoted=True), db="delta"))
-    catalog = views.Catalog(conn)
-    assert not catalog.holds("bench", "orders", query)
-    assert catalog.publish_view("bench", "orders", query, views.SOURCE, "m")
-    # A private clone shares its parent's key: it sees the view as published, without a lookup.
-    asked = conn.asked
-    assert views.Catalog(conn).holds("bench", "orders", query)
-    assert not views.Catalog(conn).holds("bench", "orders", exp.select("*").from_("other"))
-    assert conn.asked == asked
-    views.forget(conn)
-    assert not views.Catalog(conn).holds("bench", "orders", query)
+    def rows(self, sql):
+        self.calls.append(sql)
+        return [] if self.information is None else [("src", "t1", False, self.information)]
+
+    def table_type(self, name):
+        self.calls.append(f"table_type {name}")
+        return None
+
+    def records(self, sql):
+        self.calls.append(sql)
+        raise RuntimeError("DELTA_TABLE_NOT_FOUND")
+
+    def execute(self, sql):
+        self.calls.append(sql)
+
+
+def _source_view(conn):
+    from types import SimpleNamespace
+
+    from python_helpers.runtime.delta.spark import publishing
+
+    logged: list = []
+    publishing._publish_source(conn, "src.t1", SimpleNamespace(path="/w/src.db/t1"), "m", lambda *a: logged.append(a))
+    return logged
+
+
+def test_a_source_view_the_catalog_shows_as_published_is_left_after_one_lookup():
+    text = "SELECT * FROM delta.`/w/src.db/t1`"
+    ours = f"Type: VIEW\nView Text: {text}\nView Original Text: {text}\nTable Properties: [{ROLE_PROPERTY}=source]\n"
+    conn = _SparkCatalog("spark-source-ours", ours)
+    assert _source_view(conn) == []
+    assert conn.calls == ["SHOW TABLE EXTENDED IN `src` LIKE 't1'"]
+
+
+def test_a_missing_source_view_is_made_and_another_text_replaced():
+    missing = _SparkCatalog("spark-source-missing", None)
+    _source_view(missing)
+    assert any(c.startswith("CREATE VIEW `src`.`t1`") for c in missing.calls), missing.calls
+    old = f"Type: VIEW\nView Text: SELECT 1\nTable Properties: [{ROLE_PROPERTY}=source]\n"
+    moved = _SparkCatalog("spark-source-moved", old)
+    _source_view(moved)
+    assert any(c.startswith("ALTER VIEW `src`.`t1` AS SELECT * FROM delta.`/w/src.db/t1`") for c in moved.calls)
+
+
+def test_a_view_at_the_stored_name_is_not_taken_for_the_stored_table():
+    from python_helpers.runtime.catalog.views import Catalog
+    from python_helpers.runtime.delta.spark import publishing
+
+    forged = "Type: VIEW\nComment: x\nProvider: delta\nLocation: file:/tmp/w/m\nView Text: SELECT 1\n"
+    conn = _SparkCatalog("spark-stored-forged", forged)
+    catalog = Catalog(conn)
+    catalog.remember("src", ["t1"])
+    assert not publishing._delta_at(conn, catalog, "src", "t1", "/tmp/w/m")
+    assert any(c.startswith("DESCRIBE DETAIL") for c in conn.calls)  # asked, and refused
+    table = "Type: EXTERNAL\nProvider: delta\nLocation: file:/tmp/w/m\n"
+    conn = _SparkCatalog("spark-stored-ours", table)
+    catalog = Catalog(conn)
+    catalog.remember("src", ["t1"])
+    assert publishing._delta_at(conn, catalog, "src", "t1", "/tmp/w/m")
+    assert not publishing._delta_at(conn, catalog, "src", "t1", "/tmp/w/other")

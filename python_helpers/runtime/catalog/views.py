@@ -144,11 +144,12 @@ class Described:
             key, _, value = entry.partition("=")
             if key == ROLE_PROPERTY:
                 role = value
-        # A table's lines come before anything a view's text could hold; its type before its
-        # comment, its location after it (a comment may span lines).
+        # Spark shows the type and the format before the comment (which may span lines), a
+        # table's location after it, and a view's text in place of a location.
         head = information.split("View Text: ", 1)[0]
-        kind = re.findall(r"(?:^|\n)Type: (.*)", head)
-        provider = re.findall(r"(?:^|\n)Provider: (.*)", head)
+        before_comment = head.split("\nComment: ", 1)[0]
+        kind = re.findall(r"(?:^|\n)Type: (.*)", before_comment)
+        provider = re.findall(r"(?:^|\n)Provider: (.*)", before_comment)
         location = re.findall(r"(?:^|\n)Location: (.*)", head)
         return Described(
             view_text_of(information),
@@ -186,15 +187,6 @@ class Catalog:
         self.remember(schema, [name])
         key = (schema.lower(), name.lower())
         return (True, self.seen[key]) if key in self.seen else (False, None)
-
-    def holds(self, schema: str, name: str, query: exp.Expr) -> bool:
-        """Did this process publish exactly `query` as the view `schema.name` (through this
-        session, or a private one cloned from it: connections share the catalog's key)? Then
-        publishing it again would change nothing."""
-        from python_helpers.dvm.sqlgen import render
-
-        with _DDL_LOCK:
-            return _PUBLISHED.get((self.conn.key, schema.lower(), name.lower())) == render(query)
 
     def properties(self, schema: str, name: str) -> Optional[dict]:
         """The object's table properties, or None when no table or view has that name."""

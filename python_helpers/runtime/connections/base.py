@@ -104,9 +104,8 @@ class Connection(Protocol):
 
     @property
     def key(self) -> int:
-        """Identifies the catalog the connection's session sees: caches of published views and
-        companion views are per key. A private clone (`private`) shares its parent's; Thrift's
-        refreshes, each on a Hive session of its own, share their server's."""
+        """Identifies the Spark session behind the connection (caches of published views, analysed
+        snapshots and companion views are per session)."""
 
     @property
     def settings_key(self) -> int:

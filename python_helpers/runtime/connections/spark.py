@@ -101,11 +101,8 @@ def _with_views(sql: str, views: dict):
 
 
 class SparkConnection:
-    def __init__(self, spark: Any, cloned: bool = False, catalog_key: Optional[int] = None):
+    def __init__(self, spark: Any, cloned: bool = False):
         self.spark = spark
-        # A private clone sees its parent's catalog: what this process published there (views,
-        # companions) is known to both (`key`).
-        self._catalog_key = catalog_key
         self._jvm = getattr(spark, "_jvm", None)  # None for Spark Connect: no JVM on this side
         self.kind = "session" if self._jvm is not None else "connect"
         self._cloned = cloned
@@ -119,13 +116,13 @@ class SparkConnection:
 
     def private(self) -> "SparkConnection":
         if self._jvm is None:
-            return SparkConnection(self.spark.cloneSession(), cloned=True, catalog_key=self.key)  # Spark Connect 4.1
+            return SparkConnection(self.spark.cloneSession(), cloned=True)  # Spark Connect 4.1
         from pyspark.sql import SparkSession
 
         # The JVM session's clone (settings, temporary views and functions copied); wrapping it
         # leaves the process's default and active sessions as they are.
         clone = SparkSession(self.spark.sparkContext, jsparkSession=self.spark._jsparkSession.cloneSession())
-        return SparkConnection(clone, cloned=True, catalog_key=self.key)
+        return SparkConnection(clone, cloned=True)
 
     def release(self) -> None:
         if self._cloned and self._jvm is None:
@@ -143,7 +140,7 @@ class SparkConnection:
 
     @property
     def key(self) -> int:
-        return self._catalog_key if self._catalog_key is not None else id(self.spark)
+        return id(self.spark)
 
     @property
     def settings_key(self) -> int:
@@ -200,8 +197,7 @@ class SparkConnection:
         columns: Optional[list[str]] = None,
         cache_key: Optional[tuple] = None,
     ) -> None:
-        # Per session, not per catalog: a frame is registered in the session that made it.
-        key = (id(self.spark), cache_key, tuple(columns) if columns is not None else None)
+        key = (self.key, cache_key, tuple(columns) if columns is not None else None)
         frame = None
         if cache_key is not None:
             with _SCANS_LOCK:

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 
 from sqlglot import exp
 
+from python_helpers.dvm.sqlgen import render
 from python_helpers.runtime.catalog import comments as view_comments
 from python_helpers.runtime.catalog import views as catalog_views
 from python_helpers.runtime.catalog.views import Catalog, quote
@@ -51,33 +52,34 @@ def publish(conn: Connection, request: Any, plan: Any, target: str, view_sql: Ca
 
 
 def up_to_date(conn: Connection, request: Any, plan: Any) -> bool:
-    """The model's view, its stored table and every source's name exist, with current comments.
-    A name found missing makes this process forget what it published (Catalog.holds), so the
-    publishing that follows asks the catalog again."""
+    """The model's view, its stored table and every source's name exist, with current comments."""
     catalog = Catalog(conn)
-    names = [(request.schema, request.identifier), (request.schema, STORED_PREFIX + request.identifier.lower())]
+    if not catalog.exists(request.schema, request.identifier):
+        return False
+    if not catalog.exists(request.schema, STORED_PREFIX + request.identifier.lower()):
+        return False
     for relation in plan.pinned:
         schema, name = relation.split(".")[-2:]
-        if not name.startswith(STORED_PREFIX):
-            names.append((schema, name))
-    if not all(catalog.exists(schema, name) for schema, name in names):
-        catalog_views.forget(conn)
-        return False
+        if not name.startswith(STORED_PREFIX) and not catalog.exists(schema, name):
+            return False
     return view_comments.columns_current(conn, request.schema, request.identifier, request.docs)
 
 
 def _publish_source(conn: Connection, relation: str, src: Any, model: str, log: Log) -> None:
     """The source readable by its name: a view over the Delta table at its path (the newest
-    version), unless the name is the Delta table itself or someone else's object."""
+    version), unless the name is the Delta table itself or someone else's object. Its text never
+    changes: where the catalog shows this project's view with that text, one lookup is all."""
     schema, name = relation.split(".")[-2:]
     query = exp.select(exp.Star()).from_(
         exp.Table(this=exp.to_identifier(src.path, quoted=True), db=exp.to_identifier("delta"))
     )
     catalog = Catalog(conn)
-    if catalog.holds(schema, name, query):
-        return  # this process made the view, with this text: nothing to ask or change
     answered, found = catalog.lookup(schema, name)
-    kind = (found.kind if found is not None else None) if answered else conn.table_type(quote(schema, name))
+    if answered and found is not None and found.role == catalog_views.SOURCE and found.text == render(query):
+        return
+    kind = found.kind if found is not None else None
+    if not answered or (found is not None and kind is None):  # no answer, or a name it cannot show
+        kind = conn.table_type(quote(schema, name))
     if kind in ("MANAGED", "EXTERNAL") and _delta_at(conn, catalog, schema, name, src.path):
         return  # the catalog table is the source itself
     if not catalog.publish_view(schema, name, query, catalog_views.SOURCE, model):
@@ -90,12 +92,20 @@ def _publish_source(conn: Connection, relation: str, src: Any, model: str, log: 
 
 def _delta_at(conn: Connection, catalog: Catalog, schema: str, name: str, location: str) -> bool:
     """Is the catalog table `schema.name` the Delta table at `location`? From the catalog's
-    lookup (`SHOW TABLE EXTENDED`: its provider and location, from the metastore) where it
-    answered; else from `DESCRIBE DETAIL`, which also computes the table's size with Spark jobs
-    (1-1.5 s after each new version, in the demo's full refreshes)."""
+    lookup (`SHOW TABLE EXTENDED`: type, provider and location, from the metastore) where it
+    shows a Delta table at that place; else from `DESCRIBE DETAIL`, which also computes the
+    table's size with Spark jobs (1.2-1.5 s after each new version, in `make demo-spark`'s full
+    refreshes) and tells a location written another way (a URI's host and port) for the same."""
     found = catalog.seen.get((schema.lower(), name.lower()))
-    if found is not None and found.location is not None:
-        return found.provider == "delta" and _same_place(found.location, location)
+    if (
+        found is not None
+        and found.text is None
+        and found.kind in ("MANAGED", "EXTERNAL")
+        and found.provider == "delta"
+        and found.location is not None
+        and _same_place(found.location, location)
+    ):
+        return True
     detail = _detail_of_name(conn, schema, name)
     return detail is not None and _same_place(str(detail.get("location") or ""), location)
 
