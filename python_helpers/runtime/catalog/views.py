@@ -122,6 +122,9 @@ def generation_query(gen: str, spark_types: dict, partition_columns: list) -> ex
     return exp.select(*cols).from_(data).join(parts, on=on)
 
 
+TABLE_KINDS = ("MANAGED", "EXTERNAL")  # the catalog's types of a table (a view is VIEW)
+
+
 @dataclass(frozen=True)
 class Described:
     """What the catalog says of one object: its view text (None for a table), the role

@@ -80,7 +80,7 @@ def _publish_source(conn: Connection, relation: str, src: Any, model: str, log: 
     kind = found.kind if found is not None else None
     if not answered or (found is not None and kind is None):  # no answer, or a name it cannot show
         kind = conn.table_type(quote(schema, name))
-    if kind in ("MANAGED", "EXTERNAL") and _delta_at(conn, catalog, schema, name, src.path):
+    if kind in catalog_views.TABLE_KINDS and _delta_at(conn, catalog, schema, name, src.path):
         return  # the catalog table is the source itself
     if not catalog.publish_view(schema, name, query, catalog_views.SOURCE, model):
         log(
@@ -100,7 +100,7 @@ def _delta_at(conn: Connection, catalog: Catalog, schema: str, name: str, locati
     if (
         found is not None
         and found.text is None
-        and found.kind in ("MANAGED", "EXTERNAL")
+        and found.kind in catalog_views.TABLE_KINDS
         and found.provider == "delta"
         and found.location is not None
         and _same_place(found.location, location)
