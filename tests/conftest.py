@@ -21,15 +21,7 @@ if ROOT not in sys.path:
 
 
 def pytest_configure(config):
-    # pytest.ini declares these too; registering here keeps --strict-markers happy either way.
-    for line in (
-        "spark: needs a local SparkSession (the session-scoped `spark` fixture)",
-        "dbt: runs dbt end to end",
-        "slow: long-running (bigger hypothesis runs, dbt's snapshot suites on Delta, the class archive): make test-long only; deselect with -m 'not slow'",
-        "every_run: runs in every make test, not in the hourly share of the tests (DVM_SHARE)",
-        "share_module: the module's tests take their turn in the hourly share together (one module fixture)",
-    ):
-        config.addinivalue_line("markers", line)
+    # The markers are declared in pytest.ini (--strict-markers).
     global _CONFIG
     _CONFIG = config
     # The day of the rotation (tests/support/rotation.py), fixed before pytest-xdist starts its
@@ -52,32 +44,28 @@ def pytest_report_header(config):
     return f"tests/cluster today: {', '.join(todays_suites())} ({rotation.where()}); this run: {rotation.share_line()}"
 
 
-# Folders whose every test runs in every make test: no JVM (unit), or a share of their own
-# already (the day's cluster suite, kill points and race kinds, TPC-H queries).
-EVERY_RUN = ("tests/unit/", "tests/cluster/", "tests/drills/", "tests/tpch/")
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """With DVM_SHARE=n: the every_run tests and an n-th of the others (tests/support/rotation.py),
-    the rest deselected (not skipped: they are not counted as passed)."""
+    """With DVM_SHARE=n: the every_run tests and an n-th of the others (tests/support/rotation.py:
+    `share_unit` decides what runs every time and what takes its turn together), the rest
+    deselected (not skipped: they are not counted as passed)."""
     from tests.support import rotation
 
     # Tests named on the command line (an id or -k) run whatever the hour.
     named = config.option.keyword or any("::" in str(arg) for arg in config.args)
     if rotation.SHARE == 1 or named:
         return
-    kept, left = [], []
-    for item in items:
-        module = os.path.relpath(str(item.path), ROOT)
-        if module.startswith(EVERY_RUN) or item.get_closest_marker("every_run"):
-            kept.append(item)
-            continue
-        if item.get_closest_marker("share_module"):
-            unit = module
-        else:
-            unit = f"{module}::{item.cls.__name__ if item.cls is not None else item.name}"
-        (kept if rotation.in_share(unit) else left).append(item)
+
+    def unit(item):
+        return rotation.share_unit(
+            os.path.relpath(str(item.path), ROOT),
+            item.cls.__name__ if item.cls is not None else None,
+            item.name,
+            item.get_closest_marker("every_run") is not None,
+            item.get_closest_marker("share_module") is not None,
+        )
+
+    kept, left = rotation.split(items, unit)
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept

@@ -21,7 +21,7 @@ import datetime
 import os
 import time
 import zlib
-from typing import Sequence, TypeVar
+from typing import Callable, Optional, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -63,6 +63,34 @@ def in_share(unit: str) -> bool:
     hash of the unit's own name decides its turn: the same in a run narrowed to a file or a
     test as in the whole suite, and unmoved by tests added beside it."""
     return zlib.crc32(unit.encode()) % SHARE == TURN % SHARE
+
+
+# Folders whose every test runs in every make test: no JVM (unit), or a share of their own
+# already (the day's cluster suite, kill points and race kinds, TPC-H queries).
+EVERY_RUN = ("tests/unit/", "tests/cluster/", "tests/drills/", "tests/tpch/")
+
+
+def share_unit(module: str, cls: Optional[str], name: str, every_run: bool, share_module: bool) -> Optional[str]:
+    """What takes its turn in the hourly share together, for a test `name` (of class `cls`) in
+    `module` (its path from the repository's root): None for a test of every run (marked
+    `every_run`, or in an EVERY_RUN folder), the module when it is marked `share_module`, else
+    its class (its methods share a dbt project) or the test itself."""
+    if every_run or module.startswith(EVERY_RUN):
+        return None
+    if share_module:
+        return module
+    return f"{module}::{cls if cls is not None else name}"
+
+
+def split(items: Sequence[T], unit_of: Callable[[T], Optional[str]]) -> tuple[list, list]:
+    """(kept, left): the items this run's share keeps (every one whose unit is None, and those
+    whose unit `in_share`) and the others; everything is kept with SHARE 1."""
+    kept: list = []
+    left: list = []
+    for item in items:
+        unit = unit_of(item) if SHARE > 1 else None
+        (kept if unit is None or in_share(unit) else left).append(item)
+    return kept, left
 
 
 def share_line() -> str:

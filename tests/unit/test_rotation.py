@@ -40,3 +40,27 @@ def test_every_test_runs_in_some_turn_of_n_consecutive_ones_and_only_in_one(monk
         assert all(25 <= len(t) <= 55 for t in taken), [len(t) for t in taken]  # about a fifth each
     monkeypatch.setattr(rotation, "SHARE", 1)
     assert all(rotation.in_share(u) for u in units)  # make test-long: every test
+
+
+def test_what_takes_its_turn_together_and_what_runs_every_time():
+    unit = rotation.share_unit
+    assert unit("tests/unit/test_x.py", None, "test_a", False, False) is None  # an EVERY_RUN folder
+    assert unit("tests/spark/test_x.py", None, "test_a", True, False) is None  # marked every_run
+    assert unit("tests/dbt/test_f.py", "Cls", "test_a", False, True) == "tests/dbt/test_f.py"  # the module
+    assert unit("tests/spark/test_x.py", "Cls", "test_a", False, False) == "tests/spark/test_x.py::Cls"
+    assert unit("tests/spark/test_x.py", None, "test_a[p1]", False, False) == "tests/spark/test_x.py::test_a[p1]"
+
+
+def test_a_run_keeps_every_runs_tests_and_its_turns_share_of_the_others(monkeypatch):
+    every = [("every", None)]
+    items = every + [(f"t{i}", f"tests/spark/test_{i}.py::test_a") for i in range(50)]
+    monkeypatch.setattr(rotation, "SHARE", 5)
+    kept_by_turn = []
+    for turn in range(5):
+        monkeypatch.setattr(rotation, "TURN", turn)
+        kept, left = rotation.split(items, lambda item: item[1])
+        assert every[0] in kept and sorted(kept + left) == sorted(items)
+        kept_by_turn.append([i for i in kept if i[1] is not None])
+    assert sorted(sum(kept_by_turn, [])) == sorted(items[1:])  # each other test in one turn of five
+    monkeypatch.setattr(rotation, "SHARE", 1)
+    assert rotation.split(items, lambda item: item[1]) == (items, [])  # make test-long: everything
