@@ -14,7 +14,7 @@ import pytest
 
 from python_helpers.errors import InvalidConfig
 from python_helpers.runtime.api import refresh_stream_table
-from python_helpers.runtime.catalog.views import NameTaken
+from python_helpers.runtime.catalog.views import ROLE_PROPERTY, NameTaken
 from python_helpers.runtime.delta.spark import sql as delta_sql
 from tests.support import rotation
 from tests.support import sources as S
@@ -245,6 +245,28 @@ def test_a_source_view_the_catalog_shows_is_left_and_a_dropped_one_made_again(de
     first.refresh(expect="differential")
     assert spark.catalog.tableExists(view)
     first.check()
+
+
+def test_a_column_added_to_a_source_shows_by_the_sources_name(delta_env):
+    """A source view's columns follow its Delta table (WITH SCHEMA EVOLUTION): a column added to
+    the source shows by its name at once, without a refresh. A view made the way an earlier
+    release made it (Spark's default mode: the columns it was made with) is switched by the next
+    full refresh, which otherwise leaves a source view with this text alone."""
+    _sources(delta_env, ("t1",))
+    spark, view, path = delta_env.spark, f"{delta_env.src}.t1", delta_env.paths["t1"]
+    stream = delta_env.stream("follows", AGG, engine="spark")
+    stream.refresh(expect="full")
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (extra INT)")
+    assert "extra" in spark.table(view).columns
+    spark.sql(f"DROP VIEW {view}")
+    spark.sql(f"CREATE VIEW {view} TBLPROPERTIES ('{ROLE_PROPERTY}' = 'source') AS SELECT * FROM delta.`{path}`")
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (more INT)")
+    assert "more" not in spark.table(view).columns  # as made
+    stream.refresh(expect="full", full_refresh=True)
+    assert {"extra", "more"} <= set(spark.table(view).columns)
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (last INT)")
+    assert "last" in spark.table(view).columns
+    stream.check()
 
 
 def test_a_vacuumed_change_is_rebuilt_and_says_why(delta_env):

@@ -186,6 +186,12 @@ class _SparkCatalog:
     def execute(self, sql):
         self.calls.append(sql)
 
+    def conf(self, key, default=None):
+        self.calls.append(f"conf {key}")
+        return self.settings.get(key, default)
+
+    settings: dict = {}
+
 
 def _source_view(conn):
     from types import SimpleNamespace
@@ -197,22 +203,59 @@ def _source_view(conn):
     return logged
 
 
+SOURCE_TEXT = "SELECT * FROM delta.`/w/src.db/t1`"
+
+
+def _our_source_view(mode):
+    mode_line = f"View Schema Mode: {mode}\n" if mode else ""
+    return (
+        f"Type: VIEW\nView Text: {SOURCE_TEXT}\nView Original Text: {SOURCE_TEXT}\n{mode_line}"
+        f"View Query Output Columns: [`k`]\nTable Properties: [{ROLE_PROPERTY}=source]\n"
+    )
+
+
+def test_a_views_schema_mode_is_read_and_its_text_cannot_forge_one():
+    assert Described.of(_our_source_view("EVOLUTION")).schema_mode == "EVOLUTION"
+    assert Described.of(_our_source_view(None)).schema_mode is None
+    forged = "Type: VIEW\nView Text: SELECT 1\nView Schema Mode: EVOLUTION\nView Schema Mode: COMPENSATION\n"
+    assert Described.of(forged).schema_mode == "COMPENSATION"
+
+
 def test_a_source_view_the_catalog_shows_as_published_is_left_after_one_lookup():
-    text = "SELECT * FROM delta.`/w/src.db/t1`"
-    ours = f"Type: VIEW\nView Text: {text}\nView Original Text: {text}\nTable Properties: [{ROLE_PROPERTY}=source]\n"
-    conn = _SparkCatalog("spark-source-ours", ours)
+    conn = _SparkCatalog("spark-source-ours", _our_source_view("EVOLUTION"))
     assert _source_view(conn) == []
     assert conn.calls == ["SHOW TABLE EXTENDED IN `src` LIKE 't1'"]
+
+
+def test_a_source_view_whose_columns_stay_as_made_is_altered_to_follow_its_table():
+    # Made by an earlier release, or where Spark's setting turns the view's mode off: the same
+    # text, but columns fixed when the view was made (a column added to the source would not show).
+    for mode in ("COMPENSATION", None):
+        conn = _SparkCatalog(f"spark-source-{mode}", _our_source_view(mode))
+        _source_view(conn)
+        assert f"ALTER VIEW `src`.`t1` AS {SOURCE_TEXT}" in conn.calls, conn.calls
+        assert conn.calls[-1] == "ALTER VIEW `src`.`t1` WITH SCHEMA EVOLUTION", conn.calls
 
 
 def test_a_missing_source_view_is_made_and_another_text_replaced():
     missing = _SparkCatalog("spark-source-missing", None)
     _source_view(missing)
-    assert any(c.startswith("CREATE VIEW `src`.`t1`") for c in missing.calls), missing.calls
+    made = [c for c in missing.calls if c.startswith("CREATE VIEW `src`.`t1`")]
+    assert made and made[0].startswith("CREATE VIEW `src`.`t1` WITH SCHEMA EVOLUTION TBLPROPERTIES"), missing.calls
     old = f"Type: VIEW\nView Text: SELECT 1\nTable Properties: [{ROLE_PROPERTY}=source]\n"
     moved = _SparkCatalog("spark-source-moved", old)
     _source_view(moved)
     assert any(c.startswith("ALTER VIEW `src`.`t1` AS SELECT * FROM delta.`/w/src.db/t1`") for c in moved.calls)
+
+
+def test_where_spark_turns_the_views_mode_off_a_source_view_is_made_without_it():
+    from python_helpers.runtime.delta.spark import publishing
+
+    missing = _SparkCatalog("spark-source-no-mode", None)
+    missing.settings = {publishing.VIEW_SCHEMA_SETTING: "false"}
+    _source_view(missing)
+    made = [c for c in missing.calls if c.startswith("CREATE VIEW")]
+    assert made and made[0].startswith("CREATE VIEW `src`.`t1` TBLPROPERTIES"), missing.calls
 
 
 def test_a_view_at_the_stored_name_is_not_taken_for_the_stored_table():

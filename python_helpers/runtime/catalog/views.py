@@ -128,14 +128,17 @@ TABLE_KINDS = ("MANAGED", "EXTERNAL")  # the catalog's types of a table (a view 
 @dataclass(frozen=True)
 class Described:
     """What the catalog says of one object: its view text (None for a table), the role
-    property this project gives its views (None when it is not ours), and for a table its type
-    (MANAGED, EXTERNAL), format and location (None where the lookup does not show them)."""
+    property this project gives its views (None when it is not ours), for a table its type
+    (MANAGED, EXTERNAL), format and location, and for a view how its columns follow what it
+    reads (`schema_mode`: EVOLUTION, COMPENSATION, ...); None where the lookup does not show
+    them."""
 
     text: Optional[str]
     role: Optional[str]
     kind: Optional[str] = None
     provider: Optional[str] = None
     location: Optional[str] = None
+    schema_mode: Optional[str] = None
 
     @staticmethod
     def of(information: str) -> "Described":
@@ -154,12 +157,16 @@ class Described:
         kind = re.findall(r"(?:^|\n)Type: (.*)", before_comment)
         provider = re.findall(r"(?:^|\n)Provider: (.*)", before_comment)
         location = re.findall(r"(?:^|\n)Location: (.*)", head)
+        # A view's mode follows its text (the last such line: the text may hold one of its own);
+        # Spark leaves the line out where WITH SCHEMA is turned off (spark.sql.legacy.viewSchemaBindingMode).
+        mode = re.findall(r"(?:^|\n)View Schema Mode: (.*)", information.split("\nTable Properties: [")[0])
         return Described(
             view_text_of(information),
             role,
             kind[0].strip() if kind else None,
             provider[0].strip().lower() if provider else None,
             location[-1].strip() if location else None,
+            mode[-1].strip().upper() if mode else None,
         )
 
 
@@ -279,10 +286,15 @@ class Catalog:
         model: str,
         take_over: bool = False,
         published_before: bool = False,
+        schema_mode: Optional[str] = None,
     ) -> bool:
         """Create or alter the view `schema.name` to `query`. Returns False (nothing done) when
         the name belongs to an object this project did not create and `take_over` is off for a
         source; raises NameTaken for the stream table's own name in that case.
+
+        `schema_mode` (EVOLUTION): how the view's columns follow what it reads, set where the
+        view is made or its text altered (Spark's own default keeps the columns the view was
+        made with).
 
         `published_before`: this catalog's marker says an earlier refresh published the view.
         With `take_over` (the caller owns the name) the view is then altered at once, without
@@ -316,29 +328,49 @@ class Catalog:
                 found = self.seen.pop(seen_key)
                 try:
                     return self._write_view(
-                        schema, name, text, role, model, take_over, found is not None, found.role if found else None
+                        schema,
+                        name,
+                        text,
+                        role,
+                        model,
+                        take_over,
+                        found is not None,
+                        found.role if found else None,
+                        schema_mode,
                     )
                 except Exception:  # noqa: BLE001 - the object changed since `remember`: look again
                     pass
             exists, owner = self.role(schema, name)
-            return self._write_view(schema, name, text, role, model, take_over, exists, owner)
+            return self._write_view(schema, name, text, role, model, take_over, exists, owner, schema_mode)
 
     def _write_view(
-        self, schema: str, name: str, text: str, role: str, model: str, take_over: bool, exists: bool, owner
+        self,
+        schema: str,
+        name: str,
+        text: str,
+        role: str,
+        model: str,
+        take_over: bool,
+        exists: bool,
+        owner,
+        schema_mode: Optional[str] = None,
     ) -> bool:
         """publish_view's DDL once the catalog's answer for the name is known (`exists`, and the
         role property it carries as `owner`); under _DDL_LOCK."""
         key = (self.conn.key, schema.lower(), name.lower())
+        binding = f"WITH SCHEMA {schema_mode} " if schema_mode else ""
         if not exists:
             if schema.lower() not in self.schemas_made:
                 self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
                 self.schemas_made.add(schema.lower())
             self.conn.execute(
-                f"CREATE VIEW {quote(schema, name)} "
+                f"CREATE VIEW {quote(schema, name)} {binding}"
                 f"TBLPROPERTIES ({_sql_string(ROLE_PROPERTY)} = {_sql_string(role)}) AS {text}"
             )
         elif owner is not None:
             self.conn.execute(f"ALTER VIEW {quote(schema, name)} AS {text}")
+            if schema_mode:  # a view made before the mode was asked for, or by Spark's default
+                self.conn.execute(f"ALTER VIEW {quote(schema, name)} {binding.strip()}")
         elif role == SOURCE:
             return False
         elif take_over and self.table_type(schema, name) == "VIEW":

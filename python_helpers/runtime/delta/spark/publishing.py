@@ -21,6 +21,11 @@ from python_helpers.runtime.refresh.view_inlining import STORED_PREFIX
 
 __all__ = ["STORED_PREFIX", "publish", "up_to_date"]
 
+# A source view's columns follow the Delta table it reads (Spark's default mode keeps the
+# columns the view was made with: a column added to the source would not show by its name).
+EVOLVING = "EVOLUTION"
+VIEW_SCHEMA_SETTING = "spark.sql.legacy.viewSchemaBindingMode"
+
 
 def publish(conn: Connection, request: Any, plan: Any, target: str, view_sql: Callable, log: Log) -> None:
     """Register the stored table, point the model's view at it, and make the sources readable."""
@@ -67,27 +72,44 @@ def up_to_date(conn: Connection, request: Any, plan: Any) -> bool:
 
 def _publish_source(conn: Connection, relation: str, src: Any, model: str, log: Log) -> None:
     """The source readable by its name: a view over the Delta table at its path (the newest
-    version), unless the name is the Delta table itself or someone else's object. Its text never
-    changes: where the catalog shows this project's view with that text, one lookup is all."""
+    version, its columns following the table's), unless the name is the Delta table itself or
+    someone else's object. Its text never changes: where the catalog shows this project's view
+    with that text and mode, one lookup is all."""
     schema, name = relation.split(".")[-2:]
     query = exp.select(exp.Star()).from_(
         exp.Table(this=exp.to_identifier(src.path, quoted=True), db=exp.to_identifier("delta"))
     )
     catalog = Catalog(conn)
     answered, found = catalog.lookup(schema, name)
-    if answered and found is not None and found.role == catalog_views.SOURCE and found.text == render(query):
-        return
+    if (
+        answered
+        and found is not None
+        and found.role == catalog_views.SOURCE
+        and found.text == render(query)
+        and found.schema_mode == EVOLVING
+    ):
+        return  # its columns follow the table's (a column added to the source shows at once)
     kind = found.kind if found is not None else None
     if not answered or (found is not None and kind is None):  # no answer, or a name it cannot show
         kind = conn.table_type(quote(schema, name))
     if kind in catalog_views.TABLE_KINDS and _delta_at(conn, catalog, schema, name, src.path):
         return  # the catalog table is the source itself
-    if not catalog.publish_view(schema, name, query, catalog_views.SOURCE, model):
+    mode = EVOLVING if _schema_clause_allowed(conn) else None
+    if not catalog.publish_view(schema, name, query, catalog_views.SOURCE, model, schema_mode=mode):
         log(
             "info",
             f"{model}: {relation} is a catalog object dbt-spark-stream did not create; it is left as it is, so "
             f"other models and queries reading {relation} read that object, not the Delta table at {src.path}",
         )
+
+
+def _schema_clause_allowed(conn: Connection) -> bool:
+    """Does the session take a view's WITH SCHEMA clause (Spark turns it off with this setting)?
+    Without it a source view keeps the columns it was made with until a full refresh alters it."""
+    try:
+        return str(conn.conf(VIEW_SCHEMA_SETTING, "true")).strip().lower() != "false"
+    except Exception:  # noqa: BLE001 - a setting it cannot read: Spark's default
+        return True
 
 
 def _delta_at(conn: Connection, catalog: Catalog, schema: str, name: str, location: str) -> bool:
