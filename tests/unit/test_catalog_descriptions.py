@@ -167,8 +167,9 @@ class _SparkCatalog:
     """A spark-engine connection whose catalog shows one object under every name (`information`,
     or None for nothing); records every call, refuses DESCRIBE DETAIL (not a Delta table)."""
 
-    def __init__(self, key, information):
+    def __init__(self, key, information, settings=None):
         self.key, self.information = key, information
+        self.settings = settings or {}
         self.calls: list = []
 
     def rows(self, sql):
@@ -189,8 +190,6 @@ class _SparkCatalog:
     def conf(self, key, default=None):
         self.calls.append(f"conf {key}")
         return self.settings.get(key, default)
-
-    settings: dict = {}
 
 
 def _source_view(conn):
@@ -228,8 +227,8 @@ def test_a_source_view_the_catalog_shows_as_published_is_left_after_one_lookup()
 
 
 def test_a_source_view_whose_columns_stay_as_made_is_altered_to_follow_its_table():
-    # Made by an earlier release, or where Spark's setting turns the view's mode off: the same
-    # text, but columns fixed when the view was made (a column added to the source would not show).
+    # Made by an earlier release (or a mode the lookup does not show): the same text, but columns
+    # fixed when the view was made (a column added to the source would not show).
     for mode in ("COMPENSATION", None):
         conn = _SparkCatalog(f"spark-source-{mode}", _our_source_view(mode))
         _source_view(conn)
@@ -248,14 +247,54 @@ def test_a_missing_source_view_is_made_and_another_text_replaced():
     assert any(c.startswith("ALTER VIEW `src`.`t1` AS SELECT * FROM delta.`/w/src.db/t1`") for c in moved.calls)
 
 
-def test_where_spark_turns_the_views_mode_off_a_source_view_is_made_without_it():
+def test_where_spark_turns_the_views_mode_off_a_source_view_is_made_and_altered_without_it():
     from python_helpers.runtime.delta.spark import publishing
 
-    missing = _SparkCatalog("spark-source-no-mode", None)
-    missing.settings = {publishing.VIEW_SCHEMA_SETTING: "false"}
+    off = {publishing.VIEW_SCHEMA_SETTING: "false"}
+    missing = _SparkCatalog("spark-source-no-mode", None, off)
     _source_view(missing)
     made = [c for c in missing.calls if c.startswith("CREATE VIEW")]
     assert made and made[0].startswith("CREATE VIEW `src`.`t1` TBLPROPERTIES"), missing.calls
+    existing = _SparkCatalog("spark-source-no-mode-existing", _our_source_view(None), off)
+    _source_view(existing)
+    assert existing.calls[-1] == f"ALTER VIEW `src`.`t1` AS {SOURCE_TEXT}", existing.calls
+    assert not any("WITH SCHEMA" in c for c in existing.calls), existing.calls
+
+
+def test_what_this_process_published_gives_way_to_what_the_catalog_shows():
+    # The process made the view (it remembers its text); the catalog now shows it with columns
+    # fixed as made (dropped and made again by an earlier release): it is switched all the same.
+    from python_helpers.runtime.catalog.views import forget
+
+    conn = _SparkCatalog("spark-source-remembered", None)
+    _source_view(conn)
+    conn.information, conn.calls = _our_source_view("COMPENSATION"), []
+    _source_view(conn)
+    assert conn.calls[-1] == "ALTER VIEW `src`.`t1` WITH SCHEMA EVOLUTION", conn.calls
+    forget(conn)
+
+
+class _DescribedOneByOne:
+    """A catalog for a name `SHOW TABLE EXTENDED` cannot take: existence, properties, and
+    `DESCRIBE TABLE EXTENDED`'s rows, each asked for itself."""
+
+    key = "described-one-by-one"
+
+    def table_exists(self, name):
+        return True
+
+    def rows(self, sql):
+        if sql.startswith("SHOW TBLPROPERTIES"):
+            return [(ROLE_PROPERTY, "source")]
+        assert sql.startswith("DESCRIBE TABLE EXTENDED"), sql
+        return [("k", "int", None), ("", "", ""), ("View Text", SOURCE_TEXT, ""), ("View Schema Mode", "EVOLUTION", "")]
+
+
+def test_a_name_described_by_itself_shows_its_views_mode_too():
+    from python_helpers.runtime.catalog.views import Catalog
+
+    found = Catalog(_DescribedOneByOne()).describe("src", ["t-1"])["t-1"]
+    assert (found.text, found.role, found.schema_mode) == (SOURCE_TEXT, "source", "EVOLUTION")
 
 
 def test_a_view_at_the_stored_name_is_not_taken_for_the_stored_table():

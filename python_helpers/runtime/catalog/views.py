@@ -159,7 +159,7 @@ class Described:
         location = re.findall(r"(?:^|\n)Location: (.*)", head)
         # A view's mode follows its text (the last such line: the text may hold one of its own);
         # Spark leaves the line out where WITH SCHEMA is turned off (spark.sql.legacy.viewSchemaBindingMode).
-        mode = re.findall(r"(?:^|\n)View Schema Mode: (.*)", information.split("\nTable Properties: [")[0])
+        mode = re.findall(r"(?:^|\n)View Schema Mode: (.*)", information.rsplit("\nTable Properties: [", 1)[0])
         return Described(
             view_text_of(information),
             role,
@@ -222,14 +222,23 @@ class Catalog:
     def view_text(self, schema: str, name: str) -> Optional[str]:
         """The SQL text of the view `schema.name` as the catalog holds it; None when there is no
         view of that name."""
+        return self._view_of(schema, name)[0]
+
+    def _view_of(self, schema: str, name: str) -> tuple[Optional[str], Optional[str]]:
+        """(the view's text, its schema mode where shown) from `DESCRIBE TABLE EXTENDED`;
+        (None, None) when there is no view of that name."""
         try:
             rows = self.conn.rows(f"DESCRIBE TABLE EXTENDED {quote(schema, name)}")
         except Exception:  # noqa: BLE001 - no such object (or schema)
-            return None
+            return None, None
+        text = mode = None
         for row in rows:
-            if row and str(row[0]).strip() == "View Text":
-                return str(row[1])
-        return None
+            key = str(row[0]).strip() if row else ""
+            if key == "View Text" and text is None:
+                text = str(row[1])
+            elif key == "View Schema Mode" and text is not None:
+                mode = str(row[1]).strip().upper()
+        return text, mode
 
     def describe(self, schema: str, names: Iterable[str]) -> dict:
         """{name: Described, or None when no table or view has that name} for several names of
@@ -242,7 +251,11 @@ class Catalog:
         for name in names:
             if name not in plain:
                 props = self.properties(schema, name)
-                out[name] = None if props is None else Described(self.view_text(schema, name), props.get(ROLE_PROPERTY))
+                if props is None:
+                    out[name] = None
+                    continue
+                text, mode = self._view_of(schema, name)
+                out[name] = Described(text, props.get(ROLE_PROPERTY), schema_mode=mode)
         if not plain:
             return out
         try:
@@ -385,6 +398,14 @@ class Catalog:
             )
         _PUBLISHED[key] = text
         return True
+
+    def forget_view(self, schema: str, name: str) -> None:
+        """Forget what this process believes it published or read under `schema.name`: the
+        catalog, just asked, shows something else."""
+        key = (self.conn.key, schema.lower(), name.lower())
+        with _DDL_LOCK:
+            _PUBLISHED.pop(key, None)
+            _VERIFIED.pop(key, None)
 
     def drop_own_view(self, schema: str, name: str, role: str) -> bool:
         """Drop the view `schema.name` when it carries `role` (this project made it); anything

@@ -94,6 +94,8 @@ def _publish_source(conn: Connection, relation: str, src: Any, model: str, log: 
         kind = conn.table_type(quote(schema, name))
     if kind in catalog_views.TABLE_KINDS and _delta_at(conn, catalog, schema, name, src.path):
         return  # the catalog table is the source itself
+    if answered:
+        catalog.forget_view(schema, name)  # the catalog shows otherwise than this process made it
     mode = EVOLVING if _schema_clause_allowed(conn) else None
     if not catalog.publish_view(schema, name, query, catalog_views.SOURCE, model, schema_mode=mode):
         log(
@@ -108,8 +110,8 @@ def _schema_clause_allowed(conn: Connection) -> bool:
     Without it a source view keeps the columns it was made with until a full refresh alters it."""
     try:
         return str(conn.conf(VIEW_SCHEMA_SETTING, "true")).strip().lower() != "false"
-    except Exception:  # noqa: BLE001 - a setting it cannot read: Spark's default
-        return True
+    except Exception:  # noqa: BLE001 - unreadable: no clause, which every Spark takes
+        return False
 
 
 def _delta_at(conn: Connection, catalog: Catalog, schema: str, name: str, location: str) -> bool:
