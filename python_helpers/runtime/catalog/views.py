@@ -24,7 +24,6 @@ from typing import Iterable, Optional
 from sqlglot import exp
 
 from python_helpers.errors import StreamTableError
-from python_helpers.runtime import paths
 from python_helpers.runtime.connections.base import CATALOG_SETTINGS, Connection
 
 ROLE_PROPERTY = "dbt_spark_stream.role"
@@ -64,21 +63,6 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def files_relation(root: str, files: list, spark_types: dict) -> exp.Expression:
-    """A FROM item reading exactly `files` under `root` (an empty typed relation when none)."""
-    if not files:
-        cols = [
-            exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True)
-            for n, t in spark_types.items()
-        ]
-        empty = exp.select(*cols).where(exp.false())
-        return exp.Subquery(this=empty, alias=exp.TableAlias(this=exp.to_identifier("__dvm_empty")))
-    rel = [paths.glob_escaped(paths.relative(f, root)).replace(",", "\\,") for f in files]
-    base = paths.glob_escaped(root)
-    path = f"{base}/{rel[0]}" if len(rel) == 1 else f"{base}/{{{','.join(rel)}}}"
-    return directory_relation(path, escaped=True)
-
-
 def check_view_text(model: str, view: str, text: str) -> None:
     """Refuse a view text the metastore cannot keep (a file list where no generation directory
     can be made). Refreshes call it before their storage commit too (publishing.check_publishable),
@@ -90,36 +74,6 @@ def check_view_text(model: str, view: str, text: str) -> None:
             f"more than the metastore keeps ({MAX_VIEW_TEXT})",
             "keep the table on storage where hard links can be made, or compact it (OPTIMIZE) to fewer files",
         )
-
-
-def directory_relation(path: str, escaped: bool = False) -> exp.Table:
-    """`parquet.`path``: Spark reads every data file under the directory."""
-    return exp.Table(
-        this=exp.to_identifier(path if escaped else paths.glob_escaped(path), quoted=True),
-        db=exp.to_identifier("parquet"),
-    )
-
-
-def generation_query(gen: str, spark_types: dict, partition_columns: list) -> exp.Expr:
-    """The table's rows from a generation directory (generations.link_generation)."""
-    from python_helpers.runtime.delta.embedded.generations import PARTITION_DIR
-
-    def cast(table: str, name: str) -> exp.Expr:
-        column = exp.column(exp.to_identifier(name, quoted=True), table=table)
-        return exp.alias_(exp.Cast(this=column, to=exp.DataType.build(spark_types[name])), name, quoted=True)
-
-    if not partition_columns:
-        return exp.select(*[cast("d", n) for n in spark_types]).from_(
-            exp.alias_(directory_relation(gen), "d", table=True)
-        )
-    data = exp.alias_(directory_relation(paths.join(gen, "data")), "d", table=True)
-    parts = exp.alias_(directory_relation(paths.join(gen, "parts")), "m", table=True)
-    on = exp.EQ(
-        this=exp.column(exp.to_identifier(PARTITION_DIR, quoted=True), table="d"),
-        expression=exp.column(exp.to_identifier(PARTITION_DIR, quoted=True), table="m"),
-    )
-    cols = [cast("m" if n in partition_columns else "d", n) for n in spark_types]
-    return exp.select(*cols).from_(data).join(parts, on=on)
 
 
 TABLE_KINDS = ("MANAGED", "EXTERNAL")  # the catalog's types of a table (a view is VIEW)
@@ -400,12 +354,13 @@ class Catalog:
         return True
 
     def forget_view(self, schema: str, name: str) -> None:
-        """Forget what this process believes it published or read under `schema.name`: the
-        catalog, just asked, shows something else."""
+        """Forget what this process believes it published, read or found free under
+        `schema.name`: the catalog, just asked, shows something else (or the view was dropped)."""
         key = (self.conn.key, schema.lower(), name.lower())
         with _DDL_LOCK:
             _PUBLISHED.pop(key, None)
             _VERIFIED.pop(key, None)
+            _CHECKED.discard(key)
 
     def drop_own_view(self, schema: str, name: str, role: str) -> bool:
         """Drop the view `schema.name` when it carries `role` (this project made it); anything
@@ -415,9 +370,7 @@ class Catalog:
             if not exists or owner != role:
                 return False
             self.conn.execute(f"DROP VIEW IF EXISTS {quote(schema, name)}")
-            _PUBLISHED.pop((self.conn.key, schema.lower(), name.lower()), None)
-            _VERIFIED.pop((self.conn.key, schema.lower(), name.lower()), None)
-            _CHECKED.discard((self.conn.key, schema.lower(), name.lower()))
+            self.forget_view(schema, name)
             return True
 
     def check_name(
@@ -509,42 +462,3 @@ def forget(conn: Connection) -> None:
             for key in [k for k in seen if k[0] == conn.key]:
                 del seen[key]
         _CHECKED.difference_update([k for k in _CHECKED if k[0] == conn.key])
-
-
-def files_query(root: str, files: list, spark_types: dict, partition_columns: list, partitions: list) -> exp.Expression:
-    """The rows of a version named file by file (where no generation directory can be made):
-    one branch per partition value, the values as literals."""
-    if not partition_columns:
-        cols = [
-            exp.alias_(
-                exp.Cast(this=exp.column(exp.to_identifier(n, quoted=True)), to=exp.DataType.build(t)), n, quoted=True
-            )
-            for n, t in spark_types.items()
-        ]
-        return exp.select(*cols).from_(files_relation(root, files, spark_types))
-    groups: dict = {}
-    for f, values in zip(files, partitions):
-        groups.setdefault(values, []).append(f)
-    branches = []
-    for values, group in sorted(groups.items(), key=lambda kv: repr(kv[0])):
-        value_of = dict(values)
-        cols = []
-        for n, t in spark_types.items():
-            if n in partition_columns:
-                v = value_of.get(n)
-                lit = exp.Null() if v is None else exp.Literal.string(v)
-                cols.append(exp.alias_(exp.Cast(this=lit, to=exp.DataType.build(t)), n, quoted=True))
-            else:
-                cols.append(
-                    exp.alias_(
-                        exp.Cast(this=exp.column(exp.to_identifier(n, quoted=True)), to=exp.DataType.build(t)),
-                        n,
-                        quoted=True,
-                    )
-                )
-        data_types = {n: t for n, t in spark_types.items() if n not in partition_columns}
-        branches.append(exp.select(*cols).from_(files_relation(root, group, data_types)))
-    out: exp.Expression = branches[0]
-    for b in branches[1:]:
-        out = exp.Union(this=out, expression=b, distinct=False)
-    return out

@@ -124,11 +124,12 @@ def check_view_fits(model: str, target: str, adds: list) -> None:
     """Where no generation directory can be made (an object store) the stream table's view names
     its files one by one: refuse before the commit a list the metastore cannot keep."""
     from python_helpers.dvm.sqlgen import render
+    from python_helpers.runtime.catalog import file_queries
     from python_helpers.runtime.catalog import views as catalog_views
     from python_helpers.runtime.delta.embedded import generations
 
     if adds and paths.is_uri(generations.stream_root(target)):
-        relation = catalog_views.files_relation(target, [paths.join(target, a.path) for a in adds], {})
+        relation = file_queries.files_relation(target, [paths.join(target, a.path) for a in adds], {})
         catalog_views.check_view_text(model, f"of {model}", render(relation))
 
 

@@ -28,6 +28,7 @@ from sqlglot import exp
 from python_helpers.errors import PublishLockHeld
 from python_helpers.runtime import paths
 from python_helpers.runtime.catalog import comments as view_comments
+from python_helpers.runtime.catalog import file_queries
 from python_helpers.runtime.catalog import views as catalog_views
 from python_helpers.runtime.catalog.views import Catalog
 from python_helpers.runtime.connections.base import Connection, as_connection
@@ -217,9 +218,9 @@ def _publish_stream_table(conn, schema, name, model, target, view_sql, take_over
     steps.reached("stream_generation_linked")
     relation: exp.Expr
     if gen is not None:
-        relation = catalog_views.directory_relation(gen)
+        relation = file_queries.directory_relation(gen)
     else:
-        relation = catalog_views.files_relation(target, files, types)
+        relation = file_queries.files_relation(target, files, types)
     query = view_comments.with_column_docs(conn, schema, name, view_sql(relation, types), docs)
     Catalog(conn).publish_view(
         schema,
@@ -310,18 +311,15 @@ def _source_query(root: str, src) -> tuple:
     types = src.spark_types
     parts = list(state.partition_columns)
     if not files:
-        cols = [
-            exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n, quoted=True) for n, t in types.items()
-        ]
-        return exp.select(*cols).where(exp.false()), None
+        return file_queries.empty_query(types), None
     data_schema = pa.schema([f for f in state.arrow_schema if f.name not in parts])
     part_schema = pa.schema([state.arrow_schema.field(p) for p in parts])
     gen = published_files.link_generation(
         root, state.table_id, state.version, files, partitions if parts else None, data_schema, part_schema
     )
     if gen is not None:
-        return catalog_views.generation_query(gen, types, parts), gen
-    return catalog_views.files_query(src.path, files, types, parts, partitions), None
+        return file_queries.generation_query(gen, types, parts), gen
+    return file_queries.files_query(src.path, files, types, parts, partitions), None
 
 
 def check_publishable(conn: Connection, request, plan) -> None:
